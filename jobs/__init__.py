@@ -1,0 +1,1 @@
+"""Entry points: option parsing, pipeline and training-run construction, and the `sbert` CLI."""

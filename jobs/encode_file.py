@@ -1,0 +1,98 @@
+"""``sbert encode``: embed one file on this machine into ``.npy`` or ``.parquet``.
+
+For corpora that need sharding, dead-letter handling and manifests, use ``sbert embed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jobs.model_options import add_model_arguments, encode_kwargs, load_encoder
+from sbert_core.tabular import read_table, text_column
+
+OUTPUT_SUFFIXES = (".npy", ".parquet")
+
+
+def add_parser(subparsers) -> None:
+    """Register ``encode`` on the top-level subparsers."""
+    parser = subparsers.add_parser("encode", help="embed one file locally", description=__doc__)
+    add_model_arguments(parser)
+    parser.add_argument(
+        "--input", required=True, help="TXT/TSV/CSV/JSONL/Parquet file, gzip allowed"
+    )
+    parser.add_argument("--output", required=True, help="FILE.npy or FILE.parquet")
+    parser.add_argument(
+        "--text-col", default="text", help="column holding the text (default: text)"
+    )
+    parser.add_argument("--id-col", default=None, help="column holding ids (default: row number)")
+    parser.add_argument(
+        "--format", default=None, help="input format if the extension does not tell"
+    )
+    parser.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="L2-normalise (default: as the model does)",
+    )
+    parser.add_argument(
+        "--keep-text", action="store_true", help="store the text in the Parquet output"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Read, encode, and write the output atomically; print a one-line summary."""
+    output = Path(args.output)
+    if output.suffix not in OUTPUT_SUFFIXES:
+        raise ValueError(f"--output must end in {' or '.join(OUTPUT_SUFFIXES)}, got {output}")
+    if output.exists() and not args.overwrite:
+        raise FileExistsError(f"{output} exists; pass --overwrite to replace it")
+    table = read_table(args.input, args.format)
+    texts = text_column(table, args.text_col)
+    ids = (
+        [str(v) for v in table.column(args.id_col)]
+        if args.id_col
+        else [str(i) for i in range(len(texts))]
+    )
+
+    encoder = load_encoder(args, normalize=args.normalize)
+    start = time.perf_counter()
+    result = encoder.encode_detailed(texts, show_progress=True, **encode_kwargs(args))
+    seconds = time.perf_counter() - start
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    os.close(handle)
+    try:
+        if output.suffix == ".npy":
+            with open(tmp_name, "wb") as tmp:
+                np.save(tmp, result.embeddings)
+        else:
+            import pyarrow.parquet as pq
+
+            from pipelines.schemas import embeddings_table
+
+            texts_out = texts if args.keep_text else None
+            pq.write_table(
+                embeddings_table(
+                    ids, result.embeddings, result.n_tokens, result.truncated, texts=texts_out
+                ),
+                tmp_name,
+            )
+        os.replace(tmp_name, output)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    rate = len(texts) / seconds if seconds > 0 else float("inf")
+    print(
+        f"encoded {len(texts)} texts ({result.n_truncated} truncated at {encoder.max_seq_length} "
+        f"tokens) in {seconds:.1f}s ({rate:.0f}/s) -> {output}"
+    )
+    return 0

