@@ -9,8 +9,12 @@ from sbert_core.pooling import POOLING_MODES
 from sbert_core.precision import DTYPE_NAMES
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--model``, ``--dtype``, batching and device options to ``parser``."""
+def add_model_arguments(parser: argparse.ArgumentParser, *, dtype_flag: str = "--dtype") -> None:
+    """Add ``--model``, the compute dtype, batching and device options to ``parser``.
+
+    ``dtype_flag`` renames the compute-dtype option where ``--dtype`` means something else
+    (``sbert embed --dtype`` is the stored embedding dtype).
+    """
     group = parser.add_argument_group("model")
     group.add_argument(
         "--model",
@@ -21,7 +25,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if present)"
     )
     group.add_argument(
-        "--dtype",
+        dtype_flag,
+        dest="compute_dtype",
         default="float32",
         choices=DTYPE_NAMES,
         help="compute dtype; float32 matches sentence-transformers exactly (default)",
@@ -50,7 +55,7 @@ def load_encoder(args: argparse.Namespace, normalize: bool | None = None) -> Sen
     return SentenceEncoder.load(
         args.model,
         device=args.device,
-        dtype=args.dtype,
+        dtype=args.compute_dtype,
         pooling=args.pooling,
         normalize=normalize,
         max_seq_length=args.max_seq_length,

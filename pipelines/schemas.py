@@ -39,9 +39,19 @@ def embeddings_table(
     *,
     dtype: str = "float32",
     texts: list[str] | None = None,
+    extra: dict[str, list[str | None]] | None = None,
 ) -> pa.Table:
-    """Build an ``embeddings/`` table from columns, without a Python object per vector."""
-    schema = embeddings_schema(embeddings.shape[1], dtype, with_text=texts is not None)
+    """Build an ``embeddings/`` table from columns, without a Python object per vector.
+
+    ``extra`` holds pass-through string columns, in schema order after ``text``.
+    """
+    extra = extra or {}
+    schema = embeddings_schema(
+        embeddings.shape[1],
+        dtype,
+        with_text=texts is not None,
+        extra=[pa.field(name, pa.string()) for name in extra],
+    )
     flat = pa.array(np.ascontiguousarray(embeddings, dtype=np.dtype(dtype)).reshape(-1))
     columns = [
         pa.array(ids, pa.string()),
@@ -51,4 +61,5 @@ def embeddings_table(
     ]
     if texts is not None:
         columns.append(pa.array(texts, pa.string()))
+    columns.extend(pa.array(values, pa.string()) for values in extra.values())
     return pa.Table.from_arrays(columns, schema=schema)

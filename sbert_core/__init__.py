@@ -3,7 +3,7 @@
 This package never imports ``apache_beam``; pipelines wrap it.
 """
 
-from sbert_core.encoder import EncodeResult, SentenceEncoder
+from sbert_core.encoder import EncodeResult, ModelInfo, SentenceEncoder, inspect_model
 from sbert_core.errors import DataFileError, ModelLoadError
 from sbert_core.model_source import DEFAULT_MODEL
 
@@ -13,7 +13,9 @@ __all__ = [
     "DEFAULT_MODEL",
     "DataFileError",
     "EncodeResult",
+    "ModelInfo",
     "ModelLoadError",
     "SentenceEncoder",
     "__version__",
+    "inspect_model",
 ]

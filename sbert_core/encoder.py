@@ -56,6 +56,88 @@ class EncodeResult:
         return int(self.truncated.sum())
 
 
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model's files checked and its configuration read, without loading the weights."""
+
+    model_id: str
+    transformer_dir: Path
+    weights_sha256: str
+    uses_pickle: bool
+    pooling: PoolingConfig
+    normalize: bool
+    max_seq_length: int
+    do_lower_case: bool
+    config: object  # transformers.PretrainedConfig
+    tokenizer: object  # transformers.PreTrainedTokenizerBase
+
+    def describe(self) -> dict:
+        """What manifests record about the model."""
+        return {
+            "model_id": self.model_id,
+            "weights_sha256": self.weights_sha256,
+            "dim": self.pooling.dim,
+            "pooling": self.pooling.mode,
+            "normalized": self.normalize,
+            "max_seq_length": self.max_seq_length,
+        }
+
+
+def inspect_model(
+    model: str | os.PathLike = DEFAULT_MODEL,
+    *,
+    allow_pickle: bool = False,
+    pooling: PoolingMode | None = None,
+    normalize: bool | None = None,
+    max_seq_length: int | None = None,
+) -> ModelInfo:
+    """Resolve, check and describe a model cheaply (configs, tokenizer, weight checksum).
+
+    Launchers call this before a job starts so that a missing or corrupt model fails at once;
+    :meth:`SentenceEncoder.load` builds on it. Arguments are as for ``SentenceEncoder.load``.
+
+    Raises:
+        ModelLoadError: missing or corrupt files, unsupported modules, unreachable hub id.
+        ValueError: unknown pooling mode, or a max_seq_length beyond the model's limit.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    if pooling is not None:
+        check_pooling_mode(pooling)
+    directory, model_id = resolve_model_dir(model)
+    layout = read_layout(directory)
+    files = weight_files(layout.transformer_dir, allow_pickle=allow_pickle)
+    source = layout.transformer_dir
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelLoadError(f"{source}: could not read the config or tokenizer ({err})") from err
+
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    pooling_config = layout.pooling or PoolingConfig(dim=hidden, mode="mean")
+    if pooling is not None:
+        pooling_config = PoolingConfig(dim=pooling_config.dim, mode=pooling)
+    if hidden and pooling_config.dim != hidden:
+        raise ModelLoadError(
+            f"{directory}: pooling dimension {pooling_config.dim} != hidden size {hidden}"
+        )
+    return ModelInfo(
+        model_id=model_id,
+        transformer_dir=source,
+        weights_sha256=sha256_of_files(files),
+        uses_pickle=files[0].suffix != ".safetensors",
+        pooling=pooling_config,
+        normalize=layout.normalize if normalize is None else normalize,
+        max_seq_length=_max_seq_length(layout, config, tokenizer, max_seq_length),
+        do_lower_case=layout.do_lower_case,
+        config=config,
+        tokenizer=tokenizer,
+    )
+
+
 class SentenceEncoder(nn.Module):
     """A Sentence-BERT model: a Hugging Face encoder, a pooling strategy and optional normalisation.
 
@@ -126,55 +208,40 @@ class SentenceEncoder(nn.Module):
             ModelLoadError: missing or corrupt files, unsupported modules, unreachable hub id.
             ValueError: unknown pooling mode or dtype.
         """
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+        from transformers import AutoModel
 
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         compute_dtype = resolve_dtype(dtype, device)
-        if pooling is not None:
-            check_pooling_mode(pooling)
-
-        directory, model_id = resolve_model_dir(model)
-        layout = read_layout(directory)
-        files = weight_files(layout.transformer_dir, allow_pickle=allow_pickle)
-        uses_pickle = files[0].suffix != ".safetensors"
-        source = layout.transformer_dir
+        info = inspect_model(
+            model,
+            allow_pickle=allow_pickle,
+            pooling=pooling,
+            normalize=normalize,
+            max_seq_length=max_seq_length,
+        )
         try:
-            config = AutoConfig.from_pretrained(source, trust_remote_code=False)
-            tokenizer = AutoTokenizer.from_pretrained(
-                source, use_fast=True, trust_remote_code=False
-            )
             transformer = AutoModel.from_pretrained(
-                source,
-                config=config,
+                info.transformer_dir,
+                config=info.config,
                 dtype=torch.float32,
-                use_safetensors=not uses_pickle,
+                use_safetensors=not info.uses_pickle,
                 trust_remote_code=False,
             )
         except (OSError, ValueError, KeyError) as err:
-            raise ModelLoadError(f"{source}: could not load the transformer ({err})") from err
-
-        hidden = int(getattr(config, "hidden_size", 0) or 0)
-        pooling_config = layout.pooling or PoolingConfig(dim=hidden, mode="mean")
-        if pooling is not None:
-            pooling_config = PoolingConfig(dim=pooling_config.dim, mode=pooling)
-        if hidden and pooling_config.dim != hidden:
             raise ModelLoadError(
-                f"{directory}: pooling dimension {pooling_config.dim} != hidden size {hidden}"
-            )
+                f"{info.transformer_dir}: could not load the weights ({err})"
+            ) from err
         encoder = cls(
             transformer,
-            tokenizer,
-            pooling=pooling_config,
-            normalize=layout.normalize if normalize is None else normalize,
-            max_seq_length=_max_seq_length(layout, config, tokenizer, max_seq_length),
-            do_lower_case=layout.do_lower_case,
-            model_id=model_id,
-            weights_sha256=sha256_of_files(files),
+            info.tokenizer,
+            pooling=info.pooling,
+            normalize=info.normalize,
+            max_seq_length=info.max_seq_length,
+            do_lower_case=info.do_lower_case,
+            model_id=info.model_id,
+            weights_sha256=info.weights_sha256,
         )
         encoder.eval()
         return encoder.to(device=device, dtype=compute_dtype)

@@ -17,7 +17,7 @@ def test_matches_sentence_transformers_on_tiny_model(tiny_st_dir, tiny_encoder, 
 
 @pytest.mark.parametrize("pooling", ["mean", "max", "cls"])
 def test_pooling_override_matches_oracle(tiny_bert_dir, tmp_path, sample_texts, pooling):
-    from conftest import build_st_dir
+    from testdata import build_st_dir
 
     st_dir = build_st_dir(tiny_bert_dir, tmp_path / "m", pooling=pooling, normalize=False)
     oracle = SentenceTransformer(str(st_dir), device="cpu").encode(sample_texts)

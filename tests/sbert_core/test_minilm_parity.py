@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
-from conftest import DATA_DIR
 from sentence_transformers import SentenceTransformer
+from testdata import DATA_DIR
 
 from sbert_core.evaluation import STSEvaluator
 

@@ -1,0 +1,271 @@
+"""``sbert embed``: the main job. Text corpus -> Parquet embeddings + errors + manifest.
+
+    sbert embed --input 'corpus/*.jsonl.gz' --output out/embeddings [--model M]
+        [--text-field text] [--id-field id] [--keep-fields a,b] [--keep-text]
+        [--dtype float32|float16] [--normalize/--no-normalize] [--max-error-rate R]
+        [--overwrite] [Beam options: --runner, --direct_num_workers, ...]
+
+Every row read is either embedded or written to ``OUTPUT/errors/`` with a reason, and
+``_manifest.json`` (written last, only on success) records read == embedded + rejected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
+
+from jobs.beam_options import is_local, pipeline_options, runner_name
+from jobs.model_options import add_model_arguments
+from pipelines.corpus_reader import DEFAULT_MAX_RECORD_BYTES, CorpusSpec
+from pipelines.embed_stage import (
+    METRICS_NAMESPACE,
+    RECORDS,
+    REJECTED,
+    Embed,
+    ReadCorpus,
+    RejectDuplicateIds,
+    WriteEmbeddings,
+    WriteErrors,
+    output_schema,
+)
+from pipelines.embeddings_io import count_rows, shard_paths
+from pipelines.model_handler import EncoderSettings, SbertModelHandler
+from pipelines.output_dir import commit_output, join, prepare_output
+from sbert_core import __version__, inspect_model
+
+logger = logging.getLogger(__name__)
+
+
+class JobFailedError(RuntimeError):
+    """The job ran but its result is not acceptable (error rate, lost rows); no manifest."""
+
+
+@dataclass(frozen=True)
+class EmbedSummary:
+    """What a finished embed job reports."""
+
+    output: str
+    read: int
+    embedded: int
+    rejected: int
+    truncated: int | None
+    seconds: float
+
+    def line(self) -> str:
+        """One-line human summary."""
+        rate = self.embedded / self.seconds if self.seconds > 0 else float("inf")
+        truncated = "" if self.truncated is None else f", {self.truncated} truncated"
+        return (
+            f"read {self.read} rows: {self.embedded} embedded{truncated}, {self.rejected} rejected "
+            f"(see {join(self.output, 'errors')}) in {self.seconds:.1f}s ({rate:.0f} texts/s) "
+            f"-> {self.output}"
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Job options; anything not listed here is passed on to Beam's ``PipelineOptions``."""
+    parser = argparse.ArgumentParser(
+        prog="sbert embed",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--input", required=True, help="glob of corpus files on any Beam filesystem"
+    )
+    parser.add_argument("--output", required=True, help="output directory")
+    parser.add_argument("--format", default=None, choices=["txt", "jsonl", "csv", "tsv", "parquet"])
+    parser.add_argument(
+        "--text-field", default="text", help="field/column with the text (default: text)"
+    )
+    parser.add_argument(
+        "--id-field", default=None, help="field with ids (default: derived from file:row)"
+    )
+    parser.add_argument(
+        "--keep-fields", default="", help="comma-separated fields copied to the output"
+    )
+    parser.add_argument(
+        "--keep-text", action="store_true", help="store the text next to the vector"
+    )
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "float16"], help="stored dtype"
+    )
+    parser.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="L2-normalise (default: as the model does)",
+    )
+    parser.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=1.0,
+        help="fail (no manifest) if a larger fraction of rows is rejected (default 1.0: never)",
+    )
+    parser.add_argument("--max-record-bytes", type=int, default=DEFAULT_MAX_RECORD_BYTES)
+    parser.add_argument(
+        "--min-batch-size", type=int, default=256, help="records per inference call, min"
+    )
+    parser.add_argument(
+        "--max-batch-size", type=int, default=2048, help="records per inference call, max"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    add_model_arguments(parser, dtype_flag="--compute-dtype")
+    return parser
+
+
+def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> EmbedSummary:
+    """Build and run the embed pipeline; returns the summary after the manifest is written.
+
+    Args:
+        argv: job options followed by any Beam options.
+        test_pipeline: a pipeline to build into (tests pass a ``TestPipeline``).
+
+    Raises:
+        ModelLoadError, FileNotFoundError, OutputExistsError, ValueError: before any work starts.
+        JobFailedError: the run finished but rows were lost or the error rate was too high.
+    """
+    args, beam_args = build_parser().parse_known_args(argv)
+    if not 0.0 <= args.max_error_rate <= 1.0:
+        raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
+    keep_fields = tuple(name for name in args.keep_fields.split(",") if name)
+    reserved = {"id", "embedding", "n_tokens", "truncated", "text"} & set(keep_fields)
+    if reserved:
+        raise ValueError(
+            f"--keep-fields may not include output columns: {', '.join(sorted(reserved))}"
+        )
+    spec = CorpusSpec(
+        fmt=args.format,
+        text_field=args.text_field,
+        id_field=args.id_field,
+        keep_fields=keep_fields,
+        max_record_bytes=args.max_record_bytes,
+    )
+    options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
+    settings = EncoderSettings(
+        model=args.model,
+        device=args.device,
+        dtype=args.compute_dtype,
+        normalize=args.normalize,
+        max_seq_length=args.max_seq_length,
+        allow_pickle=args.allow_pickle,
+        num_threads=args.threads,
+        token_budget=args.token_budget,
+    )
+    # Fail before any work: the model's files, then the input, then the output directory.
+    info = inspect_model(
+        args.model,
+        allow_pickle=args.allow_pickle,
+        normalize=args.normalize,
+        max_seq_length=args.max_seq_length,
+    )
+    read_corpus = ReadCorpus(args.input, spec)
+    schema = output_schema(info.pooling.dim, args.dtype, args.keep_text, keep_fields)
+    prepare_output(
+        args.output,
+        overwrite=args.overwrite,
+        job={"command": "embed", "argv": argv or sys.argv[1:]},
+    )
+    if is_local(options):
+        logging.getLogger("pipelines").setLevel(logging.INFO)
+
+    handler = SbertModelHandler(
+        settings, min_batch_size=args.min_batch_size, max_batch_size=args.max_batch_size
+    )
+    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
+    corpus = pipeline | "ReadCorpus" >> read_corpus
+    records, rejected = corpus[RECORDS], [corpus[REJECTED]]
+    if args.id_field:
+        unique = records | "RejectDuplicateIds" >> RejectDuplicateIds()
+        records = unique[RECORDS]
+        rejected.append(unique[REJECTED])
+    embedded = records | "Embed" >> Embed(
+        handler,
+        dtype=args.dtype,
+        keep_text=args.keep_text,
+        keep_fields=keep_fields,
+        reshuffle=not args.id_field,  # grouping by id already redistributes the records
+    )
+    rejected.append(embedded[REJECTED])
+    embedded["tables"] | "WriteEmbeddings" >> WriteEmbeddings(args.output, schema)
+    (
+        tuple(rejected)
+        | "FlattenRejected" >> beam.Flatten()
+        | "WriteErrors" >> WriteErrors(args.output)
+    )
+
+    start = time.perf_counter()
+    result = pipeline.run()
+    result.wait_until_finish()
+    seconds = time.perf_counter() - start
+    return _finish(args, info, options, spec, result, seconds)
+
+
+def _finish(args, info, options, spec: CorpusSpec, result, seconds: float) -> EmbedSummary:
+    """Count what was written, check nothing was lost, then commit the manifest."""
+    embedded = count_rows(shard_paths(args.output))
+    rejected = count_rows(shard_paths(join(args.output, "errors")))
+    read = _counter(result, "read")
+    if read is None:  # runners without metrics: the outputs are the only count
+        read = embedded + rejected
+    if read != embedded + rejected:
+        raise JobFailedError(
+            f"rows were lost: read {read}, but wrote {embedded} embeddings and {rejected} "
+            f"rejections; {args.output} has no manifest and must not be used"
+        )
+    summary = EmbedSummary(
+        args.output, read, embedded, rejected, _counter(result, "truncated"), seconds
+    )
+    if read and rejected / read > args.max_error_rate:
+        raise JobFailedError(
+            f"{rejected} of {read} rows rejected ({rejected / read:.1%}), more than "
+            f"--max-error-rate {args.max_error_rate:.1%}; see {join(args.output, 'errors')}; "
+            "no manifest was written"
+        )
+    manifest = {
+        "kind": "embeddings",
+        **info.describe(),
+        "dtype": args.dtype,
+        "compute_dtype": args.compute_dtype,
+        "counts": {
+            "read": read,
+            "embedded": embedded,
+            "rejected": rejected,
+            "truncated": summary.truncated,
+            "tokens": _counter(result, "tokens"),
+        },
+        "input": {"pattern": args.input, **asdict(spec)},
+        "keep_text": args.keep_text,
+        "shards": [path.rsplit("/", 1)[-1] for path in shard_paths(args.output)],
+        "runner": runner_name(options),
+        "software": {"sbert_pipeline": __version__, "apache_beam": beam.__version__},
+        "seconds": round(seconds, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    commit_output(args.output, manifest)
+    return summary
+
+
+def _counter(result, name: str) -> int | None:
+    try:
+        query = result.metrics().query(
+            MetricsFilter().with_namespace(METRICS_NAMESPACE).with_name(name)
+        )
+    except (NotImplementedError, AttributeError):
+        return None
+    counters = query.get("counters", [])
+    if not counters:
+        return None
+    return int(sum(c.committed if c.committed is not None else c.attempted for c in counters))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: run and print the summary."""
+    summary = run(argv)
+    print(summary.line())
+    return 0

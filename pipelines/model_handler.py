@@ -1,0 +1,137 @@
+"""Beam ``ModelHandler`` around the SBERT core encoder.
+
+The encoder is loaded in ``load_model`` (once per worker process; once per machine on GPU
+workers, where ``share_model_across_processes`` is on), never pickled with the pipeline.
+Batches from ``BatchElements`` are large; inside each, the encoder sorts by token length and
+forms token-budget sub-batches, so padding stays small (smart batching at pipeline level).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+from pipelines.corpus_reader import CorpusRecord
+from sbert_core import SentenceEncoder
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    """Everything a worker needs to load the same encoder as the launcher checked."""
+
+    model: str
+    device: str | None = None
+    dtype: str = "float32"
+    normalize: bool | None = None
+    max_seq_length: int | None = None
+    allow_pickle: bool = False
+    num_threads: int | None = None
+    token_budget: int | None = None
+
+    def load(self) -> SentenceEncoder:
+        """Load the encoder these settings describe."""
+        return SentenceEncoder.load(
+            self.model,
+            device=self.device,
+            dtype=self.dtype,
+            normalize=self.normalize,
+            max_seq_length=self.max_seq_length,
+            allow_pickle=self.allow_pickle,
+            num_threads=self.num_threads,
+        )
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """The inference part of a ``PredictionResult``: one vector and its token accounting."""
+
+    vector: np.ndarray  # (d,) float32
+    n_tokens: int
+    truncated: bool
+
+
+class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEncoder]):
+    """Runs ``SentenceEncoder.encode_detailed`` on batches of corpus records.
+
+    Args:
+        settings: how to load the encoder on the worker.
+        min_batch_size, max_batch_size: bounds for Beam's adaptive ``BatchElements``.
+        share_across_processes: one model per machine instead of per process (GPU workers).
+    """
+
+    def __init__(
+        self,
+        settings: EncoderSettings,
+        *,
+        min_batch_size: int = 256,
+        max_batch_size: int = 2048,
+        share_across_processes: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self._settings = settings
+        self._batching = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
+        device = settings.device or ""
+        self._share = (
+            device.startswith("cuda") if share_across_processes is None else share_across_processes
+        )
+        self._embedded = 0
+        self._started = 0.0
+        self._last_log = 0.0
+
+    def load_model(self) -> SentenceEncoder:
+        """Load the encoder on the worker (called once per process or machine)."""
+        encoder = self._settings.load()
+        logger.info("loaded %s on %s (%s)", encoder.model_id, encoder.device, encoder.dtype)
+        return encoder
+
+    def run_inference(
+        self,
+        batch: Sequence[CorpusRecord],
+        model: SentenceEncoder,
+        inference_args: dict | None = None,
+    ) -> Iterable[PredictionResult]:
+        """Encode a batch; one ``PredictionResult(record, Embedding)`` per record, in order."""
+        result = model.encode_detailed(
+            [record.text for record in batch], token_budget=self._settings.token_budget
+        )
+        self._log_progress(len(batch))
+        return [
+            PredictionResult(
+                record,
+                Embedding(result.embeddings[i], int(result.n_tokens[i]), bool(result.truncated[i])),
+            )
+            for i, record in enumerate(batch)
+        ]
+
+    def get_num_bytes(self, batch: Sequence[CorpusRecord]) -> int:
+        """Text bytes in a batch (Beam's default pickles the batch just to measure it)."""
+        return sum(len(record.text) for record in batch)
+
+    def get_metrics_namespace(self) -> str:
+        """Namespace of RunInference's own metrics."""
+        return "sbert"
+
+    def batch_elements_kwargs(self) -> dict:
+        """Large batches: the encoder re-batches them by token length inside."""
+        return dict(self._batching)
+
+    def share_model_across_processes(self) -> bool:
+        """One model per machine on GPU workers, one per process elsewhere."""
+        return self._share
+
+    def _log_progress(self, n: int) -> None:
+        now = time.monotonic()
+        if not self._started:
+            self._started = self._last_log = now
+        self._embedded += n
+        if now - self._last_log >= 10:
+            self._last_log = now
+            rate = self._embedded / max(now - self._started, 1e-9)
+            logger.info("embedded %d texts in this worker (%.0f/s)", self._embedded, rate)
