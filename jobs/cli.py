@@ -6,12 +6,12 @@ import argparse
 import logging
 import sys
 
-from jobs import embed, encode_file, eval_sts
+from jobs import embed, encode_file, eval_sts, submit
 from jobs.embed import JobFailedError
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
 
-BEAM_COMMANDS = {"embed": embed}
+BEAM_COMMANDS = {"embed": embed, "submit": submit}
 # Errors a user can fix from the message alone: printed as one line, exit status 2.
 USER_ERRORS = (
     ModelLoadError,

@@ -18,25 +18,28 @@ import time
 from dataclasses import asdict, dataclass
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 
 from jobs.beam_options import is_local, pipeline_options, runner_name
 from jobs.model_options import add_model_arguments
 from pipelines.corpus_reader import DEFAULT_MAX_RECORD_BYTES, CorpusSpec
-from pipelines.embed_stage import (
+from pipelines.corpus_source import (
     METRICS_NAMESPACE,
+    READ_LEDGER,
+    READS,
     RECORDS,
     REJECTED,
-    Embed,
     ReadCorpus,
+    RecordReads,
     RejectDuplicateIds,
-    WriteEmbeddings,
-    WriteErrors,
-    output_schema,
+    read_ledger,
 )
+from pipelines.embed_stage import EMBEDDED, Embed
 from pipelines.embeddings_io import count_rows, shard_paths
 from pipelines.model_handler import EncoderSettings, SbertModelHandler
 from pipelines.output_dir import commit_output, join, prepare_output
+from pipelines.parquet_sinks import WriteEmbeddings, WriteErrors, output_schema
 from sbert_core import __version__, inspect_model
 
 logger = logging.getLogger(__name__)
@@ -114,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-batch-size", type=int, default=2048, help="records per inference call, max"
     )
+    parser.add_argument(
+        "--batching",
+        default="auto",
+        choices=["auto", "bundle", "grouped"],
+        help="bundle: Beam's BatchElements; grouped: GroupByKey buckets and sharded writes "
+        "(auto: grouped on the Dask runner, which drops finish_bundle output)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
     add_model_arguments(parser, dtype_flag="--compute-dtype")
     return parser
@@ -177,6 +187,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     handler = SbertModelHandler(
         settings, min_batch_size=args.min_batch_size, max_batch_size=args.max_batch_size
     )
+    n_groups, n_shards = _grouping(args.batching, options, read_corpus.total_bytes)
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
     corpus = pipeline | "ReadCorpus" >> read_corpus
     records, rejected = corpus[RECORDS], [corpus[REJECTED]]
@@ -184,39 +195,66 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         unique = records | "RejectDuplicateIds" >> RejectDuplicateIds()
         records = unique[RECORDS]
         rejected.append(unique[REJECTED])
-    embedded = records | "Embed" >> Embed(
-        handler,
-        dtype=args.dtype,
-        keep_text=args.keep_text,
-        keep_fields=keep_fields,
-        reshuffle=not args.id_field,  # grouping by id already redistributes the records
-    )
+    # Grouping by id already redistributed the records; no second shuffle is needed.
+    embedded = records | "Embed" >> Embed(handler, n_groups=n_groups, reshuffle=not args.id_field)
     rejected.append(embedded[REJECTED])
-    embedded["tables"] | "WriteEmbeddings" >> WriteEmbeddings(args.output, schema)
-    (
+    written = [
+        embedded[EMBEDDED]
+        | "WriteEmbeddings"
+        >> WriteEmbeddings(
+            args.output,
+            schema,
+            dtype=args.dtype,
+            keep_text=args.keep_text,
+            keep_fields=keep_fields,
+            num_shards=n_shards,
+        ),
         tuple(rejected)
         | "FlattenRejected" >> beam.Flatten()
-        | "WriteErrors" >> WriteErrors(args.output)
-    )
+        | "WriteErrors" >> WriteErrors(args.output, num_shards=n_shards),
+        corpus[READS] | "RecordReads" >> RecordReads(args.output),
+    ]
+    # One final node downstream of every write: the Dask runner computes only the lineage of
+    # the last transform applied, so without it some branches would silently not run.
+    tuple(written) | "FlattenWritten" >> beam.Flatten() | "Finished" >> beam.Map(str)
 
     start = time.perf_counter()
     result = pipeline.run()
     result.wait_until_finish()
     seconds = time.perf_counter() - start
-    return _finish(args, info, options, spec, result, seconds)
+    client = getattr(result, "client", None)  # the Dask runner leaves its client open
+    if client is not None:
+        client.close()
+    return _finish(args, info, options, spec, read_corpus.files, result, seconds)
 
 
-def _finish(args, info, options, spec: CorpusSpec, result, seconds: float) -> EmbedSummary:
+def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int | None]:
+    """(inference groups, output shards) for grouped batching, or (None, None) for bundles."""
+    if batching == "bundle" or (batching == "auto" and "DaskRunner" not in runner_name(options)):
+        return None, None
+    # About 64 KiB of text per inference batch (a thousand short sentences) and one output
+    # shard per 4 MiB of input (~100 MB of float32 vectors for short texts).
+    return max(1, total_bytes // 65_536), max(1, -(-total_bytes // 4_194_304))
+
+
+def _finish(args, info, options, spec: CorpusSpec, files, result, seconds: float) -> EmbedSummary:
     """Count what was written, check nothing was lost, then commit the manifest."""
     embedded = count_rows(shard_paths(args.output))
     rejected = count_rows(shard_paths(join(args.output, "errors")))
-    read = _counter(result, "read")
-    if read is None:  # runners without metrics: the outputs are the only count
-        read = embedded + rejected
-    if read != embedded + rejected:
+    ledger = read_ledger(args.output)
+    unread = sorted({path for path, _, _ in files} - set(ledger))
+    if unread:
         raise JobFailedError(
-            f"rows were lost: read {read}, but wrote {embedded} embeddings and {rejected} "
-            f"rejections; {args.output} has no manifest and must not be used"
+            f"{len(unread)} input file(s) were not read to the end (first: {unread[0]}); "
+            f"{args.output} has no manifest and must not be used"
+        )
+    read = sum(ledger.values())
+    read_counter = _counter(result, "read")
+    if read != embedded + rejected or read_counter not in (None, read):
+        raise JobFailedError(
+            f"rows were lost: read {read} (counter: {read_counter}), but wrote {embedded} "
+            f"embeddings and {rejected} rejections; {args.output} has no manifest and must not "
+            "be used"
         )
     summary = EmbedSummary(
         args.output, read, embedded, rejected, _counter(result, "truncated"), seconds
@@ -239,7 +277,11 @@ def _finish(args, info, options, spec: CorpusSpec, result, seconds: float) -> Em
             "truncated": summary.truncated,
             "tokens": _counter(result, "tokens"),
         },
-        "input": {"pattern": args.input, **asdict(spec)},
+        "input": {
+            "pattern": args.input,
+            **asdict(spec),
+            "files": [{"path": path, "rows": rows} for path, rows in sorted(ledger.items())],
+        },
         "keep_text": args.keep_text,
         "shards": [path.rsplit("/", 1)[-1] for path in shard_paths(args.output)],
         "runner": runner_name(options),
@@ -247,6 +289,7 @@ def _finish(args, info, options, spec: CorpusSpec, result, seconds: float) -> Em
         "seconds": round(seconds, 3),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    FileSystems.delete([join(args.output, READ_LEDGER)])  # now recorded in the manifest
     commit_output(args.output, manifest)
     return summary
 

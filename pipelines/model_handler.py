@@ -57,6 +57,13 @@ class Embedding:
     truncated: bool
 
 
+@dataclass(frozen=True)
+class InferenceFailure:
+    """The inference part of a ``PredictionResult`` for a text the encoder failed on."""
+
+    reason: str
+
+
 class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEncoder]):
     """Runs ``SentenceEncoder.encode_detailed`` on batches of corpus records.
 
@@ -97,10 +104,21 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
         model: SentenceEncoder,
         inference_args: dict | None = None,
     ) -> Iterable[PredictionResult]:
-        """Encode a batch; one ``PredictionResult(record, Embedding)`` per record, in order."""
-        result = model.encode_detailed(
-            [record.text for record in batch], token_budget=self._settings.token_budget
-        )
+        """Encode a batch; one ``PredictionResult`` per record, in order.
+
+        If the batch fails, each record is retried alone, so one bad text cannot take its
+        neighbours down; a record that fails alone gets an ``InferenceFailure`` (dead letter).
+        """
+        try:
+            result = model.encode_detailed(
+                [record.text for record in batch], token_budget=self._settings.token_budget
+            )
+        except Exception as err:  # any failure of the model code becomes a dead letter
+            if len(batch) == 1:
+                reason = f"inference failed: {type(err).__name__}: {str(err)[:300]}"
+                return [PredictionResult(batch[0], InferenceFailure(reason))]
+            logger.warning("a batch of %d failed (%s); retrying one by one", len(batch), err)
+            return [out for record in batch for out in self.run_inference([record], model)]
         self._log_progress(len(batch))
         return [
             PredictionResult(

@@ -7,7 +7,7 @@ from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
 
 from jobs.embed import JobFailedError, run
 from pipelines.corpus_reader import CorpusRecord, CorpusSpec
-from pipelines.embed_stage import RECORDS, REJECTED, ReadCorpus, RejectDuplicateIds
+from pipelines.corpus_source import RECORDS, REJECTED, ReadCorpus, RejectDuplicateIds
 from pipelines.output_dir import OutputExistsError
 
 
@@ -255,3 +255,68 @@ def test_minilm_pipeline_equals_encode(
     worst = max(np.abs(vectors[f"t{i}"] - expected[i]).max() for i in range(len(texts)))
     assert worst <= 1e-5
     assert output.manifest["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_grouped_batching_matches_bundle_batching(
+    local_pipeline, tmp_path, tiny_st_dir, read_output
+):
+    path, good, n_bad = write_bad_jsonl(tmp_path / "in")
+    out = tmp_path / "out"
+    summary = run(
+        [
+            "--input",
+            str(path),
+            "--output",
+            str(out),
+            "--model",
+            str(tiny_st_dir),
+            "--id-field",
+            "id",
+            "--batching",
+            "grouped",
+        ],
+        test_pipeline=local_pipeline,
+    )
+    output = read_output(out)
+    assert summary.read == summary.embedded + summary.rejected == len(good) + n_bad
+    assert set(output.ids) == good
+    assert output.errors.num_rows == n_bad
+    assert output.manifest["input"]["files"] == [{"path": str(path), "rows": len(good) + n_bad}]
+    assert not (out / "_reads").exists()
+
+
+def test_dask_runner_on_a_local_cluster(tmp_path, tiny_st_dir, tiny_encoder, read_output):
+    from dask.distributed import LocalCluster
+
+    _, good, n_bad = write_bad_jsonl(tmp_path / "in")
+    write_corpus(tmp_path / "in", "csv", GOOD_TEXTS, gz=True)
+    out = tmp_path / "out"
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        summary = run(
+            [
+                "--input",
+                str(tmp_path / "in" / "*"),
+                "--output",
+                str(out),
+                "--model",
+                str(tiny_st_dir),
+                "--id-field",
+                "id",
+                "--keep-text",
+                "--runner",
+                "apache_beam.runners.dask.dask_runner.DaskRunner",
+                "--dask_client_address",
+                cluster.scheduler_address,
+            ]
+        )
+    output = read_output(out)
+    assert output.manifest["runner"].endswith("DaskRunner")
+    # t0..t7 from the CSV, g1..g4 from the JSONL: every good row once, every bad one rejected.
+    assert sorted(output.ids) == sorted(good | {f"t{i}" for i in range(len(GOOD_TEXTS))})
+    assert summary.rejected == output.errors.num_rows == n_bad
+    assert summary.read == len(good) + n_bad + len(GOOD_TEXTS)
+    texts = output.table.column("text").to_pylist()
+    got = np.asarray(output.table.column("embedding").to_pylist(), dtype=np.float32)
+    assert np.abs(got - tiny_encoder.encode(texts)).max() <= 1e-5

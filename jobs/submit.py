@@ -1,0 +1,320 @@
+"""``sbert submit``: run a job from a YAML config (the way to reach Dataflow, Spark and Flink).
+
+    sbert submit deploy/dataflow/embed-gpu.yaml [--set args.output=gs://b/out] [--dry-run]
+
+A config names the job, its options and Beam's pipeline options::
+
+    job: embed
+    args:                          # the job's own options, spelled as on its command line
+      input: gs://${GCS_BUCKET}/corpus/*.jsonl.gz
+      output: gs://${GCS_BUCKET}/embeddings
+      keep-text: true              # true -> --keep-text, false -> left out
+      normalize: false             # -> --no-normalize (the option has a negative form)
+      keep-fields: [title, url]    # -> --keep-fields=title,url
+    beam:                          # Beam PipelineOptions, spelled as Beam spells them
+      runner: DataflowRunner
+      project: ${GCP_PROJECT}
+      experiments: [use_runner_v2] # -> one --experiments=... per item
+
+``${VAR}`` is replaced by the environment variable VAR; an unset or empty one is an error.
+Every option name is checked against the job's parser and Beam's own parser, so a typo fails
+here instead of being dropped with a warning by Beam. ``--set SECTION.KEY=VALUE`` overrides a
+value before the variables are expanded; VALUE ``true``/``false`` switches a flag, ``null``
+removes the option, ``[a, b]`` gives a list, anything else stays a string.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from apache_beam.options.pipeline_options import PipelineOptions
+
+# Job name -> module with ``build_parser()`` and ``run(argv)``; later jobs register here.
+JOBS = {"embed": "jobs.embed"}
+SECTIONS = ("args", "beam")
+_TOP_LEVEL_KEYS = {"job", *SECTIONS}
+_VARIABLE = re.compile(r"\$\{([^}]*)\}")
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def load_job_config(path: str | Path, overrides: Iterable[str] = ()) -> dict[str, Any]:
+    """Read a job config, apply ``--set`` overrides and expand ``${VAR}`` references.
+
+    Args:
+        path: the YAML file.
+        overrides: ``"args.KEY=VALUE"`` or ``"beam.KEY=VALUE"`` strings, applied in order.
+
+    Returns:
+        ``{"job": name, "args": {...}, "beam": {...}}`` with every variable expanded.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: invalid YAML, an unknown job or top-level key, a malformed override, or
+            an environment variable that is not set.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"job config {path} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ValueError(f"{path}: invalid YAML{where}: {problem}") from None
+    config = _validate(raw, path)
+    for override in overrides:
+        _apply_override(config, override)
+    return _expand(config, path)
+
+
+def job_argv(config: Mapping[str, Any]) -> list[str]:
+    """The job's own options from ``config["args"]``, checked against the job's parser."""
+    parser = job_module(config["job"]).build_parser()
+    actions = option_actions(parser)
+    argv = _to_argv("args", config["args"], actions, negative="--no-")
+    given = {token.split("=", 1)[0] for token in argv}
+    missing = sorted(
+        {
+            f"args.{action.option_strings[0].lstrip('-')}"
+            for action in actions.values()
+            if action.required and not given.intersection(action.option_strings)
+        }
+    )
+    if missing:
+        raise ValueError(f"job {config['job']!r} needs {', '.join(missing)}")
+    _check_values("args", parser, argv)
+    return argv
+
+
+def beam_argv(config: Mapping[str, Any]) -> list[str]:
+    """Beam pipeline options from ``config["beam"]``, checked against Beam's own parser."""
+    parser = beam_parser()
+    argv = _to_argv("beam", config["beam"], option_actions(parser), negative="--no_")
+    _check_values("beam", parser, argv)
+    return argv
+
+
+def config_to_argv(config: Mapping[str, Any]) -> list[str]:
+    """The job's command line for ``config``: job options first, then Beam options.
+
+    Example:
+        >>> config_to_argv({"job": "embed", "args": {"input": "in/*.txt", "output": "out"},
+        ...                 "beam": {"runner": "DataflowRunner"}})
+        ['--input=in/*.txt', '--output=out', '--runner=DataflowRunner']
+    """
+    return job_argv(config) + beam_argv(config)
+
+
+def job_module(name: str) -> ModuleType:
+    """The module that implements job ``name``."""
+    if name not in JOBS:
+        raise ValueError(f"unknown job {name!r}; known jobs: {', '.join(sorted(JOBS))}")
+    return importlib.import_module(JOBS[name])
+
+
+def beam_parser() -> argparse.ArgumentParser:
+    """Beam's parser with every registered ``PipelineOptions`` class, as Beam builds it."""
+    parsers: list[argparse.ArgumentParser] = []
+    # The callback hands over the parser Beam itself assembles from all option classes, so
+    # runner options (Dataflow, Spark, Flink, portable) are known exactly as Beam knows them.
+    PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
+    return parsers[0]
+
+
+def option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Every option string of ``parser`` (``--keep-text``, ``--no-normalize``) -> its action."""
+    # argparse offers no public listing of its options; ``_actions`` has been stable for as
+    # long as argparse has existed, and checking names here is what turns typos into errors.
+    return {flag: action for action in parser._actions for flag in action.option_strings}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Options of ``sbert submit`` itself."""
+    parser = argparse.ArgumentParser(
+        prog="sbert submit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", help="job config YAML (see deploy/)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one value, e.g. --set args.output=gs://bucket/out (repeatable)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the command line instead of running it"
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """CLI entry (``argv`` is what follows ``sbert submit``): run the job or print its command.
+
+    Returns:
+        The exit status, 0 on success.
+    """
+    args = build_parser().parse_args(argv)
+    config = load_job_config(args.config, args.overrides)
+    command = config_to_argv(config)
+    if args.dry_run:
+        print(shlex.join(["sbert", config["job"], *command]))
+        return 0
+    summary = job_module(config["job"]).run(command)
+    print(summary.line())
+    return 0
+
+
+def _validate(raw: object, path: Path) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping with keys job, args, beam")
+    unknown = sorted(str(key) for key in raw if key not in _TOP_LEVEL_KEYS)
+    if unknown:
+        raise ValueError(
+            f"{path}: unknown top-level key(s) {', '.join(unknown)}; allowed: job, args, beam"
+        )
+    job = raw.get("job")
+    if not isinstance(job, str):
+        raise ValueError(f"{path}: 'job' must name a job: {', '.join(sorted(JOBS))}")
+    if job not in JOBS:
+        raise ValueError(f"{path}: unknown job {job!r}; known jobs: {', '.join(sorted(JOBS))}")
+    config: dict[str, Any] = {"job": job}
+    for section in SECTIONS:
+        values = raw.get(section) or {}
+        if not isinstance(values, dict) or not all(isinstance(key, str) for key in values):
+            raise ValueError(f"{path}: '{section}' must be a mapping of option names to values")
+        config[section] = dict(values)
+    return config
+
+
+def _apply_override(config: dict[str, Any], override: str) -> None:
+    target, sep, raw_value = override.partition("=")
+    section, dot, key = target.partition(".")
+    if not sep or not dot or not key or section not in SECTIONS:
+        raise ValueError(f"--set expects args.KEY=VALUE or beam.KEY=VALUE, got {override!r}")
+    config[section][key] = _override_value(raw_value)
+
+
+def _override_value(raw: str) -> Any:
+    """Booleans, null and YAML lists/mappings are parsed; anything else stays the exact text.
+
+    Keeping scalars as text preserves values such as ``1.20`` or ``007`` that YAML would
+    turn into other numbers.
+    """
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    return value if value is None or isinstance(value, (bool, list, dict)) else raw
+
+
+def _expand(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Replace ``${VAR}`` everywhere; report every missing variable at once."""
+    missing: dict[str, list[str]] = {}
+
+    def expand(value: Any, where: str) -> Any:
+        if isinstance(value, str):
+            return _VARIABLE.sub(lambda match: lookup(match.group(1), where), value)
+        if isinstance(value, list):
+            return [expand(item, where) for item in value]
+        if isinstance(value, dict):
+            return {key: expand(item, where) for key, item in value.items()}
+        return value
+
+    def lookup(name: str, where: str) -> str:
+        if not _VARIABLE_NAME.fullmatch(name):
+            raise ValueError(f"{path}: {where}: malformed variable reference ${{{name}}}")
+        value = os.environ.get(name)
+        if not value:
+            missing.setdefault(name, []).append(where)
+            return ""
+        return value
+
+    expanded = {"job": config["job"]}
+    for section in SECTIONS:
+        expanded[section] = {
+            key: expand(value, f"{section}.{key}") for key, value in config[section].items()
+        }
+    if missing:
+        details = "; ".join(f"{name} (used by {', '.join(uses)})" for name, uses in missing.items())
+        raise ValueError(f"{path}: environment variable not set or empty: {details}")
+    return expanded
+
+
+def _check_values(section: str, parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Let the parser check choices and types now, as one error instead of a usage dump."""
+    parser.exit_on_error = False
+    try:
+        parser.parse_known_args(argv)
+    except argparse.ArgumentError as err:
+        raise ValueError(f"{section}: {err}") from None
+
+
+def _to_argv(
+    section: str, values: Mapping[str, Any], actions: Mapping[str, argparse.Action], negative: str
+) -> list[str]:
+    argv: list[str] = []
+    for key, value in values.items():
+        flag = f"--{key}"
+        action = actions.get(flag)
+        if action is None:
+            close = difflib.get_close_matches(flag, list(actions), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{section}.{key}: unknown option {flag}{hint}")
+        argv.extend(_flags(section, key, value, action, actions, negative))
+    return argv
+
+
+def _flags(
+    section: str,
+    key: str,
+    value: Any,
+    action: argparse.Action,
+    actions: Mapping[str, argparse.Action],
+    negative: str,
+) -> list[str]:
+    flag, where = f"--{key}", f"{section}.{key}"
+    is_switch = action.nargs == 0
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        if not is_switch:
+            raise ValueError(f"{where} takes a value, not {str(value).lower()}")
+        if value:
+            return [flag]
+        # A switch with a negative form is written out, so `normalize: false` means off
+        # rather than "whatever the default is".
+        off = f"{negative}{key}"
+        return [off] if off in actions else []
+    if is_switch:
+        raise ValueError(f"{where} is an on/off option: write true or false, not {value!r}")
+    if isinstance(value, dict):
+        if section != "beam":
+            raise ValueError(f"{where}: a mapping is only allowed for Beam options")
+        return [f"{flag}={json.dumps(value)}"]
+    if isinstance(value, list):
+        items = [_scalar(where, item) for item in value]
+        if section == "beam":
+            return [f"{flag}={item}" for item in items]  # Beam's list options accumulate
+        return [f"{flag}={','.join(items)}"] if items else []
+    return [f"{flag}={_scalar(where, value)}"]
+
+
+def _scalar(where: str, value: Any) -> str:
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"{where}: nested lists and mappings are not supported")
+    return str(value).lower() if isinstance(value, bool) else str(value)

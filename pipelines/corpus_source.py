@@ -1,0 +1,226 @@
+"""Beam transforms that read a corpus: ReadCorpus and RejectDuplicateIds.
+
+Both emit one PCollection of ``CorpusRecord | RejectedRow`` items and split it with Filters,
+not with tagged outputs: the Dask runner does not route tagged outputs, and a split by type
+costs little next to inference.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import posixpath
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from pipelines.corpus_reader import CorpusRecord, CorpusSpec, RejectedRow, read_corpus_file
+
+METRICS_NAMESPACE = "sbert"
+RECORDS, REJECTED, READS = "records", "rejected", "reads"
+READ_LEDGER = "_reads"
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """Emitted after a whole file was read: how many rows it had (records + rejections).
+
+    These go to a small ledger in the output directory, so the launcher can check that every
+    input file was read to its end and that rows read == embedded + rejected, on any runner
+    (some, like Dask, report no metrics).
+    """
+
+    path: str
+    rows: int
+
+
+def match_corpus(pattern: str) -> list[tuple[str, str, int]]:
+    """Files matching ``pattern`` as ``(path, id_prefix, size_in_bytes)``, sorted.
+
+    The id prefix is the path relative to the pattern's fixed directory part, so ids stay the
+    same when the corpus is read again from the same place.
+
+    Raises:
+        FileNotFoundError: nothing matches.
+    """
+    matched = sorted(FileSystems.match([pattern])[0].metadata_list, key=lambda m: m.path)
+    if not matched:
+        raise FileNotFoundError(f"no input files match {pattern}")
+    fixed = pattern.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
+    base = fixed if fixed.endswith("/") else posixpath.dirname(fixed) + "/"
+    return [
+        (
+            m.path,
+            m.path[len(base) :] if m.path.startswith(base) else posixpath.basename(m.path),
+            m.size_in_bytes,
+        )
+        for m in matched
+    ]
+
+
+def open_decompressed(path: str) -> BinaryIO:
+    """Open a file on any Beam filesystem as a binary stream, decompressing ``.gz``/``.bz2``.
+
+    Beam's own ``CompressedFile`` lacks parts of the ``io`` interface that ``TextIOWrapper``
+    needs, so decompression uses the standard library on top of the raw stream.
+    """
+    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if path.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if path.endswith(".bz2"):
+        return bz2.BZ2File(raw, mode="rb")
+    return raw
+
+
+def _is_record(item) -> bool:
+    return isinstance(item, CorpusRecord)
+
+
+def _is_rejected(item) -> bool:
+    return isinstance(item, RejectedRow)
+
+
+def _is_file_read(item) -> bool:
+    return isinstance(item, FileRead)
+
+
+def split_by_type(items, label: str, *, with_reads: bool = False) -> dict:
+    """Split a mixed PCollection into ``records``, ``rejected`` (and ``reads``) by item type."""
+    split = {
+        RECORDS: items | f"{label}Records" >> beam.Filter(_is_record),
+        REJECTED: items | f"{label}Rejected" >> beam.Filter(_is_rejected),
+    }
+    if with_reads:
+        split[READS] = items | f"{label}FileReads" >> beam.Filter(_is_file_read)
+    return split
+
+
+class _ReadFileFn(beam.DoFn):
+    """Reads one corpus file into records and rejections, counting both."""
+
+    def __init__(self, spec: CorpusSpec) -> None:
+        self._spec = spec
+        self._read = Metrics.counter(METRICS_NAMESPACE, "read")
+        self._rejected = Metrics.counter(METRICS_NAMESPACE, "rejected")
+
+    def process(
+        self, file: tuple[str, str, int]
+    ) -> Iterator[CorpusRecord | RejectedRow | FileRead]:
+        path, id_prefix, _ = file
+        rows = 0
+        with open_decompressed(path) as stream:
+            for item in read_corpus_file(stream, path, self._spec, id_prefix):
+                rows += 1
+                self._read.inc()
+                if isinstance(item, RejectedRow):
+                    self._rejected.inc()
+                yield item
+        yield FileRead(path, rows)
+
+
+class ReadCorpus(beam.PTransform):
+    """Glob of corpus files -> ``{"records": ..., "rejected": ..., "reads": FileRead}``.
+
+    Files are matched when the pipeline is built (so a bad glob fails at once) and read one
+    per element, using only Create and ParDo, which every runner translates.
+    """
+
+    def __init__(self, pattern: str, spec: CorpusSpec) -> None:
+        super().__init__()
+        self.files = match_corpus(pattern)
+        self._spec = spec
+
+    @property
+    def total_bytes(self) -> int:
+        """Size of the matched files on disk (compressed size for compressed files)."""
+        return sum(size for _, _, size in self.files)
+
+    def expand(self, pbegin):
+        items = (
+            pbegin
+            | "ListFiles" >> beam.Create(self.files, reshuffle=False)
+            | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._spec))
+        )
+        return split_by_type(items, "Read", with_reads=True)
+
+
+def _source_order(record: CorpusRecord) -> tuple[str, int]:
+    path, _, row = record.source.rpartition(":")
+    return path, int(row) if row.isdigit() else -1
+
+
+def _ledger_entry(directory: str, path: str) -> str:
+    name = posixpath.basename(path).replace("/", "_")[:80]
+    return FileSystems.join(directory, READ_LEDGER, f"{zlib.crc32(path.encode()):08x}-{name}.json")
+
+
+class _RecordReadFn(beam.DoFn):
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def process(self, read: FileRead) -> Iterator[str]:
+        entry = _ledger_entry(self._directory, read.path)
+        with FileSystems.create(entry, mime_type="application/json") as handle:
+            handle.write(json.dumps({"path": read.path, "rows": read.rows}).encode("utf-8"))
+        yield entry
+
+
+class RecordReads(beam.PTransform):
+    """FileRead -> one small JSON entry per input file under ``DIR/_reads/`` (idempotent)."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__()
+        self._directory = directory
+
+    def expand(self, reads):
+        return reads | "WriteLedger" >> beam.ParDo(_RecordReadFn(self._directory))
+
+
+def read_ledger(directory: str) -> dict[str, int]:
+    """``{input path: rows read}`` from the ledger that :class:`RecordReads` wrote."""
+    pattern = FileSystems.join(directory, READ_LEDGER, "*.json")
+    entries = {}
+    for match in FileSystems.match([pattern])[0].metadata_list:
+        with FileSystems.open(match.path) as handle:
+            entry = json.loads(handle.read().decode("utf-8"))
+        entries[entry["path"]] = int(entry["rows"])
+    return entries
+
+
+class _KeepFirstFn(beam.DoFn):
+    def __init__(self) -> None:
+        self._rejected = Metrics.counter(METRICS_NAMESPACE, "rejected")
+
+    def process(
+        self, keyed: tuple[str, list[CorpusRecord]]
+    ) -> Iterator[CorpusRecord | RejectedRow]:
+        _, records = keyed
+        first, *others = sorted(records, key=_source_order)
+        yield first
+        for record in others:
+            self._rejected.inc()
+            reason = f"duplicate id (first seen at {first.source})"
+            yield RejectedRow(record.id, record.source, reason, record.text[:200])
+
+
+class RejectDuplicateIds(beam.PTransform):
+    """Keeps the first record of each id (in file, row order); later ones are rejected.
+
+    The grouping also redistributes records across workers, like a Reshuffle.
+    """
+
+    def expand(self, records):
+        items = (
+            records
+            | "KeyById" >> beam.Map(lambda record: (record.id, record))
+            | "GroupById" >> beam.GroupByKey()
+            | "KeepFirst" >> beam.ParDo(_KeepFirstFn())
+        )
+        return split_by_type(items, "Dedup")
