@@ -1,17 +1,25 @@
-"""The ``sbert`` command line: one entry point, one sub-command per job."""
+"""The ``sbert`` command line: one entry point, one sub-command per job.
+
+Job modules are imported only when their command runs, after logging is set up, so that
+``sbert --help`` is quick and import-time chatter from optional Beam I/O modules is filtered.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
-from jobs import embed, encode_file, eval_sts, submit
-from jobs.embed import JobFailedError
+from jobs.errors import JobFailedError
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
 
-BEAM_COMMANDS = {"embed": embed, "submit": submit}
+# Commands that parse their own arguments and hand the rest to Beam's PipelineOptions.
+BEAM_COMMANDS = {
+    "embed": ("jobs.embed", "embed a corpus into Parquet (Beam pipeline)"),
+    "submit": ("jobs.submit", "run a job from a YAML config on Dataflow, Spark or Flink"),
+}
 # Errors a user can fix from the message alone: printed as one line, exit status 2.
 USER_ERRORS = (
     ModelLoadError,
@@ -21,17 +29,21 @@ USER_ERRORS = (
     ValueError,
     TypeError,
 )
+# Beam's optional BigQuery client warns at import time when its extra is not installed;
+# nothing here uses BigQuery, so the warning only confuses.
+_IGNORED_LOG_PREFIXES = ("apitools not found",)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full ``sbert`` parser with every sub-command registered."""
+    from jobs import encode_file, eval_sts
+
     parser = argparse.ArgumentParser(prog="sbert", description="Sentence-BERT batch jobs.")
     parser.add_argument("--version", action="version", version=f"sbert-pipeline {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in BEAM_COMMANDS.items():
-        # Beam jobs parse their own arguments (and pass the rest to PipelineOptions).
-        commands.add_parser(name, help=module.__doc__.splitlines()[0], add_help=False)
+    for name, (_, summary) in BEAM_COMMANDS.items():
+        commands.add_parser(name, help=summary, add_help=False)
     encode_file.add_parser(commands)
     evaluate = commands.add_parser("eval", help="evaluate a model").add_subparsers(
         dest="evaluation", required=True, metavar="EVALUATION"
@@ -40,18 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen command; returns the process exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    verbose = bool(argv) and argv[0] in {"-v", "--verbose"}
+def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    command = argv[1] if verbose and len(argv) > 1 else (argv[0] if argv else None)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: not str(record.msg).startswith(_IGNORED_LOG_PREFIXES))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command; returns the process exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = bool(argv) and argv[0] in {"-v", "--verbose"}
+    _configure_logging(verbose)
+    rest = argv[1:] if verbose else argv
     try:
-        if command in BEAM_COMMANDS:
-            return BEAM_COMMANDS[command].main(argv[argv.index(command) + 1 :])
+        if rest and rest[0] in BEAM_COMMANDS:
+            module = importlib.import_module(BEAM_COMMANDS[rest[0]][0])
+            return module.main(rest[1:])
         args = build_parser().parse_args(argv)
         return args.handler(args)
     except USER_ERRORS as err:

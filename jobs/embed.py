@@ -22,6 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 
 from jobs.beam_options import is_local, pipeline_options, runner_name
+from jobs.errors import JobFailedError
 from jobs.model_options import add_model_arguments
 from pipelines.corpus_reader import DEFAULT_MAX_RECORD_BYTES, CorpusSpec
 from pipelines.corpus_source import (
@@ -43,10 +44,6 @@ from pipelines.parquet_sinks import WriteEmbeddings, WriteErrors, output_schema
 from sbert_core import __version__, inspect_model
 
 logger = logging.getLogger(__name__)
-
-
-class JobFailedError(RuntimeError):
-    """The job ran but its result is not acceptable (error rate, lost rows); no manifest."""
 
 
 @dataclass(frozen=True)
@@ -112,10 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-record-bytes", type=int, default=DEFAULT_MAX_RECORD_BYTES)
     parser.add_argument(
-        "--min-batch-size", type=int, default=256, help="records per inference call, min"
+        "--min-batch-size",
+        type=int,
+        default=4096,
+        # Large batches let the encoder sort by token length across many texts: at 256 the
+        # pipeline ran at 0.82x the raw encoder on 20k texts, at 4096-8192 at 0.97x.
+        help="records per inference call, min",
     )
     parser.add_argument(
-        "--max-batch-size", type=int, default=2048, help="records per inference call, max"
+        "--max-batch-size", type=int, default=8192, help="records per inference call, max"
     )
     parser.add_argument(
         "--batching",

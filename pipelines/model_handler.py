@@ -77,8 +77,8 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
         self,
         settings: EncoderSettings,
         *,
-        min_batch_size: int = 256,
-        max_batch_size: int = 2048,
+        min_batch_size: int = 4096,
+        max_batch_size: int = 8192,
         share_across_processes: bool | None = None,
     ) -> None:
         super().__init__()

@@ -5,7 +5,8 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
 
-from jobs.embed import JobFailedError, run
+from jobs.embed import run
+from jobs.errors import JobFailedError
 from pipelines.corpus_reader import CorpusRecord, CorpusSpec
 from pipelines.corpus_source import RECORDS, REJECTED, ReadCorpus, RejectDuplicateIds
 from pipelines.output_dir import OutputExistsError
