@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import csv
 import gzip
+import os
 import string
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA_DIR = Path(
+    os.environ.get("SBERT_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
+)
 
 _WORDS = (
     "the a an is are was of to and in on with for man woman dog cat plays playing guitar music "
