@@ -36,7 +36,7 @@ _IGNORED_LOG_PREFIXES = ("apitools not found",)
 
 def build_parser() -> argparse.ArgumentParser:
     """The full ``sbert`` parser with every sub-command registered."""
-    from jobs import encode_file, eval_sts
+    from jobs import encode_file, eval_pairs, eval_sts
 
     parser = argparse.ArgumentParser(prog="sbert", description="Sentence-BERT batch jobs.")
     parser.add_argument("--version", action="version", version=f"sbert-pipeline {__version__}")
@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="evaluation", required=True, metavar="EVALUATION"
     )
     eval_sts.add_parser(evaluate)
+    eval_pairs.add_parser(evaluate)
     return parser
 
 

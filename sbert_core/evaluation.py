@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import pearsonr, spearmanr
 
+from sbert_core.errors import DataFileError
+from sbert_core.pair_metrics import average_precision, best_f1
 from sbert_core.tabular import float_column, read_table, text_column
 
 SIMILARITIES = ("cosine", "manhattan", "euclidean", "dot")
@@ -104,4 +106,73 @@ class STSEvaluator:
         b = embeddings[[position[s] for s in self.sentences2]]
         metrics = sts_correlations(a, b, self.scores)
         metrics["n_pairs"] = len(self.scores)
+        return metrics
+
+
+@dataclass
+class PairClassificationEvaluator:
+    """Scores an encoder on labelled pairs (paraphrase or not) by ranking them by similarity.
+
+    Returns, per similarity measure, average precision and the best F1 with its precision,
+    recall and threshold (x 100 except thresholds), as sentence-transformers'
+    ``BinaryClassificationEvaluator`` reports them. ``primary_metric`` is ``cosine_ap``.
+    """
+
+    sentences1: list[str]
+    sentences2: list[str]
+    labels: list[int]
+    name: str = "pairs"
+    primary_metric: str = "cosine_ap"
+
+    def __post_init__(self) -> None:
+        if not len(self.sentences1) == len(self.sentences2) == len(self.labels):
+            raise ValueError("sentences1, sentences2 and labels must have the same length")
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | Path,
+        *,
+        label_col: str = "label",
+        s1_col: str = "sentence1",
+        s2_col: str = "sentence2",
+        positive_min: float | None = None,
+        fmt: str | None = None,
+    ) -> PairClassificationEvaluator:
+        """Read pairs; labels are 0/1, or scores where ``score >= positive_min`` means positive.
+
+        Raises:
+            DataFileError: missing columns, empty texts, or a label that is not 0/1 (or numeric
+                with ``positive_min``), naming file, row and column.
+        """
+        table = read_table(path, fmt)
+        table.require([label_col, s1_col, s2_col])
+        values = float_column(table, label_col)
+        if positive_min is None:
+            for row, value in enumerate(values, start=1):
+                if value not in (0.0, 1.0):
+                    raise DataFileError(
+                        f"{table.path}: row {row}, column {label_col!r}: label {value} is not 0 "
+                        "or 1 (pass a positive threshold to read scores as labels)"
+                    )
+            labels = [int(value) for value in values]
+        else:
+            labels = [int(value >= positive_min) for value in values]
+        return cls(text_column(table, s1_col), text_column(table, s2_col), labels, Path(path).name)
+
+    def __call__(self, encoder, **encode_kwargs) -> dict[str, float]:
+        """Encode each distinct sentence once and return the metrics."""
+        unique = list(dict.fromkeys(self.sentences1 + self.sentences2))
+        position = {sentence: i for i, sentence in enumerate(unique)}
+        embeddings = encoder.encode(unique, **encode_kwargs)
+        a = embeddings[[position[s] for s in self.sentences1]]
+        b = embeddings[[position[s] for s in self.sentences2]]
+        metrics: dict[str, float] = {"n_pairs": len(self.labels), "n_positive": sum(self.labels)}
+        for name, scores in paired_similarities(a, b).items():
+            f1 = best_f1(scores, self.labels)
+            metrics[f"{name}_ap"] = average_precision(scores, self.labels) * 100
+            metrics[f"{name}_f1"] = f1.f1 * 100
+            metrics[f"{name}_precision"] = f1.precision * 100
+            metrics[f"{name}_recall"] = f1.recall * 100
+            metrics[f"{name}_f1_threshold"] = f1.threshold
         return metrics

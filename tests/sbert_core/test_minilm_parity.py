@@ -90,3 +90,37 @@ def test_bfloat16_keeps_sts_quality():
     assert fast.dtype == torch.bfloat16
     metrics = STSEvaluator.from_file(DATA_DIR / "stsb" / "test.tsv.gz")(fast)
     assert abs(metrics["cosine_spearman"] - 82.03) <= 0.05
+
+
+def test_eval_pairs_matches_sentence_transformers_on_stsb(minilm, st_minilm, capsys):
+    import json
+
+    from sentence_transformers.sentence_transformer.evaluation import (
+        BinaryClassificationEvaluator,
+    )
+
+    from jobs.cli import main
+
+    data = str(DATA_DIR / "stsb" / "test.tsv.gz")
+    argv = [
+        "eval",
+        "pairs",
+        "--data",
+        data,
+        "--label-col",
+        "score",
+        "--positive-min",
+        "4",
+        "--json",
+    ]
+    assert main(argv) == 0
+    ours = json.loads(capsys.readouterr().out)
+    evaluator = STSEvaluator.from_file(data)  # same pairs; labels from the score column
+    labels = [int(score >= 4) for score in evaluator.scores]
+    theirs = BinaryClassificationEvaluator(
+        evaluator.sentences1, evaluator.sentences2, labels, similarity_fn_names=["cosine"]
+    )(st_minilm)
+    assert ours["n_positive"] == sum(labels)
+    assert round(ours["cosine_ap"] / 100, 4) == round(theirs["cosine_ap"], 4)
+    assert round(ours["cosine_f1"] / 100, 4) == round(theirs["cosine_f1"], 4)
+    assert round(ours["cosine_f1_threshold"], 4) == round(theirs["cosine_f1_threshold"], 4)

@@ -1,0 +1,60 @@
+"""``sbert eval pairs``: average precision and best F1 of a model on labelled sentence pairs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from jobs.model_options import add_model_arguments, encode_kwargs, load_encoder
+from sbert_core.evaluation import SIMILARITIES, PairClassificationEvaluator
+
+
+def add_parser(subparsers) -> None:
+    """Register ``eval pairs`` on the ``eval`` sub-command's subparsers."""
+    parser = subparsers.add_parser(
+        "pairs", help="average precision / best F1 on labelled pairs", description=__doc__
+    )
+    add_model_arguments(parser)
+    parser.add_argument("--data", required=True, help="TSV/CSV/JSONL/Parquet file, gzip allowed")
+    parser.add_argument("--label-col", default="label", help="0/1 labels, or scores (see below)")
+    parser.add_argument(
+        "--positive-min",
+        type=float,
+        default=None,
+        help="read --label-col as a score: pairs scoring at least this are positives "
+        "(e.g. 4 for STSb)",
+    )
+    parser.add_argument("--s1-col", default="sentence1")
+    parser.add_argument("--s2-col", default="sentence2")
+    parser.add_argument("--format", default=None, help="file format if the extension does not tell")
+    parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the evaluation and print the metrics."""
+    evaluator = PairClassificationEvaluator.from_file(
+        args.data,
+        label_col=args.label_col,
+        s1_col=args.s1_col,
+        s2_col=args.s2_col,
+        positive_min=args.positive_min,
+        fmt=args.format,
+    )
+    encoder = load_encoder(args)
+    metrics = evaluator(encoder, **encode_kwargs(args))
+    if args.json:
+        print(json.dumps({"model": encoder.model_id, "data": str(args.data), **metrics}, indent=2))
+        return 0
+    print(
+        f"model: {encoder.model_id}\ndata:  {args.data} "
+        f"({metrics['n_pairs']} pairs, {metrics['n_positive']} positive)"
+    )
+    print(f"{'similarity':<12}{'AP':>8}{'F1':>8}{'P':>8}{'R':>8}{'threshold':>12}")
+    for name in SIMILARITIES:
+        print(
+            f"{name:<12}{metrics[name + '_ap']:>8.2f}{metrics[name + '_f1']:>8.2f}"
+            f"{metrics[name + '_precision']:>8.2f}{metrics[name + '_recall']:>8.2f}"
+            f"{metrics[name + '_f1_threshold']:>12.4f}"
+        )
+    return 0
