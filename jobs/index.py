@@ -1,0 +1,282 @@
+"""``sbert index``: embeddings -> a FAISS index chosen under a memory budget, with measured recall.
+
+    sbert index --embeddings out/embeddings --output out/index
+        [--factory auto|<faiss factory string>] [--memory-budget 4GB] [--target-recall 0.95]
+        [--metric ip|l2] [--train-sample N] [--queries 1000] [--shards S] [--overwrite]
+        [Beam options, with --shards: --runner, --direct_num_workers, ...]
+
+``auto`` picks Flat, HNSW, IVF-Flat or OPQ+IVF-PQ for the corpus size and budget (see
+``pipelines/index_planner.py``). The index is trained on a sample, filled in batches read as a
+stream, and its search parameter (nprobe / efSearch) is set to the smallest value whose
+recall@10 against exact search on held-out vectors reaches ``--target-recall``. Without
+``--shards`` everything runs in this process; with ``--shards S`` a Beam pipeline fills S shards
+in parallel workers and the launcher merges them. ``_manifest.json`` is written last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass
+
+import apache_beam as beam
+import faiss
+
+from jobs.beam_options import pipeline_options, runner_name
+from jobs.errors import JobFailedError
+from pipelines.embeddings_io import EmbeddingsDataset
+from pipelines.index_build import BuildSettings, BuiltIndex, build_index, new_index
+from pipelines.index_io import (
+    IDS_FILE,
+    INDEX_FILE,
+    FileDigest,
+    commit_index_output,
+    id_batches,
+    in_index_order,
+    write_ids,
+    write_index_file,
+)
+from pipelines.index_planner import (
+    IndexPlan,
+    estimate_for_factory,
+    format_size,
+    parse_size,
+    plan_index,
+)
+from pipelines.index_stage import (
+    BuildIndexShards,
+    IncompleteShardsError,
+    finish_sharded_build,
+    prepare_sharded_build,
+)
+from pipelines.output_dir import join, prepare_output
+from sbert_core import __version__
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IndexSummary:
+    """What a finished index job reports."""
+
+    output: str
+    factory: str
+    n: int
+    search_params: dict[str, int]
+    recall: float
+    target: float
+    queries_per_s: float
+    size_bytes: int
+    seconds: float
+
+    def line(self) -> str:
+        """One-line human summary (with a warning when the target recall was missed)."""
+        params = ", ".join(f"{k}={v}" for k, v in self.search_params.items()) or "exact"
+        missed = (
+            ""
+            if self.recall >= self.target
+            else f" WARNING: below the target {self.target:.2f} even at the largest setting;"
+            " choose a larger index (--factory or --memory-budget)"
+        )
+        return (
+            f"indexed {self.n} vectors as {self.factory} ({params}): recall@10 {self.recall:.3f}"
+            f", {self.queries_per_s:.0f} queries/s, {format_size(self.size_bytes)} in "
+            f"{self.seconds:.1f}s -> {self.output}{missed}"
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Job options; anything not listed here is passed on to Beam's ``PipelineOptions``."""
+    parser = argparse.ArgumentParser(
+        prog="sbert index",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--embeddings", required=True, help="an sbert embed output directory")
+    parser.add_argument("--output", required=True, help="index output directory")
+    parser.add_argument(
+        "--factory",
+        default="auto",
+        help="'auto' (choose under --memory-budget) or a FAISS index_factory string",
+    )
+    parser.add_argument(
+        "--memory-budget",
+        default="4GB",
+        help="memory the index may use, e.g. 4GB, 512MiB (default 4GB; used by auto)",
+    )
+    parser.add_argument(
+        "--target-recall",
+        type=float,
+        default=0.95,
+        help="recall@10 the search parameter is tuned to reach (default 0.95)",
+    )
+    parser.add_argument(
+        "--metric",
+        default="ip",
+        choices=["ip", "l2"],
+        help="ip: cosine (vectors are L2-normalised), l2: Euclidean (default ip)",
+    )
+    parser.add_argument(
+        "--train-sample", type=int, default=None, help="training vectors (default: by index)"
+    )
+    parser.add_argument(
+        "--queries",
+        type=int,
+        default=1000,
+        help="held-out vectors for tuning and the recall estimate (default 1000)",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=65536, help="vectors read and added per step"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="for the training and query sample")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="fill S shards in a Beam pipeline and merge them (default: one process, no Beam)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    return parser
+
+
+def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> IndexSummary:
+    """Plan, build, tune and write the index; returns the summary after the manifest is written.
+
+    Args:
+        argv: job options followed by any Beam options (used with ``--shards``).
+        test_pipeline: a pipeline to build the sharded fill into (tests pass a ``TestPipeline``).
+
+    Raises:
+        FileNotFoundError, OutputExistsError, ValueError (incl. BudgetTooSmallError): before
+            any work starts.
+        JobFailedError: the sharded pipeline lost a shard.
+    """
+    args, beam_args = build_parser().parse_known_args(argv)
+    if not 0.0 < args.target_recall <= 1.0:
+        raise ValueError(f"--target-recall must be in (0, 1], got {args.target_recall}")
+    if args.queries < 1 or args.batch_size < 1:
+        raise ValueError("--queries and --batch-size must be positive")
+    if args.shards is not None and args.shards < 1:
+        raise ValueError(f"--shards must be at least 1, got {args.shards}")
+    if beam_args and args.shards is None:
+        raise ValueError(
+            f"unrecognised arguments: {' '.join(beam_args)} (Beam options apply only with --shards)"
+        )
+    budget = parse_size(args.memory_budget)
+    data = EmbeddingsDataset.open(args.embeddings)
+    n = data.count
+    if n == 0:
+        raise ValueError(f"{args.embeddings} holds no embeddings; there is nothing to index")
+    plan = plan_index(n, data.dim, args.metric, budget) if args.factory == "auto" else None
+    factory = plan.chosen.factory if plan else args.factory
+    new_index(factory, data.dim, args.metric)  # a bad factory string fails before any writing
+    settings = BuildSettings(
+        factory=factory,
+        metric=args.metric,
+        target_recall=args.target_recall,
+        train_sample=args.train_sample,
+        n_queries=args.queries,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    prepare_output(
+        args.output,
+        overwrite=args.overwrite,
+        job={"command": "index", "argv": argv or sys.argv[1:]},
+    )
+    start = time.perf_counter()
+    if args.shards is None:
+        built = build_index(data, settings)
+        size, sha256 = write_index_file(built.index, join(args.output, INDEX_FILE))
+        index_files, runner = [FileDigest(INDEX_FILE, size, sha256)], None
+    else:
+        built, index_files, runner = _build_sharded(args, data, settings, beam_args, test_pipeline)
+    rows, ids_size, ids_sha = write_ids(
+        join(args.output, IDS_FILE),
+        in_index_order(id_batches(data, data.has_text), built.held_out),
+        data.has_text,
+    )
+    seconds = time.perf_counter() - start
+    manifest = commit_index_output(
+        args.output,
+        index_files=index_files,
+        ids_file=FileDigest(IDS_FILE, ids_size, ids_sha),
+        ids_rows=rows,
+        fields=_manifest_fields(args, data, n, plan, built, budget, runner, seconds),
+    )
+    return IndexSummary(
+        output=args.output,
+        factory=factory,
+        n=n,
+        search_params=built.tuning.search_params,
+        recall=built.tuning.recall,
+        target=args.target_recall,
+        queries_per_s=built.queries_per_s,
+        size_bytes=manifest["size_bytes"],
+        seconds=seconds,
+    )
+
+
+def _build_sharded(args, data, settings, beam_args, test_pipeline):
+    """Train here, fill shards in Beam workers, merge here."""
+    options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
+    build, trained = prepare_sharded_build(data, args.output, settings, args.shards)
+    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
+    _ = pipeline | "BuildIndexShards" >> BuildIndexShards(build)
+    start = time.perf_counter()
+    result = pipeline.run()
+    result.wait_until_finish()
+    fill_seconds = time.perf_counter() - start
+    client = getattr(result, "client", None)  # the Dask runner leaves its client open
+    if client is not None:
+        client.close()
+    try:
+        built, files = finish_sharded_build(build, trained)
+    except IncompleteShardsError as err:
+        raise JobFailedError(f"{err}; {args.output} has no manifest and must not be used") from err
+    built.seconds["fill_pipeline"] = fill_seconds
+    # A TestPipeline is given its runner directly rather than through the options.
+    runner = type(pipeline.runner).__name__ if test_pipeline is not None else runner_name(options)
+    return built, files, runner
+
+
+def _manifest_fields(
+    args,
+    data: EmbeddingsDataset,
+    n: int,
+    plan: IndexPlan | None,
+    built: BuiltIndex,
+    budget: int,
+    runner: str | None,
+    seconds: float,
+) -> dict:
+    estimate = (
+        plan.chosen if plan else estimate_for_factory(built.factory, n, data.dim, args.metric)
+    )
+    return {
+        **built.manifest_fields(),
+        "factory_requested": args.factory,
+        "memory_budget_bytes": budget,
+        "memory_estimate_bytes": estimate.bytes if estimate else None,
+        "memory_estimate_formula": estimate.formula if estimate else None,
+        "plan": plan.to_json() if plan else None,
+        "shards": None if args.shards is None else {"requested": args.shards, "runner": runner},
+        "has_text": data.has_text,
+        "embeddings": {"directory": data.directory, "manifest": data.manifest},
+        "software": {
+            "sbert_pipeline": __version__,
+            "faiss": faiss.__version__,
+            "apache_beam": beam.__version__,
+        },
+        "total_seconds": round(seconds, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: run and print the summary."""
+    summary = run(argv)
+    print(summary.line())
+    return 0

@@ -1,0 +1,263 @@
+"""``sbert search``: the nearest neighbours of queries in an ``sbert index`` output.
+
+    sbert search --index out/index "how do I learn python?" "best pizza in town" [--k 10]
+    sbert search --index out/index --queries questions.txt --output hits.jsonl [--k 10]
+
+Queries are encoded with the model that embedded the corpus (recorded in the index manifest);
+``--model`` may name another copy of it, and is refused if it is not the same model with the
+same settings. Each hit has the corpus id, a score (cosine similarity for metric ``ip``,
+squared L2 distance for ``l2``) and the text when the embeddings kept it. ``--json`` prints
+one JSON object per query; ``--output`` writes ``.jsonl`` or ``.tsv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines.embeddings_io import require_compatible
+from pipelines.index_build import prepare_vectors
+from pipelines.index_io import LoadedIndex, open_index
+from sbert_core import SentenceEncoder
+from sbert_core.errors import DataFileError
+
+OUTPUT_SUFFIXES = (".jsonl", ".tsv")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One neighbour of a query."""
+
+    rank: int
+    id: str
+    score: float
+    text: str | None
+
+
+@dataclass(frozen=True)
+class QueryHits:
+    """A query and its neighbours, best first."""
+
+    query: str
+    hits: tuple[Hit, ...]
+
+    def to_json(self, metric: str) -> dict:
+        """The JSON object ``--json`` prints for this query."""
+        return {"query": self.query, "metric": metric, "hits": [asdict(h) for h in self.hits]}
+
+
+@dataclass(frozen=True)
+class SearchSummary:
+    """What a finished search reports."""
+
+    index: str
+    metric: str
+    k: int
+    results: tuple[QueryHits, ...]
+    output: str | None
+    seconds: float
+
+    def line(self) -> str:
+        """One-line human summary."""
+        target = f" -> {self.output}" if self.output else ""
+        return (
+            f"searched {len(self.results)} queries for {self.k} neighbours in {self.index} in "
+            f"{self.seconds:.2f}s{target}"
+        )
+
+    def to_text(self) -> str:
+        """Human-readable hits, a block per query."""
+        score = "cosine" if self.metric == "ip" else "sq. L2"
+        blocks = []
+        for result in self.results:
+            lines = [f"query: {result.query}"]
+            for hit in result.hits:
+                text = f"  {hit.text}" if hit.text is not None else ""
+                lines.append(f"  {hit.rank:>3}. {score} {hit.score:.4f}  [{hit.id}]{text}")
+            blocks.append("\n".join(lines))
+        return "\n\n".join(blocks)
+
+    def to_jsonl(self) -> str:
+        """One JSON object per query and line."""
+        return "".join(json.dumps(r.to_json(self.metric)) + "\n" for r in self.results)
+
+    def to_tsv(self) -> str:
+        """One row per hit: query_index, query, rank, id, score, text."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
+        writer.writerow(["query_index", "query", "rank", "id", "score", "text"])
+        for number, result in enumerate(self.results):
+            for hit in result.hits:
+                text = "" if hit.text is None else hit.text
+                writer.writerow([number, result.query, hit.rank, hit.id, f"{hit.score:.6f}", text])
+        return buffer.getvalue()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Search options."""
+    parser = argparse.ArgumentParser(
+        prog="sbert search",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("query", nargs="*", help="query texts (or use --queries FILE)")
+    parser.add_argument("--index", required=True, help="an sbert index output directory")
+    parser.add_argument("--queries", default=None, help="UTF-8 file with one query per line")
+    parser.add_argument("--output", default=None, help="write hits to FILE.jsonl or FILE.tsv")
+    parser.add_argument("--k", type=int, default=10, help="neighbours per query (default 10)")
+    parser.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    parser.add_argument(
+        "--verify",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="check the index files' sha256 while loading (a few seconds per GB; default on)",
+    )
+    group = parser.add_argument_group("model")
+    group.add_argument(
+        "--model",
+        default=None,
+        help="the query encoder (default: the model recorded in the index manifest)",
+    )
+    group.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")
+    group.add_argument("--threads", type=int, default=None, help="torch threads")
+    group.add_argument(
+        "--allow-pickle", action="store_true", help="accept pytorch_model.bin weights"
+    )
+    return parser
+
+
+def read_queries(path: str) -> list[str]:
+    """Queries from a file, one per line.
+
+    Raises:
+        DataFileError: unreadable file, no queries, or empty lines (named by line number).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataFileError(f"cannot read the query file {path}: {err}") from err
+    lines = text.splitlines()
+    empty = [number for number, line in enumerate(lines, start=1) if not line.strip()]
+    if empty:
+        shown = ", ".join(map(str, empty[:5])) + (
+            f" and {len(empty) - 5} more" if len(empty) > 5 else ""
+        )
+        raise DataFileError(
+            f"{path}: line {shown} {'is' if len(empty) == 1 else 'are'} empty; put one query on "
+            "every line and remove blank lines"
+        )
+    if not lines:
+        raise DataFileError(f"{path} holds no queries")
+    return lines
+
+
+def load_query_encoder(args: argparse.Namespace, loaded: LoadedIndex) -> SentenceEncoder:
+    """The index's model (or ``--model``), set up exactly as the embed job was.
+
+    Raises:
+        IncompatibleEmbeddingsError: ``--model`` is not the model the index was built with.
+    """
+    embedded = loaded.embeddings_manifest
+    encoder = SentenceEncoder.load(
+        args.model or embedded["model_id"],
+        device=args.device,
+        pooling=embedded.get("pooling"),
+        normalize=embedded.get("normalized"),
+        max_seq_length=embedded.get("max_seq_length"),
+        allow_pickle=args.allow_pickle,
+        num_threads=args.threads,
+    )
+    require_compatible(embedded, encoder.describe(), f"the index {args.index} and the query model")
+    return encoder
+
+
+def search(
+    loaded: LoadedIndex, encoder: SentenceEncoder, queries: list[str], k: int
+) -> tuple[QueryHits, ...]:
+    """Encode ``queries`` and look up their ``k`` nearest corpus entries."""
+    vectors = prepare_vectors(encoder.encode(queries), loaded.metric)
+    scores, positions = loaded.index.search(vectors, k)
+    found = positions >= 0  # -1 pads rows when the index holds fewer than k vectors
+    ids, texts = loaded.ids.lookup(positions[found])
+    rows = np.nonzero(found)[0]
+    hits: list[list[Hit]] = [[] for _ in queries]
+    for row, score, id_, text in zip(rows, scores[found], ids, texts, strict=True):
+        hits[row].append(Hit(len(hits[row]) + 1, id_, float(score), text))
+    return tuple(QueryHits(q, tuple(h)) for q, h in zip(queries, hits, strict=True))
+
+
+def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> SearchSummary:
+    """Search the index for the given queries; writes ``--output`` when asked.
+
+    Args:
+        argv: search options.
+        test_pipeline: accepted so that every job has the same signature; search runs no
+            pipeline.
+
+    Raises:
+        ValueError: bad options, or both or neither of query texts and ``--queries``.
+        DataFileError: an unreadable query file or one with empty lines.
+        IncompatibleEmbeddingsError: ``--model`` differs from the index's model.
+        FileNotFoundError, CorruptIndexError: a missing, unfinished or damaged index directory.
+    """
+    args = build_parser().parse_args(argv)
+    if args.k < 1:
+        raise ValueError(f"--k must be at least 1, got {args.k}")
+    if bool(args.query) == bool(args.queries):
+        raise ValueError("give query texts or --queries FILE (exactly one of them)")
+    if args.output and Path(args.output).suffix not in OUTPUT_SUFFIXES:
+        raise ValueError(f"--output must end in {' or '.join(OUTPUT_SUFFIXES)}: {args.output}")
+    if args.queries:
+        queries = read_queries(args.queries)
+    else:
+        blank = [n for n, query in enumerate(args.query, start=1) if not query.strip()]
+        if blank:
+            raise ValueError(f"query {blank[0]} on the command line is empty")
+        queries = list(args.query)
+    loaded = open_index(args.index, verify_checksums=args.verify)
+    encoder = load_query_encoder(args, loaded)
+    start = time.perf_counter()
+    results = search(loaded, encoder, queries, args.k)
+    summary = SearchSummary(
+        args.index, loaded.metric, args.k, results, args.output, time.perf_counter() - start
+    )
+    if args.output:
+        output = Path(args.output)
+        content = summary.to_tsv() if output.suffix == ".tsv" else summary.to_jsonl()
+        _write_atomically(output, content)
+    return summary
+
+
+def _write_atomically(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as tmp:
+            tmp.write(content)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: print the hits (text or JSON lines), or a summary when writing ``--output``."""
+    args = build_parser().parse_args(argv)
+    summary = run(argv)
+    if args.output:
+        print(summary.line())
+    elif args.json:
+        print(summary.to_jsonl(), end="")
+    else:
+        print(summary.to_text())
+    return 0
