@@ -18,6 +18,7 @@ from sbert_core.errors import DataFileError, ModelLoadError
 # Commands that parse their own arguments and hand the rest to Beam's PipelineOptions.
 BEAM_COMMANDS = {
     "embed": ("jobs.embed", "embed a corpus into Parquet (Beam pipeline)"),
+    "finetune": ("jobs.finetune", "fine-tune a model on labelled pairs or triplets"),
     "index": ("jobs.index", "build a FAISS index from embeddings, tuned to a recall target"),
     "search": ("jobs.search", "nearest neighbours of query texts in an index"),
     "submit": ("jobs.submit", "run a job from a YAML config on Dataflow, Spark or Flink"),

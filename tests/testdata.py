@@ -31,9 +31,9 @@ def build_tiny_bert(
     letters = list(string.ascii_lowercase + string.digits + string.punctuation)
     vocab = specials + _WORDS + letters + ["##" + c for c in string.ascii_lowercase + string.digits]
     vocab = list(dict.fromkeys(vocab))
-    vocab_file = directory / "vocab.txt"
-    vocab_file.write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tokenizer = BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True)
+    tokenizer = BertTokenizerFast(
+        vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True
+    )
     tokenizer.model_max_length = max_positions
     tokenizer.save_pretrained(directory)
 
