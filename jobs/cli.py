@@ -17,6 +17,7 @@ from sbert_core.errors import DataFileError, ModelLoadError
 
 # Commands that parse their own arguments and hand the rest to Beam's PipelineOptions.
 BEAM_COMMANDS = {
+    "cluster": ("jobs.cluster", "cluster embeddings: k-means or communities, with summaries"),
     "embed": ("jobs.embed", "embed a corpus into Parquet (Beam pipeline)"),
     "finetune": ("jobs.finetune", "fine-tune a model on labelled pairs or triplets"),
     "index": ("jobs.index", "build a FAISS index from embeddings, tuned to a recall target"),
