@@ -55,6 +55,19 @@ def sts_correlations(a: np.ndarray, b: np.ndarray, gold: Sequence[float]) -> dic
     return metrics
 
 
+def embed_pairs(
+    encoder, sentences1: list[str], sentences2: list[str], **encode_kwargs
+) -> tuple[np.ndarray, np.ndarray]:
+    """Embeddings ``(N, d)`` of both sides of N pairs, encoding each distinct sentence once."""
+    unique = list(dict.fromkeys(sentences1 + sentences2))
+    position = {sentence: i for i, sentence in enumerate(unique)}
+    embeddings = encoder.encode(unique, **encode_kwargs)
+    return (
+        embeddings[[position[s] for s in sentences1]],
+        embeddings[[position[s] for s in sentences2]],
+    )
+
+
 @dataclass
 class STSEvaluator:
     """Scores an encoder on sentence pairs with gold similarity scores.
@@ -99,11 +112,7 @@ class STSEvaluator:
 
     def __call__(self, encoder, **encode_kwargs) -> dict[str, float]:
         """Encode each distinct sentence once and return the correlation metrics."""
-        unique = list(dict.fromkeys(self.sentences1 + self.sentences2))
-        position = {sentence: i for i, sentence in enumerate(unique)}
-        embeddings = encoder.encode(unique, **encode_kwargs)
-        a = embeddings[[position[s] for s in self.sentences1]]
-        b = embeddings[[position[s] for s in self.sentences2]]
+        a, b = embed_pairs(encoder, self.sentences1, self.sentences2, **encode_kwargs)
         metrics = sts_correlations(a, b, self.scores)
         metrics["n_pairs"] = len(self.scores)
         return metrics
@@ -162,11 +171,7 @@ class PairClassificationEvaluator:
 
     def __call__(self, encoder, **encode_kwargs) -> dict[str, float]:
         """Encode each distinct sentence once and return the metrics."""
-        unique = list(dict.fromkeys(self.sentences1 + self.sentences2))
-        position = {sentence: i for i, sentence in enumerate(unique)}
-        embeddings = encoder.encode(unique, **encode_kwargs)
-        a = embeddings[[position[s] for s in self.sentences1]]
-        b = embeddings[[position[s] for s in self.sentences2]]
+        a, b = embed_pairs(encoder, self.sentences1, self.sentences2, **encode_kwargs)
         metrics: dict[str, float] = {"n_pairs": len(self.labels), "n_positive": sum(self.labels)}
         for name, scores in paired_similarities(a, b).items():
             f1 = best_f1(scores, self.labels)
