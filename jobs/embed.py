@@ -41,7 +41,7 @@ from pipelines.embeddings_io import count_rows, shard_paths
 from pipelines.model_handler import EncoderSettings, SbertModelHandler
 from pipelines.output_dir import commit_output, join, prepare_output
 from pipelines.parquet_sinks import WriteEmbeddings, WriteErrors, output_schema
-from sbert_core import __version__, inspect_model
+from sbert_core import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -170,12 +170,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         token_budget=args.token_budget,
     )
     # Fail before any work: the model's files, then the input, then the output directory.
-    info = inspect_model(
-        args.model,
-        allow_pickle=args.allow_pickle,
-        normalize=args.normalize,
-        max_seq_length=args.max_seq_length,
-    )
+    info = settings.inspect()
     read_corpus = ReadCorpus(args.input, spec)
     schema = output_schema(info.pooling.dim, args.dtype, args.keep_text, keep_fields)
     prepare_output(

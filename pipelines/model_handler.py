@@ -17,7 +17,7 @@ import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from pipelines.corpus_reader import CorpusRecord
-from sbert_core import SentenceEncoder
+from sbert_core import ModelInfo, SentenceEncoder, inspect_model
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,15 @@ class EncoderSettings:
     allow_pickle: bool = False
     num_threads: int | None = None
     token_budget: int | None = None
+
+    def inspect(self) -> ModelInfo:
+        """Check the model's files and read its config without loading weights (launcher side)."""
+        return inspect_model(
+            self.model,
+            allow_pickle=self.allow_pickle,
+            normalize=self.normalize,
+            max_seq_length=self.max_seq_length,
+        )
 
     def load(self) -> SentenceEncoder:
         """Load the encoder these settings describe."""
