@@ -2,8 +2,9 @@
 
 Contenders, on the same vectors, the same queries and the same threads:
 
-- ours: ``pipelines.index_planner`` picks the factory for N, d and ``--budget``;
-  ``pipelines.index_build`` trains on a sample, adds in batches, and tunes nprobe/efSearch
+- ours: ``pipelines.index_planner`` picks the factory for N, d and ``--budget``; when HNSW and
+  IVF-Flat both fit, ``pipelines.index_trial`` builds both on a sample and keeps the one
+  predicted faster at the target (timed as part of our build); ``pipelines.index_build`` trains on a sample, adds in batches, and tunes nprobe/efSearch
   to the smallest value reaching ``--target`` recall@10 on held-out rows (all timed).
 - ``HNSW32``: ``faiss.index_factory(d, "HNSW32", METRIC_INNER_PRODUCT)``, add, efSearch 16.
 - ``IVF4096,Flat``: train on all vectors (FAISS subsamples 256 per list), add, nprobe 1.
@@ -44,6 +45,7 @@ from pipelines.index_build import (
     tune_search_parameter,
 )
 from pipelines.index_planner import format_size, parse_size, plan_index
+from pipelines.index_trial import choose_by_trial
 
 K = 10
 BASELINES = ("HNSW32", "IVF4096,Flat")
@@ -99,19 +101,25 @@ def recall_of(index, params: dict, queries, truth, rows=None) -> float:
 
 def build_ours(corpus, queries, truth, args):
     plan = plan_index(len(corpus), corpus.shape[1], "ip", parse_size(args.budget))
-    print(f"ours: {plan.chosen.factory}, estimated {format_size(plan.chosen.bytes)}")
     start = time.perf_counter()
+    # What `sbert index --factory auto` does: plan, then a trial when HNSW and IVF-Flat both fit.
+    trial = choose_by_trial(ArraySource(corpus), plan, args.target, seed=args.seed)
+    trial_s = time.perf_counter() - start
+    chosen = trial.chosen if trial else plan.chosen
+    print(f"ours: {chosen.factory}, estimated {format_size(chosen.bytes)}, trial {trial_s:.1f} s")
     built = build_index(
         ArraySource(corpus),
-        BuildSettings(plan.chosen.factory, target_recall=args.target, seed=args.seed),
+        BuildSettings(chosen.factory, target_recall=args.target, seed=args.seed),
     )
     params = built.tuning.search_params
     entry = {
-        "factory": plan.chosen.factory,
+        "factory": chosen.factory,
+        "trial": trial.to_json() if trial else None,
+        "trial_s": trial_s,
         "build_s": time.perf_counter() - start,
         "build_parts_s": built.seconds,
         "index_bytes": stored_bytes(built.index),
-        "estimated_bytes": plan.chosen.bytes,
+        "estimated_bytes": chosen.bytes,
         "budget_bytes": plan.budget_bytes,
         "search_params": params,
         "held_out_recall_at_10": built.tuning.recall,

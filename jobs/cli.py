@@ -18,9 +18,12 @@ from sbert_core.errors import DataFileError, ModelLoadError
 # Commands that parse their own arguments and hand the rest to Beam's PipelineOptions.
 BEAM_COMMANDS = {
     "cluster": ("jobs.cluster", "cluster embeddings: k-means or communities, with summaries"),
+    "dedup": ("jobs.dedup", "duplicate groups from similar pairs, with a report"),
     "embed": ("jobs.embed", "embed a corpus into Parquet (Beam pipeline)"),
     "finetune": ("jobs.finetune", "fine-tune a model on labelled pairs or triplets"),
     "index": ("jobs.index", "build a FAISS index from embeddings, tuned to a recall target"),
+    "pairs": ("jobs.pairs", "all-pairs top-k neighbours and similar pairs of embeddings"),
+    "run": ("jobs.run", "run a whole job (embed, index, cluster, pairs, dedup) from a config"),
     "search": ("jobs.search", "nearest neighbours of query texts in an index"),
     "submit": ("jobs.submit", "run a job from a YAML config on Dataflow, Spark or Flink"),
 }

@@ -2,15 +2,18 @@
 
     sbert index --embeddings out/embeddings --output out/index
         [--factory auto|<faiss factory string>] [--memory-budget 4GB] [--target-recall 0.95]
-        [--metric ip|l2] [--train-sample N] [--queries 1000] [--shards S] [--overwrite]
+        [--metric ip|l2] [--train-sample N] [--trial-sample N] [--queries 1000]
+        [--shards S] [--overwrite]
         [Beam options, with --shards: --runner, --direct_num_workers, ...]
 
 ``auto`` picks Flat, HNSW, IVF-Flat or OPQ+IVF-PQ for the corpus size and budget (see
-``pipelines/index_planner.py``). The index is trained on a sample, filled in batches read as a
-stream, and its search parameter (nprobe / efSearch) is set to the smallest value whose
-recall@10 against exact search on held-out vectors reaches ``--target-recall``. Without
-``--shards`` everything runs in this process; with ``--shards S`` a Beam pipeline fills S shards
-in parallel workers and the launcher merges them. ``_manifest.json`` is written last.
+``pipelines/index_planner.py``); when both HNSW and IVF-Flat fit, both are tried on a sample and
+the one predicted faster at the target recall is built (``pipelines/index_trial.py``). The
+index is trained on a sample, filled in batches read as a stream, and its search parameter
+(nprobe / efSearch) is set to the smallest value whose recall@10 against exact search on
+held-out vectors reaches ``--target-recall``. Without ``--shards`` everything runs in this
+process; with ``--shards S`` a Beam pipeline fills S shards in parallel workers and the launcher
+merges them. ``_manifest.json`` is written last.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import argparse
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import apache_beam as beam
 import faiss
@@ -51,6 +54,7 @@ from pipelines.index_stage import (
     finish_sharded_build,
     prepare_sharded_build,
 )
+from pipelines.index_trial import TrialChoice, choose_by_trial
 from pipelines.output_dir import join, prepare_output
 from sbert_core import __version__
 
@@ -122,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--train-sample", type=int, default=None, help="training vectors (default: by index)"
     )
     parser.add_argument(
+        "--trial-sample",
+        type=int,
+        default=None,
+        help="with --factory auto, when both HNSW and IVF-Flat fit the budget, build both on "
+        "this many vectors and keep the faster at the target recall (default: N/4, at least "
+        "100k, at most 1M; 0: take the planner's first choice)",
+    )
+    parser.add_argument(
         "--queries",
         type=int,
         default=1000,
@@ -156,6 +168,8 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     args, beam_args = build_parser().parse_known_args(argv)
     if not 0.0 < args.target_recall <= 1.0:
         raise ValueError(f"--target-recall must be in (0, 1], got {args.target_recall}")
+    if args.trial_sample is not None and args.trial_sample < 0:
+        raise ValueError(f"--trial-sample must be 0 (off) or positive, got {args.trial_sample}")
     if args.queries < 1 or args.batch_size < 1:
         raise ValueError("--queries and --batch-size must be positive")
     if args.shards is not None and args.shards < 1:
@@ -170,10 +184,10 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     if n == 0:
         raise ValueError(f"{args.embeddings} holds no embeddings; there is nothing to index")
     plan = plan_index(n, data.dim, args.metric, budget) if args.factory == "auto" else None
-    factory = plan.chosen.factory if plan else args.factory
-    new_index(factory, data.dim, args.metric)  # a bad factory string fails before any writing
+    if plan is None:
+        new_index(args.factory, data.dim, args.metric)  # a bad factory fails before any writing
     settings = BuildSettings(
-        factory=factory,
+        factory=args.factory,
         metric=args.metric,
         target_recall=args.target_recall,
         train_sample=args.train_sample,
@@ -187,6 +201,14 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         job={"command": "index", "argv": argv or sys.argv[1:]},
     )
     start = time.perf_counter()
+    trial = None
+    if plan is not None and args.trial_sample != 0:
+        trial = choose_by_trial(
+            data, plan, args.target_recall, seed=args.seed, n_sample=args.trial_sample
+        )
+    chosen = trial.chosen if trial else plan.chosen if plan else None
+    factory = chosen.factory if chosen else args.factory
+    settings = replace(settings, factory=factory)
     if args.shards is None:
         built = build_index(data, settings)
         size, sha256 = write_index_file(built.index, join(args.output, INDEX_FILE))
@@ -204,7 +226,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         index_files=index_files,
         ids_file=FileDigest(IDS_FILE, ids_size, ids_sha),
         ids_rows=rows,
-        fields=_manifest_fields(args, data, n, plan, built, budget, runner, seconds),
+        fields=_manifest_fields(args, data, n, (plan, trial), built, budget, runner, seconds),
     )
     return IndexSummary(
         output=args.output,
@@ -246,15 +268,14 @@ def _manifest_fields(
     args,
     data: EmbeddingsDataset,
     n: int,
-    plan: IndexPlan | None,
+    choice: tuple[IndexPlan | None, TrialChoice | None],
     built: BuiltIndex,
     budget: int,
     runner: str | None,
     seconds: float,
 ) -> dict:
-    estimate = (
-        plan.chosen if plan else estimate_for_factory(built.factory, n, data.dim, args.metric)
-    )
+    plan, trial = choice
+    estimate = estimate_for_factory(built.factory, n, data.dim, args.metric)
     return {
         **built.manifest_fields(),
         "factory_requested": args.factory,
@@ -262,6 +283,7 @@ def _manifest_fields(
         "memory_estimate_bytes": estimate.bytes if estimate else None,
         "memory_estimate_formula": estimate.formula if estimate else None,
         "plan": plan.to_json() if plan else None,
+        "trial": trial.to_json() if trial else None,
         "shards": None if args.shards is None else {"requested": args.shards, "runner": runner},
         "has_text": data.has_text,
         "embeddings": {"directory": data.directory, "manifest": data.manifest},
