@@ -4,8 +4,9 @@ Contenders, on the same vectors, the same queries and the same threads:
 
 - ours: ``pipelines.index_planner`` picks the factory for N, d and ``--budget``; when HNSW and
   IVF-Flat both fit, ``pipelines.index_trial`` builds both on a sample and keeps the one
-  predicted faster at the target (timed as part of our build); ``pipelines.index_build`` trains on a sample, adds in batches, and tunes nprobe/efSearch
-  to the smallest value reaching ``--target`` recall@10 on held-out rows (all timed).
+  predicted faster at the target (timed as part of our build); ``pipelines.index_build``
+  trains on a sample, adds in batches, and tunes nprobe/efSearch to the smallest value
+  reaching ``--target`` recall@10 on held-out rows (all timed).
 - ``HNSW32``: ``faiss.index_factory(d, "HNSW32", METRIC_INNER_PRODUCT)``, add, efSearch 16.
 - ``IVF4096,Flat``: train on all vectors (FAISS subsamples 256 per list), add, nprobe 1.
 
