@@ -1,9 +1,9 @@
 """Rebuild ``examples/sample_corpus.jsonl`` from ``../shared/data`` (deterministic).
 
 The sample mixes STSb sentences (news headlines, captions, forum posts), dictionary glosses from
-the short-text corpus, and planted near-duplicates (a word dropped, two words swapped, case or
-punctuation changed) whose ``duplicate_of`` field names the original, so later stages have a known
-answer. Run: ``python examples/make_sample_corpus.py``.
+the short-text corpus, and planted near-duplicates (a function word dropped, two words swapped,
+case or punctuation changed) whose ``duplicate_of`` field names the original, so later stages
+have a known answer. Run: ``python examples/make_sample_corpus.py``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,22 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
+# Words whose loss keeps the meaning: a planted duplicate must still say the same thing (dropping
+# "symphony" from "the symphony was hailed ..." made a variant no model should call a duplicate).
+_DROPPABLE = frozenset(
+    "a an the of to in on at for with by from and or but is are was were be been that this "
+    "very just really also so some".split()
+)
+
+
 def _perturb(text: str, rng: random.Random) -> str:
     words = text.split()
     kind = rng.choice(["drop", "swap", "case", "punct"]) if len(words) > 4 else "case"
+    droppable = [i for i, word in enumerate(words) if i > 0 and word.lower() in _DROPPABLE]
+    if kind == "drop" and not droppable:
+        kind = "swap"
     if kind == "drop":
-        del words[rng.randrange(1, len(words))]
+        del words[rng.choice(droppable)]
     elif kind == "swap":
         i = rng.randrange(1, len(words) - 1)
         words[i], words[i + 1] = words[i + 1], words[i]
