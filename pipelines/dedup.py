@@ -1,0 +1,475 @@
+"""Duplicate groups from similar pairs: union-find, representatives, threshold sweep (Beam-free).
+
+Items are the rows ``0 .. n-1`` of an id list; pairs are :class:`IndexedPairs` over those rows.
+At a threshold ``T`` the *duplicate groups* are the connected components of the graph whose
+edges are the pairs with ``score >= T``; an item without such a pair is a singleton and not a
+group. Every group keeps one representative, chosen by a policy (:data:`KeepPolicy`):
+
+* ``first``: the member that comes first in the items' *order rank* (see :func:`corpus_ranks`,
+  :func:`derived_id_ranks` and :func:`id_ranks`: corpus order when it is known, else id order);
+* ``longest``: the member with the longest text (in characters), ties to the first;
+* ``central``: the member with the highest mean similarity to the other members, where the
+  similarity of two members is their pair's score if that pair is at or above ``T`` and 0
+  otherwise (the scores of pairs under ``T`` are not known from the pairs); ties to the first.
+
+So ``removed = sum over groups of (size - 1) = n - components``, which equals the number of
+unions that merge two components: the threshold sweep (:func:`threshold_sweep`) gets the
+removed count of every threshold from one pass over the pairs sorted by descending score,
+merging into one union-find as the threshold falls.
+
+Scores and thresholds are compared in float32, as the pairs stage compares them.
+
+Example:
+    >>> pairs = index_pairs(ids, id_a, id_b, scores)
+    >>> groups = deduplicate(len(ids), pairs, 0.9, "first")
+    >>> groups.kept.sum() + groups.removed == len(ids)
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+KeepPolicy = Literal["first", "longest", "central"]
+KEEP_POLICIES: tuple[str, ...] = ("first", "longest", "central")
+
+
+class UnionFind:
+    """Disjoint sets over ``0 .. n-1`` with path compression and union by size.
+
+    Plain Python lists: an element access costs less on a list than on a numpy array, and the
+    loops here are sequential by nature.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+        self.size = [1] * n
+
+    def find(self, x: int) -> int:
+        """The root of ``x``'s set; every element on the way is re-pointed to the root."""
+        parent = self.parent
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(self, a: int, b: int) -> bool:
+        """Merge the sets of ``a`` and ``b``; False when they were already one set."""
+        root_a, root_b = self.find(a), self.find(b)
+        if root_a == root_b:
+            return False
+        if self.size[root_a] < self.size[root_b]:
+            root_a, root_b = root_b, root_a
+        self.parent[root_b] = root_a
+        self.size[root_a] += self.size[root_b]
+        return True
+
+    def roots(self) -> np.ndarray:
+        """``(n,)`` int64: the root of every element."""
+        return np.fromiter((self.find(x) for x in range(len(self.parent))), np.int64)
+
+
+@dataclass(frozen=True)
+class IndexedPairs:
+    """Unique item pairs ``a < b`` (row numbers) with their scores."""
+
+    a: np.ndarray  # (P,) int64
+    b: np.ndarray  # (P,) int64
+    scores: np.ndarray  # (P,) float32
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def above(self, threshold: float) -> IndexedPairs:
+        """The pairs with ``score >= threshold`` (compared in float32)."""
+        keep = self.scores >= np.float32(threshold)
+        return IndexedPairs(self.a[keep], self.b[keep], self.scores[keep])
+
+    @classmethod
+    def empty(cls) -> IndexedPairs:
+        """No pairs."""
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+
+
+def index_pairs(
+    ids: pa.Array | Sequence[str],
+    id_a: pa.Array | Sequence[str],
+    id_b: pa.Array | Sequence[str],
+    scores: np.ndarray | Sequence[float],
+) -> IndexedPairs:
+    """Pairs of string ids as unique row pairs ``a < b``; a pair given twice keeps its best score.
+
+    Args:
+        ids: every item's id, unique; row ``i`` is item ``i``.
+        id_a, id_b, scores: the pairs, in either orientation, possibly repeated (pairs derived
+            from neighbour lists name most pairs twice).
+
+    Raises:
+        ValueError: a pair names an id that is not in ``ids``, or pairs an id with itself.
+    """
+    ids = _strings(ids)
+    scores = np.asarray(scores, dtype=np.float32)
+    rows = []
+    for column in (id_a, id_b):
+        column = _strings(column)
+        found = pc.index_in(column, value_set=ids)
+        if found.null_count:
+            missing = column.filter(pc.is_null(found))
+            raise ValueError(
+                f"{len(missing)} pair ends name ids that are not among the {len(ids)} embedded "
+                f"ids (first: {missing[0].as_py()!r}); the pairs were computed from other "
+                "embeddings"
+            )
+        rows.append(found.to_numpy(zero_copy_only=False).astype(np.int64))
+    if len(rows[0]) != len(scores):
+        raise ValueError(f"{len(rows[0])} pairs but {len(scores)} scores")
+    a, b = np.minimum(rows[0], rows[1]), np.maximum(rows[0], rows[1])
+    if np.any(a == b):
+        first = int(a[np.argmax(a == b)])
+        raise ValueError(f"the pairs pair an id with itself ({ids[first].as_py()!r})")
+    key = a * max(len(ids), 1) + b
+    order = np.lexsort((-scores, key))  # by pair, best score first
+    first_of_pair = np.ones(len(order), bool)
+    first_of_pair[1:] = key[order][1:] != key[order][:-1]
+    keep = order[first_of_pair]
+    return IndexedPairs(a[keep], b[keep], scores[keep])
+
+
+def _strings(values: pa.Array | Sequence[str]) -> pa.Array:
+    """Values as a plain ``string`` array (Parquet may give ``large_string`` or dictionaries)."""
+    if not isinstance(values, pa.Array):
+        return pa.array(values, pa.string())
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    return values if values.type == pa.string() else values.cast(pa.string())
+
+
+def connected_components(n: int, pairs: IndexedPairs) -> np.ndarray:
+    """``(n,)`` int64: for every item, the root row of its component (singletons: itself)."""
+    sets = UnionFind(n)
+    for a, b in zip(pairs.a.tolist(), pairs.b.tolist(), strict=True):
+        sets.union(a, b)
+    return sets.roots()
+
+
+@dataclass(frozen=True)
+class DuplicateGroups:
+    """The duplicate groups at one threshold and the representative kept from each.
+
+    Groups are numbered ``0 .. G-1`` by size descending, equal sizes by their first member in
+    the order rank.
+    """
+
+    threshold: float
+    policy: str
+    group: np.ndarray  # (n,) int64, -1 for an item in no group (a singleton)
+    representative: np.ndarray  # (n,) bool, True for the one member kept from each group
+    sizes: np.ndarray  # (G,) int64, members per group
+    pairs_used: int  # pairs at or above the threshold
+
+    @property
+    def n(self) -> int:
+        """Items in all (groups and singletons)."""
+        return len(self.group)
+
+    @property
+    def kept(self) -> np.ndarray:
+        """``(n,)`` bool: singletons and representatives."""
+        return (self.group < 0) | self.representative
+
+    @property
+    def n_groups(self) -> int:
+        """Number of groups (components of two or more items)."""
+        return len(self.sizes)
+
+    @property
+    def removed(self) -> int:
+        """Items removed: every group member but its representative."""
+        return int(self.sizes.sum()) - self.n_groups
+
+    @property
+    def largest(self) -> int:
+        """Size of the largest group (0 when there are none)."""
+        return int(self.sizes.max()) if len(self.sizes) else 0
+
+    def representatives(self) -> np.ndarray:
+        """``(G,)`` int64: the representative row of each group."""
+        rows = np.flatnonzero(self.representative)
+        out = np.empty(self.n_groups, np.int64)
+        out[self.group[rows]] = rows
+        return out
+
+    def members(self, group: int, rank: np.ndarray | None = None) -> np.ndarray:
+        """Rows of one group, the representative first, then by ``rank`` (default: row)."""
+        rows = np.flatnonzero(self.group == group)
+        keys = rows if rank is None else rank[rows]
+        return rows[np.lexsort((keys, ~self.representative[rows]))]
+
+
+def deduplicate(
+    n: int,
+    pairs: IndexedPairs,
+    threshold: float,
+    policy: KeepPolicy = "first",
+    *,
+    rank: np.ndarray | None = None,
+    text_lengths: np.ndarray | None = None,
+) -> DuplicateGroups:
+    """Duplicate groups of ``n`` items at ``threshold`` and one representative per group.
+
+    Args:
+        n: number of items (rows).
+        pairs: unique pairs over the rows (only those at or above ``threshold`` are used).
+        threshold: cosine threshold, compared in float32.
+        policy: how the representative is chosen (module docstring).
+        rank: ``(n,)`` distinct integers, the order rank that decides ``first`` and every tie
+            (default: row order).
+        text_lengths: ``(n,)`` text length in characters, negative where unknown; required by
+            ``longest`` for every grouped item.
+
+    Raises:
+        ValueError: an unknown policy, or ``longest`` without the length of a grouped item.
+    """
+    if policy not in KEEP_POLICIES:
+        raise ValueError(
+            f"unknown keep policy {policy!r}; choose one of {', '.join(KEEP_POLICIES)}"
+        )
+    rank = np.arange(n, dtype=np.int64) if rank is None else np.asarray(rank, np.int64)
+    used = pairs.above(threshold)
+    roots = connected_components(n, used)
+    component_size = np.bincount(roots, minlength=n)
+    grouped = np.flatnonzero(component_size[roots] > 1)
+
+    # Number the groups by size descending, then by their first member in rank order.
+    group_roots, inverse = np.unique(roots[grouped], return_inverse=True)
+    first_rank = np.full(len(group_roots), np.iinfo(np.int64).max)
+    np.minimum.at(first_rank, inverse, rank[grouped])
+    by_size = np.lexsort((first_rank, -component_size[group_roots]))
+    number = np.empty(len(group_roots), np.int64)
+    number[by_size] = np.arange(len(group_roots))
+    group = np.full(n, -1, np.int64)
+    group[grouped] = number[inverse]
+    sizes = component_size[group_roots][by_size].astype(np.int64)
+
+    preference = _preference(policy, grouped, group, sizes, used, n, text_lengths)
+    order = grouped[np.lexsort((rank[grouped], preference, group[grouped]))]
+    representative = np.zeros(n, bool)
+    if len(order):
+        starts = np.ones(len(order), bool)
+        starts[1:] = group[order][1:] != group[order][:-1]
+        representative[order[starts]] = True
+    return DuplicateGroups(
+        threshold=threshold,
+        policy=policy,
+        group=group,
+        representative=representative,
+        sizes=sizes,
+        pairs_used=len(used),
+    )
+
+
+def _preference(
+    policy: str,
+    grouped: np.ndarray,
+    group: np.ndarray,
+    sizes: np.ndarray,
+    used: IndexedPairs,
+    n: int,
+    text_lengths: np.ndarray | None,
+) -> np.ndarray:
+    """Per grouped row, a key whose smallest value in a group wins (before the rank)."""
+    if policy == "first":
+        return np.zeros(len(grouped), np.int64)
+    if policy == "longest":
+        lengths = None if text_lengths is None else np.asarray(text_lengths, np.int64)
+        unknown = len(grouped) if lengths is None else int(np.sum(lengths[grouped] < 0))
+        if unknown:
+            raise ValueError(
+                f"--keep longest needs the texts of all grouped items; {unknown} of "
+                f"{len(grouped)} are unknown"
+            )
+        return -lengths[grouped]
+    sums = np.bincount(used.a, weights=used.scores, minlength=n)
+    sums += np.bincount(used.b, weights=used.scores, minlength=n)
+    others = sizes[group[grouped]] - 1
+    return -(sums[grouped] / others)
+
+
+def representative_scores(groups: DuplicateGroups, pairs: IndexedPairs) -> np.ndarray:
+    """``(n,)`` float32: each removed member's score with its group's representative, NaN where
+    that pair is under the threshold (the member joined the group through others) or for items
+    that are not removed."""
+    used = pairs.above(groups.threshold)
+    out = np.full(groups.n, np.nan, np.float32)
+    # Every pair at or above the threshold lies inside one group, by construction.
+    a_is_rep, b_is_rep = groups.representative[used.a], groups.representative[used.b]
+    out[used.b[a_is_rep]] = used.scores[a_is_rep]
+    out[used.a[b_is_rep]] = used.scores[b_is_rep]
+    return out
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """What deduplication at one threshold would do."""
+
+    threshold: float
+    pairs: int  # pairs at or above the threshold
+    groups: int
+    grouped: int  # items in some group
+    removed: int
+    kept: int
+    largest: int  # size of the largest group (0: no groups)
+
+    def to_json(self) -> dict:
+        """For the manifest."""
+        return {
+            "threshold": self.threshold,
+            "pairs": self.pairs,
+            "groups": self.groups,
+            "grouped": self.grouped,
+            "removed": self.removed,
+            "kept": self.kept,
+            "largest": self.largest,
+        }
+
+
+def threshold_sweep(n: int, pairs: IndexedPairs, thresholds: Sequence[float]) -> list[SweepPoint]:
+    """Groups and removed items at every threshold, in one pass over the pairs.
+
+    The pairs are merged into one union-find in descending score order; when the scores drop
+    below the next threshold, the counts so far are that threshold's answer. A union that
+    joins two singletons adds a group, one that joins two groups takes one away.
+
+    Returns:
+        One :class:`SweepPoint` per threshold, in the order given.
+    """
+    order = np.argsort(-pairs.scores, kind="stable")
+    a, b = pairs.a[order].tolist(), pairs.b[order].tolist()
+    descending = -pairs.scores[order]  # ascending, for searchsorted
+    sets = UnionFind(n)
+    size = sets.size
+    position = groups = removed = largest = 0
+    answers: dict[float, SweepPoint] = {}
+    for threshold in sorted(set(thresholds), reverse=True):
+        # Pairs down to this threshold: the first position whose score is below it.
+        stop = int(np.searchsorted(descending, -np.float32(threshold), side="right"))
+        for i in range(position, stop):
+            root_a, root_b = sets.find(a[i]), sets.find(b[i])
+            if root_a == root_b:
+                continue
+            size_a, size_b = size[root_a], size[root_b]
+            groups += 1 if size_a == size_b == 1 else (-1 if size_a > 1 and size_b > 1 else 0)
+            sets.union(root_a, root_b)
+            removed += 1
+            largest = max(largest, size_a + size_b)
+        position = max(position, stop)
+        answers[threshold] = SweepPoint(
+            threshold=threshold,
+            pairs=position,
+            groups=groups,
+            grouped=removed + groups,
+            removed=removed,
+            kept=n - removed,
+            largest=largest,
+        )
+    return [answers[threshold] for threshold in thresholds]
+
+
+def sweep_thresholds(start: float, stop: float, step: float, *extra: float) -> list[float]:
+    """``start, start + step, ..., <= stop`` plus ``extra`` values, ascending, without duplicates.
+
+    Grid values are rounded to 6 decimals so that 0.8 + 10 * 0.01 is 0.9; extras are kept as
+    given (the chosen threshold must be the one compared).
+
+    Raises:
+        ValueError: a bound outside [-1, 1], ``start > stop`` or ``step <= 0``.
+    """
+    for name, value in (("start", start), ("stop", stop)):
+        if not -1.0 <= value <= 1.0:
+            raise ValueError(f"sweep {name} is a cosine, in [-1, 1]; got {value}")
+    if start > stop or step <= 0:
+        raise ValueError(f"the sweep needs start <= stop and step > 0, got {start}:{stop}:{step}")
+    count = math.floor((stop - start) / step + 1e-9) + 1
+    values = {round(start + i * step, 6) for i in range(count)}
+    values.update(float(value) for value in extra)
+    return sorted(values)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Counts of pair scores in equal-width bins: bin ``i`` is ``[edges[i], edges[i + 1])``,
+    the last bin also holds scores at or above its upper edge (float32 rounding can give
+    cosines a hair above 1)."""
+
+    edges: np.ndarray  # (B + 1,) float64
+    counts: np.ndarray  # (B,) int64
+
+    def to_json(self) -> dict:
+        """For the manifest."""
+        return {"edges": [round(e, 6) for e in self.edges.tolist()], "counts": self.counts.tolist()}
+
+
+def similarity_histogram(scores: np.ndarray, low: float, width: float = 0.01) -> Histogram:
+    """Histogram of ``scores`` from ``low`` (rounded down to a multiple of ``width``) to 1.
+
+    A score falls in the bin whose lower edge it reaches in float32, as thresholds compare, so
+    the pairs counted from the bin at ``T`` upwards are exactly the pairs used at ``T``.
+
+    Raises:
+        ValueError: ``width <= 0``, ``low`` outside [-1, 1), or a score below ``low``.
+    """
+    if width <= 0:
+        raise ValueError(f"histogram bin width must be positive, got {width}")
+    if not -1.0 <= low < 1.0:
+        raise ValueError(f"histogram low end must be in [-1, 1), got {low}")
+    scores = np.asarray(scores, np.float32)
+    first = math.floor(round(low / width, 6))
+    n_bins = max(1, math.ceil(round(1.0 / width, 6)) - first)
+    edges = np.round((first + np.arange(n_bins + 1)) * width, 6)
+    if len(scores) and scores.min() < np.float32(edges[0]):
+        raise ValueError(f"a score ({scores.min()}) is below the histogram's low end {low}")
+    bins = np.searchsorted(edges.astype(np.float32), scores, side="right") - 1
+    bins = np.clip(bins, 0, n_bins - 1)
+    return Histogram(edges, np.bincount(bins, minlength=n_bins).astype(np.int64))
+
+
+def id_ranks(ids: pa.Array | Sequence[str]) -> np.ndarray:
+    """``(n,)`` int64 rank of every id in string (code point) order."""
+    order = pc.sort_indices(_strings(ids)).to_numpy()
+    return _inverse(order)
+
+
+def derived_id_ranks(ids: Sequence[str]) -> np.ndarray | None:
+    """Corpus order from ids derived as ``{file}:{row}`` (the embed stage's ids without an id
+    field): by file name, then row number. None if some id is not of that form."""
+    files, rows = [], []
+    for item in ids:
+        name, sep, row = item.rpartition(":")
+        if not sep or not row.isdigit():
+            return None
+        files.append(name)
+        rows.append(int(row))
+    if not ids:
+        return np.zeros(0, np.int64)
+    _, file_codes = np.unique(np.array(files, dtype=object), return_inverse=True)
+    return _inverse(np.lexsort((np.array(rows, np.int64), file_codes)))
+
+
+def corpus_ranks(positions: np.ndarray) -> np.ndarray:
+    """``(n,)`` int64 rank from ``(n, 2)`` corpus positions ``(file number, row)``."""
+    return _inverse(np.lexsort((positions[:, 1], positions[:, 0])))
+
+
+def _inverse(order: np.ndarray) -> np.ndarray:
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
