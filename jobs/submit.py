@@ -222,8 +222,17 @@ def _override_value(raw: str) -> Any:
     return value if value is None or isinstance(value, (bool, list, dict)) else raw
 
 
-def _expand(config: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Replace ``${VAR}`` everywhere; report every missing variable at once."""
+def expand_variables(values: dict[str, Any], source: str | Path) -> dict[str, Any]:
+    """``values`` (nested mappings and lists) with every ``${VAR}`` replaced by its value.
+
+    Args:
+        values: a config mapping; keys name where a value is used (``beam.project``).
+        source: the config file, for messages.
+
+    Raises:
+        ValueError: a malformed reference, or variables that are not set or empty (all of
+            them in one message, each with the keys that use it).
+    """
     missing: dict[str, list[str]] = {}
 
     def expand(value: Any, where: str) -> Any:
@@ -232,27 +241,32 @@ def _expand(config: dict[str, Any], path: Path) -> dict[str, Any]:
         if isinstance(value, list):
             return [expand(item, where) for item in value]
         if isinstance(value, dict):
-            return {key: expand(item, where) for key, item in value.items()}
+            return {
+                key: expand(item, f"{where}.{key}" if where else str(key))
+                for key, item in value.items()
+            }
         return value
 
     def lookup(name: str, where: str) -> str:
         if not _VARIABLE_NAME.fullmatch(name):
-            raise ValueError(f"{path}: {where}: malformed variable reference ${{{name}}}")
+            raise ValueError(f"{source}: {where}: malformed variable reference ${{{name}}}")
         value = os.environ.get(name)
         if not value:
             missing.setdefault(name, []).append(where)
             return ""
         return value
 
-    expanded = {"job": config["job"]}
-    for section in SECTIONS:
-        expanded[section] = {
-            key: expand(value, f"{section}.{key}") for key, value in config[section].items()
-        }
+    expanded = expand(values, "")
     if missing:
         details = "; ".join(f"{name} (used by {', '.join(uses)})" for name, uses in missing.items())
-        raise ValueError(f"{path}: environment variable not set or empty: {details}")
+        raise ValueError(f"{source}: environment variable not set or empty: {details}")
     return expanded
+
+
+def _expand(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Replace ``${VAR}`` in every section; report every missing variable at once."""
+    sections = expand_variables({section: config[section] for section in SECTIONS}, path)
+    return {"job": config["job"], **sections}
 
 
 def _check_values(section: str, parser: argparse.ArgumentParser, argv: list[str]) -> None:

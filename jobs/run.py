@@ -1,0 +1,395 @@
+"""``sbert run``: a whole job from one config: embed, index, cluster, pairs, dedup, one report.
+
+    sbert run job.yaml [--set key=value ...] [--only STAGE] [--force STAGE|all] [--print-config]
+    sbert run examples/quickstart.yaml          # the bundled sample, local runner, default model
+
+The config (see ``jobs/run_config.py`` and ``examples/quickstart.yaml``) names the corpus, the
+model (the default, a directory, or ``finetune``: the output of the optional finetune stage),
+the runner and its Beam options, the job directory and the stages with their parameters. It is
+checked whole before the job directory is touched.
+
+Each stage writes a folder in the job directory (``model/``, ``embeddings/``, ``index/``,
+``clusters/``, ``pairs/``, ``dedup/``) through its own command (``sbert embed`` ...). A rerun
+skips every stage whose inputs and parameters are unchanged and whose output is still the one it
+wrote (``jobs/run_stages.py``); ``--force STAGE`` reruns one anyway, and the stages after it
+follow because their input changed. ``--only STAGE`` runs just that stage (repeatable) on the
+outputs already in the job directory. At the end ``report.html`` (counts, times, plots, the
+largest duplicate groups and clusters, links to every output) is written to the job directory,
+and a table of the stages is printed. A failed stage stops the job with exit status 1 and a
+message saying which stage failed, why, and how to continue; the stages that finished are kept
+and skipped by the next run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from apache_beam.io.filesystems import FileSystems
+
+from jobs.errors import JobFailedError
+from jobs.run_config import (
+    CONFIG_COPY,
+    STAGE_ORDER,
+    STATE_FILE,
+    RunConfig,
+    check_inputs,
+    config_as_dict,
+    load_run_config,
+)
+from jobs.run_report import REPORT_FILE, write_report
+from jobs.run_stages import (
+    JobState,
+    StagePlan,
+    output_identity,
+    plan_stages,
+    run_stage,
+    stage_facts,
+)
+from pipelines.output_dir import join
+
+logger = logging.getLogger(__name__)
+
+# Loggers whose progress lines are shown while a stage runs (unless the user set their level).
+PROGRESS_LOGGERS = ("sbert_core.training", "pipelines")
+
+
+@dataclass
+class StageResult:
+    """How one stage went in this run."""
+
+    name: str
+    status: str  # ran | skipped | not run | failed
+    output: str
+    seconds: float | None = None  # time of this run (ran, failed)
+    recorded_seconds: float | None = None  # time of the run that wrote the output (skipped)
+    line: str | None = None  # the stage's own one-line summary, when it ran
+    facts: dict = field(default_factory=dict)  # key counts from its manifest
+    error: str | None = None
+
+
+@dataclass
+class JobSummary:
+    """What ``sbert run`` did: every stage's result, the report and the total time."""
+
+    job_dir: str
+    stages: list[StageResult]
+    report: str | None
+    seconds: float
+
+    @property
+    def failed(self) -> StageResult | None:
+        """The stage that failed, if any."""
+        return next((stage for stage in self.stages if stage.status == "failed"), None)
+
+    def table(self) -> str:
+        """The terminal summary: one row per stage, then the report's location."""
+        rows = [("stage", "status", "time", "counts")]
+        for stage in self.stages:
+            if stage.status == "skipped" and stage.recorded_seconds is not None:
+                shown = f"({stage.recorded_seconds:.1f}s)"
+            else:
+                shown = "-" if stage.seconds is None else f"{stage.seconds:.1f}s"
+            counts = ", ".join(f"{k} {_format(v)}" for k, v in stage.facts.items())
+            rows.append((stage.name, stage.status, shown, counts))
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        lines = [
+            "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
+            + "  "
+            + row[3]
+            for row in rows
+        ]
+        ran = sum(1 for stage in self.stages if stage.status == "ran")
+        skipped = sum(1 for stage in self.stages if stage.status == "skipped")
+        lines.append(
+            f"{ran} stage(s) ran, {skipped} skipped in {self.seconds:.1f}s; (time) of a skipped "
+            "stage is that of the run that wrote its output"
+        )
+        if self.report:
+            lines.append(f"report: {self.report}")
+        return "\n".join(line.rstrip() for line in lines)
+
+
+class StageFailedError(JobFailedError):
+    """A stage raised; carries the job's summary up to the point of failure."""
+
+    def __init__(self, message: str, summary: JobSummary) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Options of ``sbert run``."""
+    parser = argparse.ArgumentParser(
+        prog="sbert run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", help="job config YAML (see examples/quickstart.yaml)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set dedup.threshold=0.95 (repeatable)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=STAGE_ORDER,
+        help="run only this stage (repeatable), on the outputs already in the job directory",
+    )
+    parser.add_argument(
+        "--force",
+        action="append",
+        default=[],
+        choices=[*STAGE_ORDER, "all"],
+        help="rerun this stage even if nothing changed (repeatable; 'all' for every stage)",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective config (after --set) as YAML and exit",
+    )
+    return parser
+
+
+def run(argv: list[str] | None = None) -> JobSummary:
+    """Check the config, run or skip each stage, write the report; returns the summary.
+
+    There is no ``test_pipeline`` argument: a job runs one pipeline per stage, each built by
+    that stage from the job's Beam options.
+
+    Raises:
+        FileNotFoundError, ValueError, ModelLoadError: the config, its inputs or the options
+            are wrong; nothing has been written.
+        StageFailedError: a stage failed; the stages before it are kept and recorded.
+    """
+    args = build_parser().parse_args(argv)
+    config = load_run_config(args.config, args.overrides)
+    checked = check_inputs(config)
+    plans = plan_stages(config, checked, _beam_argv(config))
+    _check_selection(config, plans, args.only, args.force)
+
+    start = time.perf_counter()
+    state = JobState.load(config.job_dir)
+    if not FileSystems.exists(config.job_dir):
+        FileSystems.mkdirs(config.job_dir)
+    state.save()  # marks the directory as this job's before any stage writes into it
+    _write_config_copy(config)
+    with _progress_shown():
+        results = _run_stages(config, plans, state, args.only, args.force)
+    summary = JobSummary(config.job_dir, results, None, 0.0)
+    try:
+        summary.report = write_report(config, plans, results, join(config.job_dir, REPORT_FILE))
+    except Exception as err:  # the report must not hide the stages' outcome
+        logger.warning("could not write the report: %s", err, exc_info=True)
+    summary.seconds = time.perf_counter() - start
+    failed = summary.failed
+    if failed is not None:
+        raise StageFailedError(_failure_message(args, config, plans, failed), summary)
+    return summary
+
+
+def _run_stages(
+    config: RunConfig,
+    plans: list[StagePlan],
+    state: JobState,
+    only: list[str],
+    force: list[str],
+) -> list[StageResult]:
+    """Run or skip each stage in order; stops at the first failure."""
+    identities: dict[str, str | None] = {}
+    results: list[StageResult] = []
+    selected = [plan for plan in plans if not only or plan.name in only]
+    for plan in plans:
+        result = StageResult(plan.name, "not run", plan.output)
+        results.append(result)
+        current = output_identity(plan)
+        if plan not in selected:
+            identities[plan.name] = current
+            result.facts = stage_facts(plan) if current else {}
+            continue
+        position = f"[{selected.index(plan) + 1}/{len(selected)}] {plan.name}"
+        fingerprint = plan.fingerprint({name: identities[name] for name in plan.upstream})
+        forced = plan.name in force or "all" in force
+        if not forced and state.is_current(plan.name, fingerprint, current):
+            identities[plan.name] = current
+            record = state.stages[plan.name]
+            result.status, result.recorded_seconds = "skipped", record.seconds
+            result.facts = stage_facts(plan)
+            _say(f"{position}: skipped (unchanged since {record.finished}) -> {plan.output}")
+            continue
+        why = "forced" if forced else _why(state, plan, current)
+        previous = state.stages.get(plan.name)
+        state.forget(plan.name)
+        _say(f"{position}: running ({why}) -> {plan.output}")
+        began = time.perf_counter()
+        try:
+            stage_summary = run_stage(plan, overwrite=_has_content(plan.output))
+        except Exception as err:
+            result.status, result.seconds = "failed", time.perf_counter() - began
+            result.error = str(err) or type(err).__name__
+            logger.info("stage %s failed", plan.name, exc_info=True)
+            _say(f"{position}: FAILED after {result.seconds:.1f}s")
+            if previous is not None and output_identity(plan) == previous.output_identity:
+                # It failed before touching its output: what the state said still holds.
+                state.stages[plan.name] = previous
+                state.save()
+            break
+        result.seconds = time.perf_counter() - began
+        identity = output_identity(plan)
+        if identity is None:
+            result.status = "failed"
+            result.error = f"the stage finished but {plan.output} has no manifest"
+            break
+        state.record(plan.name, fingerprint, identity, result.seconds)
+        identities[plan.name] = identity
+        result.status = "ran"
+        result.line = stage_summary.line()
+        result.facts = stage_facts(plan)
+        _say(f"{position}: done in {result.seconds:.1f}s: {result.line}")
+    for plan in plans[len(results) :]:
+        results.append(StageResult(plan.name, "not run", plan.output))
+    return results
+
+
+def _why(state: JobState, plan: StagePlan, current: str | None) -> str:
+    """Why a stage runs: the words in its progress line."""
+    record = state.stages.get(plan.name)
+    if current is None:
+        return "no complete output yet"
+    if record is None:
+        return "output not recorded by this job"
+    if record.output_identity != current:
+        return "its output was replaced"
+    return "inputs or parameters changed"
+
+
+def _check_selection(
+    config: RunConfig, plans: list[StagePlan], only: list[str], force: list[str]
+) -> None:
+    """``--only``/``--force`` name listed stages; ``--only`` stages have their inputs on disk."""
+    listed = set(config.stages)
+    for flag, names in (("--only", only), ("--force", force)):
+        for name in names:
+            if name != "all" and name not in listed:
+                raise ValueError(
+                    f"{flag} {name}: not in this job's stages ({', '.join(config.stages)})"
+                )
+    if not only:
+        return
+    by_name = {plan.name: plan for plan in plans}
+    for name in only:
+        for needed in by_name[name].upstream:
+            if needed not in only and output_identity(by_name[needed]) is None:
+                raise ValueError(
+                    f"--only {name}: it reads the output of {needed}, and "
+                    f"{by_name[needed].output} has none that is complete; run the job without "
+                    "--only first (or add --only " + needed + ")"
+                )
+
+
+def _beam_argv(config: RunConfig) -> list[str]:
+    """The runner and Beam options as arguments, checked by Beam's own parser."""
+    from jobs.submit import beam_argv
+
+    options = dict(config.beam)
+    if not config.is_local:
+        options = {"runner": config.runner, **options}
+    try:
+        return beam_argv({"beam": options})
+    except ValueError as err:
+        raise ValueError(f"{config.runner} runner options: {err}") from None
+
+
+def _has_content(directory: str) -> bool:
+    """Whether a stage output folder exists with anything in it (then it is replaced)."""
+    from pipelines.output_dir import list_files
+
+    return bool(list_files(directory))
+
+
+def _write_config_copy(config: RunConfig) -> None:
+    import yaml
+
+    text = yaml.safe_dump(config_as_dict(config), sort_keys=False)
+    with FileSystems.create(join(config.job_dir, CONFIG_COPY), mime_type="text/yaml") as handle:
+        handle.write(text.encode("utf-8"))
+
+
+@contextmanager
+def _progress_shown() -> Iterator[None]:
+    """Let the stages' own progress lines through (unless the user chose a level) while the
+    stages run; the levels are put back afterwards."""
+    levels = {name: logging.getLogger(name).level for name in PROGRESS_LOGGERS}
+    for name, level in levels.items():
+        if level == logging.NOTSET:
+            logging.getLogger(name).setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _failure_message(
+    args: argparse.Namespace, config: RunConfig, plans: list[StagePlan], failed: StageResult
+) -> str:
+    """One paragraph: which stage failed, why, what is kept, where, and how to go on."""
+    by_name = {plan.name: plan for plan in plans}
+    finished = [plan.name for plan in plans if plan.name != failed.name and output_identity(plan)]
+    kept = (
+        f"The complete outputs of {', '.join(finished)} are kept in {config.job_dir}, and the "
+        "next run skips those whose inputs and parameters did not change. "
+        if finished
+        else ""
+    )
+    if output_identity(by_name[failed.name]) is None:
+        partial = (
+            f"{failed.output} holds no manifest, so nothing reads it and the next run replaces it."
+        )
+    else:
+        partial = f"{failed.output} still holds the complete output of an earlier run."
+    rerun = " ".join(["sbert run", args.config, *[f"--set {o}" for o in args.overrides]])
+    return (
+        f"stage {failed.name} failed after {failed.seconds or 0:.1f}s: {failed.error}. "
+        f"{kept}{partial} The job state is {join(config.job_dir, STATE_FILE)}. Fix the cause and "
+        f"run `{rerun}` again (add -v before run for the full traceback)."
+    )
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _format(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry (``argv`` is what follows ``sbert run``); returns the exit status."""
+    args = build_parser().parse_args(argv)
+    if args.print_config:
+        import yaml
+
+        config = load_run_config(args.config, args.overrides)
+        print(yaml.safe_dump(config_as_dict(config), sort_keys=False), end="")
+        return 0
+    try:
+        summary = run(argv)
+    except StageFailedError as err:
+        print(err.summary.table())
+        print(f"sbert run: {err}", file=sys.stderr)
+        return 1
+    print(summary.table())
+    return 0

@@ -1,0 +1,507 @@
+"""The config of ``sbert run``: typed sections, YAML loading, ``--set`` overrides, validation.
+
+A job config is one YAML mapping (see ``examples/quickstart.yaml``)::
+
+    job_dir: out/quickstart           # every stage writes a folder here; report.html too
+    input:                            # the corpus, read as `sbert embed` reads it
+      path: examples/sample_corpus.jsonl
+      id_field: id
+      keep_text: true
+    model: all-MiniLM-L6-v2           # or a model directory, or `finetune`
+    runner: local                     # or DataflowRunner, SparkRunner, FlinkRunner, ...
+    beam: {}                          # other Beam pipeline options, as Beam spells them
+    stages: [embed, index, cluster, pairs, dedup]
+    cluster: {k: 40}
+    dedup: {threshold: 0.9}
+
+Which stages run is the ``stages`` list (there are no per-stage enabled flags): they always run
+in the order finetune, embed, index, cluster, pairs, dedup whatever order the list gives, and a
+stage needs the stages it reads from (index, cluster and pairs need embed; dedup needs pairs;
+``model: finetune`` needs finetune). Each stage section holds that stage's parameters, named as
+its command's options with ``_`` for ``-`` (``memory_budget`` is ``sbert index
+--memory-budget``), plus ``options:``, a mapping of any other option of that command spelled as
+on its command line (checked against the command's own parser).
+
+Relative paths are relative to the working directory. ``${VAR}`` in any value is replaced by the
+environment variable VAR (as in ``sbert submit`` configs). Everything is checked before the job
+directory is touched: unknown keys, wrong types and values, missing stages, input files that do
+not exist and a model that cannot be found each give one message naming the key.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from sbert_core import DEFAULT_MODEL
+from sbert_core.errors import ModelLoadError
+from sbert_core.precision import DTYPE_NAMES
+from sbert_core.training import apply_override, config_from_dict, config_to_dict, read_config_file
+
+StageName = Literal["finetune", "embed", "index", "cluster", "pairs", "dedup"]
+# The order stages run in; each reads only what the ones before it wrote.
+STAGE_ORDER: tuple[str, ...] = typing.get_args(StageName)
+DEFAULT_STAGES = ("embed", "index", "cluster", "pairs", "dedup")
+# Stage -> the stages whose outputs it reads (embed also reads finetune's with model: finetune).
+STAGE_INPUTS: dict[str, tuple[str, ...]] = {
+    "finetune": (),
+    "embed": (),
+    "index": ("embed",),
+    "cluster": ("embed",),
+    "pairs": ("embed",),
+    "dedup": ("pairs",),
+}
+# Stage -> the module implementing it (``build_parser()``, ``run(argv)``, ``main(argv)``).
+STAGE_MODULES = {name: f"jobs.{name}" for name in STAGE_ORDER}
+# Stage -> its folder under the job directory (the design's names for the outputs).
+STAGE_DIRS = {
+    "finetune": "model",
+    "embed": "embeddings",
+    "index": "index",
+    "cluster": "clusters",
+    "pairs": "pairs",
+    "dedup": "dedup",
+}
+# The job's record of finished stages, in the job directory; its presence marks a job's folder.
+STATE_FILE = "_job_state.json"
+# The effective config (after --set), kept in the job directory next to what it produced.
+CONFIG_COPY = "job.yaml"
+# ``model: finetune`` means the model the finetune stage of the same job writes.
+FROM_FINETUNE = "finetune"
+LOCAL_RUNNER = "local"
+# Runners whose workers run on other machines, which cannot read the submitting machine's disk:
+# their paths need one of the remote schemes.
+_CLUSTER_RUNNERS = ("DataflowRunner", "SparkRunner", "FlinkRunner", "PortableRunner")
+_REMOTE_SCHEMES = ("gs://", "s3://", "hdfs://")
+
+
+@dataclass
+class InputConfig:
+    """The corpus: a glob on any Beam filesystem and how to read it (``sbert embed`` options)."""
+
+    path: str = ""
+    # None: each file's format from its extension.
+    format: Literal["txt", "jsonl", "csv", "tsv", "parquet"] | None = None
+    text_field: str = "text"
+    # None: ids derived from file and row (stable across reruns).
+    id_field: str | None = None
+    keep_fields: list[str] = field(default_factory=list)
+    # On by default: the cluster summaries, the dedup groups and the report show texts.
+    keep_text: bool = True
+    max_record_bytes: int | None = None
+
+
+@dataclass
+class FinetuneStageConfig:
+    """The optional first stage: ``sbert finetune --config CONFIG [OVERRIDES]``.
+
+    Its output is ``JOB_DIR/model``; ``model: finetune`` makes the embed stage use it.
+    """
+
+    config: str = ""
+    overrides: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EmbedConfig:
+    """Options of ``sbert embed`` besides input, output and model."""
+
+    dtype: Literal["float32", "float16"] = "float32"
+    compute_dtype: str = "float32"
+    normalize: bool | None = None
+    max_error_rate: float = 1.0
+    max_seq_length: int | None = None
+    device: str | None = None
+    threads: int | None = None
+    token_budget: int | None = None
+    batching: Literal["auto", "bundle", "grouped"] = "auto"
+    allow_pickle: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class IndexConfig:
+    """Options of ``sbert index``."""
+
+    factory: str = "auto"
+    memory_budget: str = "4GB"
+    target_recall: float = 0.95
+    metric: Literal["ip", "l2"] = "ip"
+    train_sample: int | None = None
+    queries: int = 1000
+    # None: built in this process; S: a Beam pipeline fills S shards (and gets the Beam options).
+    shards: int | None = None
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterConfig:
+    """Options of ``sbert cluster``."""
+
+    method: Literal["kmeans", "communities"] = "kmeans"
+    # Required for kmeans; communities finds its own number of clusters.
+    k: int | None = None
+    sample: int | None = None
+    iterations: int = 20
+    seed: int = 0
+    threshold: float = 0.75
+    min_size: int = 10
+    representatives: int = 5
+    terms: int = 8
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PairsConfig:
+    """Options of ``sbert pairs``."""
+
+    k: int = 10
+    # Pairs at or above this cosine are written; dedup can only group pairs that were written.
+    threshold: float = 0.8
+    method: Literal["exact", "clustered", "auto"] = "auto"
+    clusters: int | None = None
+    nprobe: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DedupConfig:
+    """Options of ``sbert dedup``."""
+
+    threshold: float = 0.9
+    keep: Literal["first", "longest", "central"] = "first"
+    # Also write the deduplicated corpus (``--corpus INPUT --apply``).
+    apply: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunConfig:
+    """A whole ``sbert run`` job."""
+
+    job_dir: str = ""
+    input: InputConfig = field(default_factory=InputConfig)
+    model: str = DEFAULT_MODEL
+    stages: list[StageName] = field(default_factory=lambda: list(DEFAULT_STAGES))
+    # "local" is Beam's in-process FnApiRunner; any other name is passed as --runner.
+    runner: str = LOCAL_RUNNER
+    # Beam pipeline options besides the runner, spelled as Beam spells them.
+    beam: dict[str, Any] = field(default_factory=dict)
+    finetune: FinetuneStageConfig = field(default_factory=FinetuneStageConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    pairs: PairsConfig = field(default_factory=PairsConfig)
+    dedup: DedupConfig = field(default_factory=DedupConfig)
+
+    def enabled(self, stage: str) -> bool:
+        """Whether ``stage`` is in the stages list."""
+        return stage in self.stages
+
+    def ordered_stages(self) -> list[str]:
+        """The listed stages in the order they run."""
+        return [stage for stage in STAGE_ORDER if stage in self.stages]
+
+    @property
+    def is_local(self) -> bool:
+        """True for the in-process runner."""
+        return self.runner == LOCAL_RUNNER
+
+
+def load_run_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> RunConfig:
+    """Read a job config, apply ``--set`` overrides, expand ``${VAR}`` and check the values.
+
+    Only the config itself is checked here; :func:`check_inputs` looks at files and the model.
+
+    Args:
+        path: the YAML file.
+        overrides: ``key.path=value`` strings (``dedup.threshold=0.95``), applied in order;
+            values are read as YAML (``[embed, index]`` is a list, ``null`` clears).
+
+    Raises:
+        FileNotFoundError: no such config file.
+        ValueError: invalid YAML, an unknown key or stage, a value of the wrong type or out of
+            range, a stage without the stages it needs; the message names the key.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"job config {path} does not exist")
+    data = read_config_file(path)
+    for override in overrides:
+        try:
+            apply_override(data, override)
+        except ValueError as err:
+            raise ValueError(f"--set {override}: {err}") from None
+    data = _expand_variables(data, path)
+    try:
+        config = config_from_dict(RunConfig, data)
+        validate(config)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    return config
+
+
+def config_as_dict(config: RunConfig) -> dict:
+    """The effective config as plain YAML/JSON values (what ``--print-config`` shows)."""
+    return config_to_dict(config)
+
+
+def validate(config: RunConfig) -> None:
+    """Check values and stage dependencies (no file access); raises ValueError naming the key."""
+    if not config.stages:
+        raise ValueError(f"stages: list at least one of: {', '.join(STAGE_ORDER)}")
+    repeated = sorted({stage for stage in config.stages if config.stages.count(stage) > 1})
+    if repeated:
+        raise ValueError(f"stages: {', '.join(repeated)} listed more than once")
+    for stage in config.stages:
+        missing = [need for need in STAGE_INPUTS[stage] if need not in config.stages]
+        if missing:
+            raise ValueError(
+                f"stages: {stage} reads the output of {', '.join(missing)}; add it to stages"
+            )
+    if not config.job_dir.strip():
+        raise ValueError("job_dir: required (the directory every stage writes under)")
+    if config.enabled("embed") and not config.input.path.strip():
+        raise ValueError("input.path: required (a file or glob of the corpus)")
+    if config.model == FROM_FINETUNE and not config.enabled("finetune"):
+        raise ValueError(
+            "model: 'finetune' means the model the finetune stage writes; add finetune to stages "
+            "or name a model (all-MiniLM-L6-v2 or a model directory)"
+        )
+    if config.enabled("finetune") and not config.finetune.config.strip():
+        raise ValueError("finetune.config: required with the finetune stage (a finetune YAML)")
+    _validate_runner(config)
+    _validate_stage_values(config)
+
+
+def _validate_runner(config: RunConfig) -> None:
+    if not config.runner.strip():
+        raise ValueError(f"runner: '{LOCAL_RUNNER}' or a Beam runner name such as DataflowRunner")
+    if "runner" in config.beam:
+        raise ValueError("beam.runner: set the runner with the top-level key runner")
+    if config.runner.rsplit(".", 1)[-1] not in _CLUSTER_RUNNERS:
+        return
+    for key, value in (("job_dir", config.job_dir), ("input.path", config.input.path)):
+        if value and not value.startswith(_REMOTE_SCHEMES):
+            raise ValueError(
+                f"{key}: {value!r} is a local path, which {config.runner} workers cannot read; "
+                f"use {', '.join(_REMOTE_SCHEMES)} (or runner: {LOCAL_RUNNER})"
+            )
+
+
+def _validate_stage_values(config: RunConfig) -> None:
+    """Value checks that would otherwise fail only when the stage starts, after earlier ones ran."""
+    from pipelines.index_planner import parse_size
+
+    if config.embed.compute_dtype not in DTYPE_NAMES:
+        raise ValueError(
+            f"embed.compute_dtype: {config.embed.compute_dtype!r} is not one of: "
+            f"{', '.join(DTYPE_NAMES)}"
+        )
+    _check_range("embed.max_error_rate", config.embed.max_error_rate, 0.0, 1.0)
+    _check_range("index.target_recall", config.index.target_recall, 0.0, 1.0, low_open=True)
+    try:
+        parse_size(config.index.memory_budget)
+    except ValueError as err:
+        raise ValueError(f"index.memory_budget: {err}") from None
+    _check_positive("index.queries", config.index.queries)
+    _check_positive("index.shards", config.index.shards)
+    cluster = config.cluster
+    if config.enabled("cluster") and cluster.method == "kmeans" and cluster.k is None:
+        raise ValueError("cluster.k: required with cluster.method kmeans (number of clusters)")
+    if cluster.method == "communities" and cluster.k is not None:
+        raise ValueError("cluster.k: applies to method kmeans only; communities finds its own")
+    _check_positive("cluster.k", cluster.k)
+    _check_positive("cluster.iterations", cluster.iterations)
+    _check_positive("cluster.min_size", cluster.min_size)
+    _check_range("cluster.threshold", cluster.threshold, -1.0, 1.0)
+    _check_positive("pairs.k", config.pairs.k)
+    _check_range("pairs.threshold", config.pairs.threshold, -1.0, 1.0)
+    _check_positive("pairs.clusters", config.pairs.clusters)
+    _check_positive("pairs.nprobe", config.pairs.nprobe)
+    _check_range("dedup.threshold", config.dedup.threshold, -1.0, 1.0)
+    if config.enabled("dedup") and config.dedup.threshold < config.pairs.threshold:
+        raise ValueError(
+            f"dedup.threshold: {config.dedup.threshold} is below pairs.threshold "
+            f"{config.pairs.threshold}, so pairs between them were never written; lower "
+            "pairs.threshold or raise dedup.threshold"
+        )
+
+
+def _check_range(
+    key: str, value: float, low: float, high: float, *, low_open: bool = False
+) -> None:
+    if value > high or value < low or (low_open and value == low):
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{key}: must be in {bracket}{low:g}, {high:g}], got {value}")
+
+
+def _check_positive(key: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"{key}: must be at least 1, got {value}")
+
+
+def _expand_variables(data: dict, path: Path) -> dict:
+    """The config with ``${VAR}`` replaced, checked the way ``sbert submit`` checks its configs."""
+    from jobs.submit import expand_variables
+
+    return expand_variables(data, path)
+
+
+def stage_module(stage: str) -> ModuleType:
+    """The module of ``stage``.
+
+    Raises:
+        ValueError: the stage's module is not installed (a stage of a newer version).
+    """
+    try:
+        return importlib.import_module(STAGE_MODULES[stage])
+    except ModuleNotFoundError as err:
+        if err.name != STAGE_MODULES[stage]:
+            raise
+        raise ValueError(
+            f"stages: {stage} is not available in this installation ({STAGE_MODULES[stage]} "
+            "is missing); remove it from stages"
+        ) from None
+
+
+@dataclass(frozen=True)
+class CorpusFile:
+    """One input file as the fingerprint of the embed stage records it."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True)
+class CheckedInputs:
+    """What :func:`check_inputs` found: the stage inputs, described for fingerprints."""
+
+    corpus: tuple[CorpusFile, ...]
+    model: dict | None  # model_id, weights_sha256, ...; None for model: finetune
+    finetune: dict | None  # config digest and data files of the finetune stage
+
+
+def check_inputs(config: RunConfig) -> CheckedInputs:
+    """Check that the corpus, the model and the finetune config exist; describe them.
+
+    Raises:
+        FileNotFoundError: no input file matches input.path, or a finetune file is missing.
+        ModelLoadError: the model cannot be found or read (message starts with ``model:``).
+        ValueError: the finetune config is invalid; the job directory is not a job's.
+    """
+    _check_job_dir(config.job_dir)
+    corpus: tuple[CorpusFile, ...] = ()
+    if config.enabled("embed"):
+        corpus = _corpus_files(config.input.path)
+    model = None
+    if config.enabled("embed") and config.model != FROM_FINETUNE:
+        model = describe_model(config.model, config.embed)
+    finetune = _finetune_inputs(config) if config.enabled("finetune") else None
+    return CheckedInputs(corpus=corpus, model=model, finetune=finetune)
+
+
+def describe_model(model: str, embed: EmbedConfig) -> dict:
+    """The model's identity (id, weights sha256, dim, pooling) as manifests record it."""
+    from sbert_core import inspect_model
+
+    try:
+        info = inspect_model(
+            model,
+            allow_pickle=embed.allow_pickle,
+            normalize=embed.normalize,
+            max_seq_length=embed.max_seq_length,
+        )
+    except ModelLoadError as err:
+        raise ModelLoadError(f"model: {err}") from None
+    except ValueError as err:
+        raise ValueError(f"model: {err}") from None
+    return info.describe()
+
+
+def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:
+    from apache_beam.io.filesystems import FileSystems
+
+    matched = FileSystems.match([pattern])[0].metadata_list
+    if not matched:
+        raise FileNotFoundError(f"input.path: no files match {pattern}")
+    return tuple(
+        CorpusFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds))
+        for m in sorted(matched, key=lambda m: m.path)
+    )
+
+
+def _check_job_dir(job_dir: str) -> None:
+    """Refuse a job directory that holds something other than a job of ours."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.output_dir import join, list_files
+
+    if not job_dir.startswith(_REMOTE_SCHEMES) and Path(job_dir).is_file():
+        raise ValueError(f"job_dir: {job_dir} is a file, not a directory")
+    if list_files(job_dir) and not FileSystems.exists(join(job_dir, STATE_FILE)):
+        raise ValueError(
+            f"job_dir: {job_dir} exists and holds files of something other than an sbert run "
+            "job (no state file); choose a new or empty directory"
+        )
+
+
+def _finetune_inputs(config: RunConfig) -> dict:
+    """Resolve the finetune config as ``sbert finetune`` would; describe its files."""
+    from jobs import finetune
+
+    path = Path(config.finetune.config)
+    if not path.is_file():
+        raise FileNotFoundError(f"finetune.config: {path} does not exist")
+    args = finetune.build_parser().parse_args(finetune_argv(config))
+    try:
+        resolved = finetune.resolve_config(args)
+    except ValueError as err:
+        raise ValueError(f"finetune.config: {err}") from None
+    specs = [("train", resolved.train), ("dev", resolved.dev)]
+    specs += [(f"test.{i}", spec) for i, spec in enumerate(resolved.test)]
+    files = []
+    for role, spec in specs:
+        if spec is None:
+            continue
+        data = Path(spec.path)
+        if not data.is_file():
+            raise FileNotFoundError(f"finetune.config: {role}.path {data} does not exist")
+        stat = data.stat()
+        files.append(
+            {"role": role, "path": str(data), "size": stat.st_size, "mtime": stat.st_mtime}
+        )
+    try:
+        base = describe_model(resolved.model, EmbedConfig(allow_pickle=resolved.allow_pickle))
+    except (ModelLoadError, ValueError) as err:
+        raise type(err)(f"finetune.config: base {err}") from None
+    return {
+        "config": _finetune_settings(resolved),
+        "data": files,
+        "base_model": base,
+    }
+
+
+def _finetune_settings(resolved: Any) -> dict:
+    """A resolved finetune config without where it writes (which the job decides)."""
+    values = config_to_dict(resolved)
+    for key in ("output", "overwrite"):
+        values.pop(key, None)
+    values.get("training", {}).pop("checkpoint_dir", None)
+    return values
+
+
+def finetune_argv(config: RunConfig) -> list[str]:
+    """``sbert finetune`` arguments of the finetune stage (``--overwrite`` is added on reruns)."""
+    from pipelines.output_dir import join
+
+    output = join(config.job_dir, STAGE_DIRS["finetune"])
+    return ["--config", config.finetune.config, *config.finetune.overrides, "--output", output]

@@ -1,0 +1,362 @@
+"""``sbert run`` configs: loading, overrides, validation messages, stage command lines.
+
+Nothing here runs a stage: configs are checked and turned into stage plans only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs import cluster, dedup, embed, index, pairs
+from jobs.run import main as run_main
+from jobs.run_config import (
+    DEFAULT_STAGES,
+    STAGE_ORDER,
+    RunConfig,
+    check_inputs,
+    config_as_dict,
+    load_run_config,
+)
+from jobs.run_stages import plan_stages
+from sbert_core.errors import ModelLoadError
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+STAGE_PARSERS = {
+    "embed": embed.build_parser,
+    "index": index.build_parser,
+    "cluster": cluster.build_parser,
+    "pairs": pairs.build_parser,
+    "dedup": dedup.build_parser,
+}
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": "two"}\n', encoding="utf-8")
+    return path
+
+
+def write(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def minimal(tmp_path: Path, corpus: Path, model: Path | str, extra: str = "") -> Path:
+    return write(
+        tmp_path,
+        f"job_dir: {tmp_path / 'job'}\ninput:\n  path: {corpus}\n  id_field: id\n"
+        f"model: {model}\ncluster:\n  k: 2\n{extra}",
+    )
+
+
+def test_quickstart_config_is_valid_and_runs_every_stage() -> None:
+    config = load_run_config(QUICKSTART)
+    assert config.ordered_stages() == list(DEFAULT_STAGES)
+    assert config.model == "all-MiniLM-L6-v2" and config.is_local
+    assert config.input.path == "examples/sample_corpus.jsonl"
+    assert config.dedup.threshold >= config.pairs.threshold
+
+
+def test_defaults_and_print_config_round_trip(tmp_path, corpus, capsys) -> None:
+    path = minimal(tmp_path, corpus, "all-MiniLM-L6-v2")
+    assert run_main([str(path), "--print-config", "--set", "dedup.keep=longest"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["dedup"]["keep"] == "longest"
+    assert printed["stages"] == list(DEFAULT_STAGES)
+    assert printed["runner"] == "local" and printed["beam"] == {}
+    # What --print-config shows is itself a valid config describing the same job.
+    again = write(tmp_path, yaml.safe_dump(printed), "printed.yaml")
+    assert config_as_dict(load_run_config(again)) == printed
+
+
+def test_set_overrides_values_lists_and_nested_keys(tmp_path, corpus) -> None:
+    path = minimal(tmp_path, corpus, "all-MiniLM-L6-v2")
+    config = load_run_config(
+        path,
+        [
+            "dedup.threshold=0.95",
+            "stages=[embed, cluster]",
+            "beam.direct_num_workers=2",
+            "input.keep_fields=source,lang",
+            "embed.options.max-batch-size=1024",
+        ],
+    )
+    assert config.dedup.threshold == 0.95
+    assert config.ordered_stages() == ["embed", "cluster"]
+    assert config.beam == {"direct_num_workers": 2}
+    assert config.input.keep_fields == ["source", "lang"]
+    assert config.embed.options == {"max-batch-size": 1024}
+
+
+def test_stages_run_in_pipeline_order_whatever_the_list_order(tmp_path, corpus) -> None:
+    path = minimal(tmp_path, corpus, "all-MiniLM-L6-v2", "stages: [dedup, pairs, embed]\n")
+    assert load_run_config(path).ordered_stages() == ["embed", "pairs", "dedup"]
+
+
+def test_environment_variables_are_expanded(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("SBERT_TEST_JOBS", str(tmp_path / "jobs"))
+    path = write(
+        tmp_path,
+        f"job_dir: ${{SBERT_TEST_JOBS}}/one\ninput: {{path: {corpus}}}\ncluster: {{k: 2}}\n",
+    )
+    assert load_run_config(path).job_dir == f"{tmp_path}/jobs/one"
+    monkeypatch.delenv("SBERT_TEST_JOBS")
+    with pytest.raises(ValueError, match=r"SBERT_TEST_JOBS \(used by job_dir\)"):
+        load_run_config(path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("clusterr: {k: 3}\n", r"unknown config key\(s\) 'clusterr'; valid keys: job_dir, input"),
+        ("dedup: {treshold: 0.9}\n", r"'dedup.treshold'; valid keys in dedup: threshold, keep"),
+        ("stages: [embed, dedupe]\n", r"stages\[1\]: 'dedupe' is not one of: finetune, embed"),
+        ("dedup: {threshold: high}\n", r"dedup.threshold: expected a number, got 'high'"),
+        ("pairs: {k: 2.5}\n", r"pairs.k: expected an integer, got 2.5"),
+        ("input: {path: x, keep_text: maybe}\n", r"input.keep_text: expected true or false"),
+        ("index: {metric: cos}\n", r"index.metric: 'cos' is not one of: ip, l2"),
+        ("embed: {compute_dtype: fp8}\n", r"embed.compute_dtype: 'fp8' is not one of: float32"),
+        ("stages: [index]\n", r"stages: index reads the output of embed; add it to stages"),
+        ("stages: [embed, dedup]\n", r"stages: dedup reads the output of pairs"),
+        ("stages: []\n", r"stages: list at least one of"),
+        ("stages: [embed, embed]\n", r"stages: embed listed more than once"),
+        ("dedup: {threshold: 0.7}\n", r"dedup.threshold: 0.7 is below pairs.threshold 0.8"),
+        ("pairs: {threshold: 1.5}\n", r"pairs.threshold: must be in \[-1, 1\], got 1.5"),
+        ("index: {target_recall: 0}\n", r"index.target_recall: must be in \(0, 1\]"),
+        ("index: {memory_budget: lots}\n", r"index.memory_budget: cannot read the size 'lots'"),
+        ("cluster: {k: null}\n", r"cluster.k: required with cluster.method kmeans"),
+        ("cluster: {method: communities, k: 3}\n", r"cluster.k: applies to method kmeans only"),
+        ("model: finetune\n", r"model: 'finetune' means the model the finetune stage writes"),
+        ("stages: [finetune, embed]\n", r"finetune.config: required with the finetune stage"),
+        ("beam: {runner: DataflowRunner}\n", r"beam.runner: set the runner with the top-level"),
+        ("runner: DataflowRunner\n", r"job_dir: '.*' is a local path, which DataflowRunner"),
+    ],
+)
+def test_invalid_config_gives_one_message_naming_the_key(tmp_path, corpus, extra, message):
+    # A key given twice keeps its last value, so `extra` replaces the minimal config's.
+    path = minimal(tmp_path, corpus, "all-MiniLM-L6-v2", extra)
+    with pytest.raises(ValueError, match=message) as err:
+        load_run_config(path)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(str(path))
+
+
+def test_config_file_problems(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"job config .* does not exist"):
+        load_run_config(tmp_path / "missing.yaml")
+    with pytest.raises(ValueError, match="invalid YAML/JSON at line"):
+        load_run_config(write(tmp_path, "job_dir: [unclosed\n"))
+    with pytest.raises(ValueError, match="--set stages: override 'stages' is not of the form"):
+        load_run_config(write(tmp_path, "job_dir: x\n"), ["stages"])
+
+
+def test_missing_input_and_missing_model_are_named(tmp_path, corpus) -> None:
+    config = load_run_config(minimal(tmp_path, tmp_path / "nothing*.jsonl", "all-MiniLM-L6-v2"))
+    with pytest.raises(FileNotFoundError, match=r"^input.path: no files match .*nothing\*"):
+        check_inputs(config)
+    config = load_run_config(minimal(tmp_path, corpus, tmp_path / "no-such-model"))
+    with pytest.raises(ModelLoadError, match=r"^model: model directory .*no-such-model does not"):
+        check_inputs(config)
+
+
+def test_a_foreign_job_dir_is_refused(tmp_path, corpus, tiny_st_dir) -> None:
+    config = load_run_config(minimal(tmp_path, corpus, tiny_st_dir))
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"job_dir: .* holds files of something other than"):
+        check_inputs(config)
+
+
+def plans_for(tmp_path, corpus, model, extra: str = "", overrides=()) -> dict:
+    config = load_run_config(minimal(tmp_path, corpus, model, extra), list(overrides))
+    return {plan.name: plan for plan in plan_stages(config, check_inputs(config), [])}
+
+
+def test_stage_command_lines_come_from_the_sections(tmp_path, corpus, tiny_st_dir) -> None:
+    plans = plans_for(
+        tmp_path,
+        corpus,
+        tiny_st_dir,
+        "embed: {normalize: false, options: {max-batch-size: 512}}\n"
+        "index: {shards: 2}\ndedup: {threshold: 0.95, keep: longest, apply: true}\n",
+    )
+    job = tmp_path / "job"
+    embed_argv = plans["embed"].argv
+    model = str(tiny_st_dir)
+    assert embed_argv[:6] == (
+        "--input",
+        str(corpus),
+        "--output",
+        f"{job}/embeddings",
+        "--model",
+        model,
+    )
+    assert "--id-field=id" in embed_argv and "--keep-text" in embed_argv
+    assert "--no-normalize" in embed_argv and "--max-batch-size=512" in embed_argv
+    assert plans["index"].argv[:4] == (
+        "--embeddings",
+        f"{job}/embeddings",
+        "--output",
+        f"{job}/index",
+    )
+    assert "--shards=2" in plans["index"].argv
+    dedup_argv = plans["dedup"].argv
+    assert dedup_argv[:6] == (
+        "--pairs",
+        f"{job}/pairs",
+        "--output",
+        f"{job}/dedup",
+        "--corpus",
+        str(corpus),
+    )
+    assert {"--threshold=0.95", "--keep=longest", "--apply"} <= set(dedup_argv)
+    # Every command line is one its own stage accepts, with nothing left over for Beam.
+    for name, plan in plans.items():
+        args, rest = STAGE_PARSERS[name]().parse_known_args(list(plan.argv))
+        assert rest == [], (name, rest)
+    assert args.threshold == 0.95 and args.keep == "longest"
+
+
+def test_beam_options_go_only_to_stages_that_run_pipelines(tmp_path, corpus, tiny_st_dir):
+    config = load_run_config(minimal(tmp_path, corpus, tiny_st_dir))
+    beam = ["--direct_num_workers=2"]
+    plans = {plan.name: plan for plan in plan_stages(config, check_inputs(config), beam)}
+    assert {name for name, plan in plans.items() if plan.beam_argv} == {"embed", "cluster", "pairs"}
+    assert plans["embed"].command(overwrite=True)[-2:] == ["--overwrite", "--direct_num_workers=2"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            "embed: {options: {no-such-flag: 1}}\n",
+            r"embed.options.no-such-flag: --no-such-flag is not",
+        ),
+        (
+            "embed: {options: {output: /elsewhere}}\n",
+            r"embed.options.output: --output is set by sbert",
+        ),
+        ("cluster: {k: 2, options: {k: 3}}\n", r"cluster.options.k: set it as cluster.k"),
+        ("index: {options: {batch-size: many}}\n", r"index: argument --batch-size: invalid int"),
+        ("pairs: {options: {precision: float8}}\n", r"pairs: argument --precision: invalid choice"),
+        ("dedup: {options: {dry-run: true}}\n", r"dedup.options.dry-run: --dry-run is set by"),
+    ],
+)
+def test_stage_options_are_checked_against_the_stage(tmp_path, corpus, tiny_st_dir, extra, message):
+    with pytest.raises(ValueError, match=message):
+        plans_for(tmp_path, corpus, tiny_st_dir, extra)
+
+
+def fingerprints(plans: dict) -> dict[str, str]:
+    identities = {name: f"output-of-{name}" for name in STAGE_ORDER}
+    return {name: plan.fingerprint(identities) for name, plan in plans.items()}
+
+
+def test_fingerprints_follow_parameters_inputs_and_upstream(tmp_path, corpus, tiny_st_dir):
+    base = fingerprints(plans_for(tmp_path, corpus, tiny_st_dir))
+    assert base == fingerprints(plans_for(tmp_path, corpus, tiny_st_dir))
+    changed = fingerprints(
+        plans_for(tmp_path, corpus, tiny_st_dir, overrides=["dedup.threshold=0.95"])
+    )
+    assert [name for name in base if base[name] != changed[name]] == ["dedup"]
+    # Beam options say where a stage runs, not what it writes.
+    config = load_run_config(minimal(tmp_path, corpus, tiny_st_dir))
+    remote = plan_stages(config, check_inputs(config), ["--direct_num_workers=2"])
+    assert fingerprints({plan.name: plan for plan in remote}) == base
+    # A corpus file that changed (size and modification time) changes the embed fingerprint;
+    # the later stages follow through the embed output's identity, not directly.
+    corpus.write_text(corpus.read_text() + '{"id": "c", "text": "three"}\n', encoding="utf-8")
+    os.utime(corpus, (1_000_000_000, 1_000_000_000))
+    touched = fingerprints(plans_for(tmp_path, corpus, tiny_st_dir))
+    assert [name for name in base if base[name] != touched[name]] == ["embed"]
+    plans = plans_for(tmp_path, corpus, tiny_st_dir)
+    other = {name: "other" for name in STAGE_ORDER}
+    assert plans["cluster"].fingerprint(other) != touched["cluster"]
+
+
+def test_runner_options_are_checked_by_beam(tmp_path, corpus, tiny_st_dir) -> None:
+    path = minimal(tmp_path, corpus, tiny_st_dir, "beam: {direct_num_workrs: 2}\n")
+    with pytest.raises(ValueError, match=r"beam.direct_num_workrs: unknown option.*did you mean"):
+        run_main([str(path)])
+    assert not (tmp_path / "job").exists()
+
+
+def test_remote_runner_with_remote_paths_is_accepted(tmp_path) -> None:
+    path = write(
+        tmp_path,
+        "job_dir: gs://bucket/jobs/one\ninput: {path: 'gs://bucket/corpus/*.jsonl'}\n"
+        "runner: DataflowRunner\nbeam: {project: p, region: us-central1}\ncluster: {k: 8}\n",
+    )
+    config = load_run_config(path)
+    assert not config.is_local and config.beam["project"] == "p"
+
+
+def test_every_section_field_is_an_option_of_its_stage() -> None:
+    """Guards the config against a stage renaming an option."""
+    from dataclasses import fields
+
+    from jobs.submit import option_actions
+
+    sections = {
+        "embed": ["input", "embed"],
+        "index": ["index"],
+        "cluster": ["cluster"],
+        "pairs": ["pairs"],
+        "dedup": ["dedup"],
+    }
+    config = RunConfig()
+    for stage, names in sections.items():
+        actions = option_actions(STAGE_PARSERS[stage]())
+        for name in names:
+            for item in fields(getattr(config, name)):
+                if item.name in {"options", "path"}:
+                    continue
+                assert f"--{item.name.replace('_', '-')}" in actions, (stage, item.name)
+
+
+REMOTE_ENV = {
+    "GCP_PROJECT": "my-project",
+    "GCP_REGION": "us-central1",
+    "GCS_BUCKET": "my-bucket",
+    "WORKER_IMAGE": "us-central1-docker.pkg.dev/my-project/sbert/worker:0.1.0",
+    "SPARK_MASTER": "spark://spark-master:7077",
+    "CORPUS": "s3://my-bucket/corpus/*.jsonl.gz",
+    "JOB_DIR": "s3://my-bucket/jobs/quickstart",
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "runner"), [("dataflow.yaml", "DataflowRunner"), ("spark.yaml", "SparkRunner")]
+)
+def test_cluster_job_configs_give_options_beam_knows(monkeypatch, name, runner) -> None:
+    from apache_beam.options.pipeline_options import (
+        PipelineOptions,
+        PortableOptions,
+        StandardOptions,
+    )
+
+    from jobs.run import _beam_argv
+
+    for key, value in REMOTE_ENV.items():
+        monkeypatch.setenv(key, value)
+    config = load_run_config(ROOT / "examples" / name)
+    assert config.ordered_stages() == list(DEFAULT_STAGES)
+    assert config.job_dir.startswith(("gs://", "s3://"))
+    argv = _beam_argv(config)  # every option name and value checked by Beam's own parser
+    options = PipelineOptions(argv)
+    assert options.view_as(StandardOptions).runner == runner
+    every = options.get_all_options(retain_unknown_options=True)
+    assert set(every) == set(options.get_all_options())  # nothing Beam would drop
+    if runner == "SparkRunner":
+        portable = options.view_as(PortableOptions)
+        assert portable.environment_config == REMOTE_ENV["WORKER_IMAGE"]
+    else:
+        assert "--sdk_container_image=" + REMOTE_ENV["WORKER_IMAGE"] in argv
+        assert config.embed.device == "cuda"
