@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pipelines.kmeans import Precision, use_bf16
+from pipelines.kmeans import Precision, one_thread, use_bf16
 
 # Rows per block and tile side when block_size is not given: a 4,096 x 4,096 bf16 tile is 32 MB
 # and its matrix product is long enough that the per-tile bookkeeping in Python is noise.
@@ -190,7 +190,7 @@ def self_topk(
         plan = list(_tile_plan(n, start, stop, block))
         for (tile_rows, tile_columns, both_sides), tile in _products(candidates, plan, block):
             b, c = tile_rows[1] - tile_rows[0], tile_columns[1] - tile_columns[0]
-            with _one_thread():
+            with one_thread():
                 if tile_rows == tile_columns:
                     tile.fill_diagonal_(-torch.inf)  # a row is not its own neighbour
                 lists.offer(
@@ -203,7 +203,7 @@ def self_topk(
                         tile_columns[0] - start,
                         tile_rows[0],
                     )
-        with _one_thread():
+        with one_thread():
             proven = lists.proven()
             indices, scores = _final_topk(data, lists, proven, start, k, stats)
         unproven = (~proven).nonzero().squeeze(1)
@@ -487,13 +487,13 @@ def _rescore_pairs(
     blocks = -(-n // _RESCORE_BLOCK)
     order = (((low // _RESCORE_BLOCK) * blocks + high // _RESCORE_BLOCK) * n + low).argsort()
     scores = torch.empty(len(pairs), dtype=torch.float32)
-    scores[order] = _rescore(data, low[order], high[order])
+    scores[order] = pair_scores(data, low[order], high[order])
     if stats is not None:
         stats.rescored_pairs += len(pairs)
     return scores[where]
 
 
-def _rescore(data: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def pair_scores(data: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Final scores of pairs ``(a[i], b[i])``: float32 products summed in float64, to float32.
 
     Products of two float32 numbers are exact in float64 and the float64 sum is within
@@ -510,7 +510,7 @@ def _rescore(data: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tens
     left = torch.empty((chunk, data.shape[1]), dtype=torch.float64)
     right = torch.empty_like(left)
     sums = torch.empty(chunk, dtype=torch.float64)
-    with _one_thread():
+    with one_thread():
         for first in range(0, len(a), chunk):
             m = min(chunk, len(a) - first)
             torch.index_select(data, 0, a[first : first + m], out=rows32[:m])
@@ -557,19 +557,6 @@ def _exact_rows(
         indices[first : first + len(rows)] = column.numpy()[order][picks].reshape(-1, k)
         scores[first : first + len(rows)] = final.numpy()[order][picks].reshape(-1, k)
     return indices, scores
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run the bookkeeping between matrix products on one thread: on small tensors handing work
-    to a thread pool costs more than it saves, and on a loaded machine every parallel op waits
-    for a descheduled thread (20 ms per op measured on two shared cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 @contextmanager
@@ -675,12 +662,12 @@ def self_pairs_above(
             admit = (limit - slack[first:last])[:, None]
             for column in range(first, n, block):
                 tile = candidates[first:last] @ candidates[column : column + block].T
-                with _one_thread():
+                with one_thread():
                     row, other = (tile >= admit).nonzero(as_tuple=True)
                     a, b = row + first, other + column
                     upper = b > a
                     a, b = a[upper], b[upper]
-                    scores = _rescore(data, a, b)
+                    scores = pair_scores(data, a, b)
                     keep = scores >= limit
                 found_a.append(a[keep])
                 found_b.append(b[keep])

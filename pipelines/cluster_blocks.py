@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from pipelines.allpairs import candidate_error_bound, self_topk
+from pipelines.allpairs import candidate_error_bound, pair_scores, self_topk
 from pipelines.kmeans import KMeansFit, Precision, assign, fit_spherical_kmeans
 from pipelines.pairs_io import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.topk import neighbors_above, topk_neighbors
@@ -178,12 +178,12 @@ def _pairs_above(
 
 
 def _rescore(vectors: np.ndarray, row: int, columns: np.ndarray) -> np.ndarray:
-    """Scores of ``row`` with ``columns`` as :func:`pipelines.allpairs.self_topk` gives them:
-    float32 products (exact in float64) summed in float64, rounded to float32."""
+    """Scores of ``row`` with ``columns`` exactly as :func:`pipelines.allpairs.self_topk` gives
+    them (:func:`pipelines.allpairs.pair_scores`)."""
     with torch.inference_mode():
-        data = torch.from_numpy(vectors)
-        products = data[torch.from_numpy(columns)].double() * data[row].double()  # (c, d)
-        return products.sum(dim=1).float().numpy()
+        columns_t = torch.from_numpy(np.ascontiguousarray(columns, dtype=np.int64))
+        rows_t = torch.full_like(columns_t, row)
+        return pair_scores(torch.from_numpy(vectors), rows_t, columns_t).numpy()
 
 
 def nearest_centroids(vectors: np.ndarray, centroids: np.ndarray, nprobe: int) -> np.ndarray:

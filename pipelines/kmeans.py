@@ -239,7 +239,7 @@ def kmeans_plusplus(
     weight = torch.ones(m) if weights is None else torch.from_numpy(weights.astype(np.float32))
     chosen = np.empty(k, np.int64)
     chosen[0] = _draw(weight.numpy(), rng, 1)[0]
-    with torch.inference_mode(), _one_thread():
+    with torch.inference_mode(), one_thread():
         # Squared L2 distance between unit rows is 2 - 2 cos.
         closest = (2 - 2 * (points @ points[chosen[0]])).clamp_(min=0)  # (m,)
         for i in range(1, k):
@@ -258,10 +258,11 @@ def kmeans_plusplus(
 
 
 @contextmanager
-def _one_thread() -> Iterator[None]:
+def one_thread() -> Iterator[None]:
     """Run torch on one thread, where handing work to a thread pool costs more than it saves:
     many small sequential steps (on two shared cores, k-means++ for k = 100 took 4.5 s on two
-    threads and 0.05 s on one) and memory-bound scatters.
+    threads and 0.05 s on one), memory-bound scatters, and bookkeeping on small tensors (on a
+    loaded machine every parallel op waits for a descheduled thread: 20 ms per op measured).
     """
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -373,7 +374,7 @@ def centroid_sums(
 
 def _sums(vectors: np.ndarray, assignment: Assignment, k: int) -> CentroidSums:
     sums = torch.zeros(k, vectors.shape[1], dtype=torch.float32)
-    with _one_thread():  # a scatter-add is memory-bound; two threads were 5x slower here
+    with one_thread():  # a scatter-add is memory-bound; two threads were 5x slower here
         sums.index_add_(0, torch.from_numpy(assignment.labels), torch.from_numpy(vectors))
     counts = np.bincount(assignment.labels, minlength=k).astype(np.int64)
     return CentroidSums(sums.numpy().astype(np.float64), counts, assignment.objective)
