@@ -42,10 +42,13 @@ def write_embeddings_dir(
     n_shards: int = 1,
     texts: list[str] | None = None,
     row_group_size: int = 1000,
+    ids: list[str] | None = None,
+    **manifest_fields,
 ) -> Path:
     """An embed-job-shaped output (Parquet shards + manifest) holding ``vectors``.
 
-    Ids are ``v{row}``; small row groups let range reads skip whole groups.
+    Ids are ``ids`` or ``v{row}``; small row groups let range reads skip whole groups;
+    ``manifest_fields`` override the manifest (e.g. ``normalized=False``).
     """
     directory.mkdir(parents=True)
     n, dim = vectors.shape
@@ -54,7 +57,7 @@ def write_embeddings_dir(
     for shard in range(n_shards):
         lo, hi = bounds[shard], bounds[shard + 1]
         table = embeddings_table(
-            [f"v{i}" for i in range(lo, hi)],
+            [f"v{i}" for i in range(lo, hi)] if ids is None else list(ids[lo:hi]),
             vectors[lo:hi],
             np.zeros(hi - lo, np.int32),
             np.zeros(hi - lo, bool),
@@ -71,6 +74,7 @@ def write_embeddings_dir(
         "counts": {"read": n, "embedded": n, "rejected": 0},
         "keep_text": texts is not None,
         "shards": names,
+        **manifest_fields,
     }
     (directory / "_manifest.json").write_text(json.dumps(manifest))
     return directory
@@ -89,3 +93,9 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
     k = truth.shape[1]
     hits = sum(len(set(f[:k]).intersection(t)) for f, t in zip(found, truth, strict=True))
     return hits / (len(truth) * k)
+
+
+def write_embeddings(directory: Path, ids, vectors, *, shards: int = 2, **manifest_fields) -> Path:
+    """:func:`write_embeddings_dir` with given ids and model ``planted`` (max length 48)."""
+    fields = {"model_id": "planted", "max_seq_length": 48, **manifest_fields}
+    return write_embeddings_dir(directory, vectors, n_shards=shards, ids=list(ids), **fields)

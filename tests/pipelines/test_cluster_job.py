@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from corpus_files import write_corpus
 from planted import gaussian_mixture, overlapping_groups
+from planted_vectors import write_embeddings
 from sklearn.metrics import adjusted_rand_score
 
 from jobs.cluster import run
@@ -17,7 +18,6 @@ from pipelines.communities import detect_communities
 from pipelines.embeddings_io import IncompatibleEmbeddingsError
 from pipelines.kmeans import assign
 from pipelines.output_dir import OutputExistsError
-from pipelines.schemas import embeddings_table
 
 TOPICS = {
     "music": "guitar music plays song band concert piano",
@@ -35,32 +35,6 @@ def topic_texts() -> list[str]:
         for i in range(20):
             texts.append(" ".join(rng.choice(vocabulary, size=2 + i % 10)))
     return texts
-
-
-def write_embeddings(directory, ids, vectors, *, shards=2, **manifest_fields):
-    """An embeddings/ directory without running a model: shards and a manifest."""
-    directory.mkdir(parents=True)
-    for i, rows in enumerate(np.array_split(np.arange(len(ids)), shards)):
-        table = embeddings_table(
-            [ids[r] for r in rows],
-            vectors[rows],
-            np.full(len(rows), 5, np.int32),
-            np.zeros(len(rows), bool),
-        )
-        pq.write_table(table, directory / f"part-{i:05d}-of-{shards:05d}.parquet")
-    manifest = {
-        "kind": "embeddings",
-        "model_id": "planted",
-        "weights_sha256": "0" * 64,
-        "dim": vectors.shape[1],
-        "pooling": "mean",
-        "normalized": True,
-        "max_seq_length": 48,
-        "keep_text": False,
-        **manifest_fields,
-    }
-    (directory / "_manifest.json").write_text(json.dumps(manifest))
-    return directory
 
 
 def local():

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from planted import unit_rows
-from planted_vectors import clustered_vectors
+from planted_vectors import clustered_vectors, write_embeddings
 
 from jobs.cli import main as cli_main
 from jobs.pairs import run
@@ -21,7 +21,6 @@ from pipelines.pairs_io import (
     read_neighbors,
     read_pairs,
 )
-from pipelines.schemas import embeddings_table
 
 K, THRESHOLD, DIM = 10, 0.9, 24
 TWINS, COPIES = 40, 14  # planted near-duplicate pairs; exact copies of one vector
@@ -29,32 +28,6 @@ TWINS, COPIES = 40, 14  # planted near-duplicate pairs; exact copies of one vect
 
 def local():
     return beam_testing.TestPipeline(runner="FnApiRunner", is_integration_test=False, blocking=True)
-
-
-def write_embeddings(directory: Path, ids, vectors, *, shards=2, **manifest_fields) -> Path:
-    """An embeddings/ directory without running a model: shards and a manifest."""
-    directory.mkdir(parents=True)
-    for i, rows in enumerate(np.array_split(np.arange(len(ids)), shards)):
-        table = embeddings_table(
-            [ids[r] for r in rows],
-            vectors[rows],
-            np.full(len(rows), 5, np.int32),
-            np.zeros(len(rows), bool),
-        )
-        pq.write_table(table, directory / f"part-{i:05d}-of-{shards:05d}.parquet")
-    manifest = {
-        "kind": "embeddings",
-        "model_id": "planted",
-        "weights_sha256": "0" * 64,
-        "dim": vectors.shape[1],
-        "pooling": "mean",
-        "normalized": True,
-        "dtype": "float32",
-        "max_seq_length": 48,
-        **manifest_fields,
-    }
-    (directory / "_manifest.json").write_text(json.dumps(manifest))
-    return directory
 
 
 class Planted:
@@ -321,8 +294,9 @@ def test_bad_options(small, tmp_path, extra, message):
 def test_bad_inputs(small, tmp_path):
     out = str(tmp_path / "out")
     manifest = json.loads((small / "_manifest.json").read_text())
+    model = {key: value for key, value in manifest.items() if key != "shards"}  # its own shards
     other = write_embeddings(
-        tmp_path / "other", ["o1"], np.ones((1, 4), np.float32), **{**manifest, "dim": 8}
+        tmp_path / "other", ["o1"], np.ones((1, 4), np.float32), **{**model, "dim": 8}
     )
     with pytest.raises(IncompatibleEmbeddingsError, match="dim"):
         run(["--embeddings", str(small), str(other), "--output", out])
