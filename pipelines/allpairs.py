@@ -11,10 +11,10 @@ How :func:`self_topk` is fast and still exact:
    ``I <= J`` is multiplied once, ``S = X_I X_J^T``, and ``S`` serves the rows of ``I`` and
    (read by columns) the rows of ``J``, which halves the matrix products. On CPUs with native
    bfloat16 the products run in bf16 (2-2.6x the fp32 throughput on AVX512-BF16). Each row keeps
-   a running list of its ``w = k + extra`` best candidate scores. A tile is scanned cheaply: the
-   maximum of every group of ``_GROUP`` scores is compared with each row's admission threshold,
-   and only groups above it are read and merged into the lists. The next tile's product runs in
-   a background thread while the current one is scanned.
+   a running list of its ``w = k + extra`` best candidate scores. A compiled scan
+   (:mod:`pipelines.tile_scan`) reads each tile once, for its rows and its columns, and inserts
+   the few scores above a row's admission threshold; it releases the GIL, so the next tile's
+   product runs in a background thread meanwhile.
 2. **Proof.** Let ``delta`` bound the difference between a candidate score and the final score
    of the same pair (see :func:`candidate_error_bound`). Each row's k-th best candidate score is
    ``c_k``; any pair left out of its list scored at most ``max(c_w, c_k - 2 delta)`` in the
@@ -40,36 +40,28 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from pipelines.exact_scores import pair_scores_into, rescored_topk
 from pipelines.kmeans import Precision, one_thread, use_bf16
+from pipelines.tile_scan import scan_tile, start_lists
 
 # Rows per block and tile side when block_size is not given: a 4,096 x 4,096 bf16 tile is 32 MB
 # and its matrix product is long enough that the per-tile bookkeeping in Python is noise.
 DEFAULT_BLOCK_SIZE = 4096
-# Scores per group in the tile scan: one maximum per group is compared with the row's threshold.
-# Groups are strided (columns g, g + c/G, ...) so that the maxima are elementwise maxima of G
-# contiguous slices, which vectorise; contiguous groups of 32 took 3x longer to reduce.
-_GROUP = 16
-# Rows with more hit groups than this in a tile (all rows in the first tiles) gather their
-# `min(hits, w)` best groups whole; the others gather just their hit groups and merge only the
-# scores above their threshold.
-_FEW_GROUPS = 16
-# Rows per part when rows gather many groups of a tile (keeps temporaries to a few MB).
-_ROWS_PER_PART = 256
-# Pairs per chunk when rescoring in float64 (buffers of 3 MB: larger chunks ran slower).
-_RESCORE_CHUNK = 1024
+# Columns per off-diagonal tile: a 4,096 x 1,024 bf16 tile (8 MB) is still in cache when it is
+# scanned right after its product, and the product itself ran 13% faster than 4,096 x 4,096.
+_COLUMN_TILE = 1024
 # Scores per step of the dense fp32 search, at least (16 MB).
 _DENSE_SCORES = 1 << 22
-# Rows per block when ordering the pairs to rescore (two blocks of 384-d rows fit in cache).
-_RESCORE_BLOCK = 2048
 # Extra candidates kept per row beyond k: the proof fails (and the row is searched again) only
 # where more than this many candidates lie within the error margin of the k-th best. On MiniLM
 # sentence embeddings (376k rows, k = 10) that happens for 0.15% of rows with 32, 6% with 16.
@@ -187,25 +179,11 @@ def self_topk(
             stop - start, k, width, norms[start:stop], max_norm, candidate_error_bound(dim, bf16)
         )
         candidates = data.to(torch.bfloat16) if bf16 else data
-        plan = list(_tile_plan(n, start, stop, block))
-        for (tile_rows, tile_columns, both_sides), tile in _products(candidates, plan, block):
-            b, c = tile_rows[1] - tile_rows[0], tile_columns[1] - tile_columns[0]
-            with one_thread():
-                if tile_rows == tile_columns:
-                    tile.fill_diagonal_(-torch.inf)  # a row is not its own neighbour
-                lists.offer(
-                    tile[:b], _group_maxima(tile, 1)[:b], tile_rows[0] - start, tile_columns[0]
-                )
-                if both_sides:
-                    lists.offer(
-                        tile.T[:c],
-                        _group_maxima(tile, 0)[:c],
-                        tile_columns[0] - start,
-                        tile_rows[0],
-                    )
-        with one_thread():
-            proven = lists.proven()
-            indices, scores = _final_topk(data, lists, proven, start, k, stats)
+        plan = _tile_plan(n, start, stop, block, min(block, _COLUMN_TILE))
+        workers = max(1, min(torch.get_num_threads(), len(plan)))
+        _candidate_pass(candidates, lists, plan, start, workers)
+        proven = lists.proven()
+        indices, scores = _final_topk(data, lists, proven, start, k, stats)
         unproven = (~proven).nonzero().squeeze(1)
         if len(unproven):
             if stats is not None:
@@ -218,53 +196,105 @@ def self_topk(
     return indices, scores
 
 
-def _tile_plan(
-    n: int, start: int, stop: int, block: int
-) -> Iterator[tuple[tuple[int, int], tuple[int, int], bool]]:
-    """The tiles to compute: ``(row range, column range, serves the columns too)``.
+@dataclass(frozen=True)
+class _Tile:
+    """One product of the candidate pass: score rows ``rows`` against columns ``columns``.
+
+    ``row_block`` is the query block of the rows; ``column_block`` the query block of the
+    columns when the tile serves them too (their lists take the scores read by columns), else
+    ``None``. A diagonal tile (rows == columns) starts its rows' lists.
+    """
+
+    rows: tuple[int, int]
+    columns: tuple[int, int]
+    row_block: int
+    column_block: int | None
+
+    @property
+    def diagonal(self) -> bool:
+        return self.rows == self.columns
+
+
+def _tile_plan(n: int, start: int, stop: int, block: int, column_tile: int) -> list[_Tile]:
+    """The tiles of the candidate pass, in the order they are handed out.
 
     Query blocks (inside ``[start, stop)``) pair with themselves and each later query block once
     (both sides served); rows outside the query range are columns only. The diagonal tiles come
     first so that every row has a full candidate list, hence a useful threshold, early on.
+    Off-diagonal products are cut into ``column_tile`` columns: a smaller score tile stays in
+    cache between the product that writes it and the scan that reads it.
     """
     queries = [(i, min(i + block, stop)) for i in range(start, stop, block)]
     others = [(i, min(i + block, start)) for i in range(0, start, block)]
     others += [(i, min(i + block, n)) for i in range(stop, n, block)]
-    for query in queries:
-        yield query, query, False
+    plan = [_Tile(query, query, position, None) for position, query in enumerate(queries)]
     for position, query in enumerate(queries):
-        for later in queries[position + 1 :]:
-            yield query, later, True
-        for other in others:
-            yield query, other, False
+        partners = [
+            (later, position + 1 + offset) for offset, later in enumerate(queries[position + 1 :])
+        ]
+        partners += [(other, None) for other in others]
+        for (first, last), partner in partners:
+            for column in range(first, last, column_tile):
+                columns = (column, min(column + column_tile, last))
+                plan.append(_Tile(query, columns, position, partner))
+    return plan
 
 
-def _products(
-    candidates: torch.Tensor, plan: list, block: int
-) -> Iterator[tuple[tuple, torch.Tensor]]:
-    """Yield ``(plan entry, padded score tile)``, computing the next tile in a background thread
-    while the caller scans the current one (the scan runs on one thread; the product uses all).
-    Two buffers alternate, so a tile stays valid until the next one is asked for."""
-    buffers = (_TileBuffer(block, candidates.dtype), _TileBuffer(block, candidates.dtype))
+def _candidate_pass(
+    candidates: torch.Tensor, lists: _CandidateLists, plan: list[_Tile], start: int, workers: int
+) -> None:
+    """Multiply and scan every tile of ``plan`` into ``lists``, on ``workers`` threads.
 
-    def product(position: int) -> torch.Tensor:
-        rows, columns, _ = plan[position]
-        with torch.inference_mode():  # thread-local: the worker needs its own
-            return buffers[position % 2].product(
-                candidates[rows[0] : rows[1]], candidates[columns[0] : columns[1]]
-            )
+    Each worker takes the next tile, multiplies it on its own thread (single-threaded torch:
+    independent products scale better than one product split over threads, and leave no thread
+    waiting while another scans), and scans it while holding the locks of the list blocks it
+    writes. A block's off-diagonal tiles wait until its diagonal tile has started its lists.
+    """
+    blocks = 1 + max((tile.row_block for tile in plan), default=0)
+    locks = [threading.Lock() for _ in range(blocks)]
+    started = [threading.Event() for _ in range(blocks)]
+    height = max((tile.rows[1] - tile.rows[0] for tile in plan), default=0)
+    width = max((tile.columns[1] - tile.columns[0] for tile in plan), default=0)
+    handout = iter(plan)
+    handout_lock = threading.Lock()
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="allpairs-product") as worker:
-        pending = worker.submit(product, 0) if plan else None
-        for position, entry in enumerate(plan):
-            tile = pending.result()
-            if position + 1 < len(plan):
-                pending = worker.submit(product, position + 1)
-            yield entry, tile
+    def work() -> None:
+        buffer = torch.empty(height * width, dtype=candidates.dtype)
+        with torch.inference_mode():  # thread-local: each worker needs its own
+            while True:
+                with handout_lock:
+                    tile = next(handout, None)
+                if tile is None:
+                    return
+                (r0, r1), (c0, c1) = tile.rows, tile.columns
+                scores = buffer[: (r1 - r0) * (c1 - c0)].view(r1 - r0, c1 - c0)
+                torch.mm(candidates[r0:r1], candidates[c0:c1].T, out=scores)
+                if tile.diagonal:
+                    scores.fill_diagonal_(-torch.inf)  # a row is not its own neighbour
+                    with locks[tile.row_block]:
+                        lists.scan(scores, tile.rows, tile.columns, False, start)
+                    started[tile.row_block].set()
+                    continue
+                written = sorted({tile.row_block, tile.column_block} - {None})
+                for block in written:
+                    started[block].wait()
+                with contextlib.ExitStack() as held:
+                    for block in written:  # in index order: no two workers wait on each other
+                        held.enter_context(locks[block])
+                    lists.scan(
+                        scores, tile.rows, tile.columns, tile.column_block is not None, start
+                    )
+
+    with one_thread(), ThreadPoolExecutor(workers, thread_name_prefix="allpairs") as pool:
+        for done in [pool.submit(work) for _ in range(workers)]:
+            done.result()
 
 
 class _CandidateLists:
-    """Each query row's ``width`` best candidate scores so far, and its admission threshold."""
+    """Each query row's ``width`` best candidate scores so far, and its admission threshold.
+
+    The arrays are numpy (the compiled scan writes them) shared with torch views.
+    """
 
     def __init__(
         self,
@@ -276,174 +306,68 @@ class _CandidateLists:
         bound: float,
     ) -> None:
         self.k, self.width = k, width
-        self.scores = torch.full((m, width), -torch.inf)  # (m, w) float32, descending
-        self.ids = torch.full((m, width), -1, dtype=torch.int64)  # (m, w)
+        self._scores = np.full((m, width), -np.inf, dtype=np.float32)  # descending
+        self._ids = np.full((m, width), -1, dtype=np.int64)
         # Twice the per-row bound on |candidate - final| (see candidate_error_bound).
-        self.margin = (2 * bound * max_norm * norms).float()  # (m,)
-        self.threshold = torch.full((m,), -torch.inf)  # (m,) admit scores strictly above
+        self._margins = (2 * bound * max_norm * norms).float().numpy().copy()
+        self._thresholds = np.full(m, -np.inf, dtype=np.float32)  # admit scores strictly above
+        # Integer keys of the thresholds (see pipelines.tile_scan); below every score at first.
+        self._keys = np.full(m, np.iinfo(np.int32).min, dtype=np.int32)
+        self.scores = torch.from_numpy(self._scores)
+        self.ids = torch.from_numpy(self._ids)
+        self.margin = torch.from_numpy(self._margins)
 
-    def offer(self, tile: torch.Tensor, maxima: torch.Tensor, rows: int, columns: int) -> None:
-        """Merge a score tile into the lists of its rows.
-
-        Args:
-            tile: ``(q, t)`` scores, a view (possibly transposed) of a padded tile that starts
-                at the beginning of its storage: row ``i`` is query row ``rows + i`` (counted
-                from the start of the query range), column ``j`` is vector ``columns + j``;
-                padding columns hold ``-inf``.
-            maxima: ``(q, t / G)`` group maxima of ``tile`` as integer keys
-                (:func:`_group_maxima`): group ``g`` holds columns ``g + s t / G``.
-        """
-        q, t = tile.shape
-        # hit <=> the group's maximum exceeds the row's threshold (see _admission_keys).
-        keys = _admission_keys(self.threshold[rows : rows + q], tile.dtype)
-        active = (maxima.amax(dim=1) >= keys).nonzero().squeeze(1)  # rows with any hit
-        if not len(active):
-            return
-        maxima, keys = maxima[active], keys[active]
-        hit = maxima >= keys[:, None]  # (a, t / G)
-        counts = hit.sum(dim=1)
-        row_step, column_step = tile.stride()
-        span = (q - 1) * row_step + (t - 1) * column_step + 1
-        flat = torch.as_strided(tile, (span,), (1,))  # the tile's memory, 1-d
-        spread = torch.arange(_GROUP) * (t // _GROUP)  # offsets of a group's members
-        many = counts > _FEW_GROUPS
-        if bool(many.any()):
-            # Beyond w hit groups, the w groups with the largest maxima hold the row's w best
-            # scores of the tile, and the rest cannot enter the list. Integer keys rank
-            # negative groups backwards, so rows with fewer than w groups above zero that
-            # would need that ranking take a plain top-w of the row instead.
-            dense = many & (counts > self.width) & ((maxima >= 0).sum(dim=1) < self.width)
-            self._take_dense(tile, active[dense], rows, columns)
-            # In parts of rows: temporaries of a few MB are reused by malloc, larger ones are
-            # fresh mappings whose page faults cost more than the work.
-            for heavy in (many & ~dense).nonzero().squeeze(1).split(_ROWS_PER_PART):
-                most = min(int(counts[heavy].max()), self.width)
-                chosen = maxima[heavy].topk(most, dim=1, sorted=False).indices  # (h, most)
-                picked = (chosen[:, :, None] + spread).flatten(1)  # (h, most G) tile columns
-                # One flat gather: 2-d advanced indexing costs several times more per element.
-                values = flat[active[heavy, None] * row_step + picked * column_step].float()
-                self._merge(active[heavy] + rows, values, picked + columns)
-            hit[many] = False
-        which, group = hit.nonzero(as_tuple=True)  # sorted by row
-        if len(which):
-            row = active[which]
-            self._merge_hits(flat, row, group, spread, row_step, column_step, rows, columns)
-
-    def _merge_hits(
+    def scan(
         self,
-        flat: torch.Tensor,
-        row: torch.Tensor,
-        group: torch.Tensor,
-        spread: torch.Tensor,
-        row_step: int,
-        column_step: int,
-        rows: int,
-        columns: int,
+        tile: torch.Tensor,
+        rows: tuple[int, int],
+        columns: tuple[int, int],
+        both_sides: bool,
+        start: int,
     ) -> None:
-        """Gather the hit groups ``(row, group)`` (sorted by row), keep the scores above their
-        row's threshold, and merge them: rows of few hits have about one score to add per tile,
-        so the merge is a top-w over ``w + (most scores any row adds)`` per row."""
-        picked = group[:, None] + spread  # (h, G) tile columns
-        values = flat[row[:, None] * row_step + picked * column_step]  # (h, G)
-        above = values.float() > self.threshold[row + rows][:, None]
-        which, member = above.nonzero(as_tuple=True)  # sorted by row, as `row` is
-        if not len(which):
+        """Merge a score tile (rows ``rows``, columns ``columns`` of the score matrix; query
+        rows are counted from ``start``) into the lists of its rows, and of its columns when
+        ``both_sides``."""
+        bf16 = tile.dtype == torch.bfloat16
+        keys = tile.view(torch.int16 if bf16 else torch.int32).numpy()
+        shift = 16 if bf16 else 0
+        if rows == columns:  # the rows' first tile: their lists are empty
+            start_lists(
+                keys,
+                rows[1] - rows[0],
+                columns[1] - columns[0],
+                rows[0] - start,
+                columns[0],
+                self._scores,
+                self._ids,
+                self._thresholds,
+                self._keys,
+                self._margins,
+                self.k,
+                shift,
+            )
             return
-        row, column = row[which], picked[which, member]
-        values = values[which, member].float()
-        local, count = torch.unique_consecutive(row, return_counts=True)
-        starts = torch.cumsum(count, 0) - count
-        slot = torch.arange(len(row)) - torch.repeat_interleave(starts, count)
-        wide = int(count.max())
-        padded = torch.full((len(local), wide), -torch.inf)
-        ids = torch.full((len(local), wide), -1, dtype=torch.int64)
-        position = torch.repeat_interleave(torch.arange(len(local)), count)
-        padded[position, slot] = values
-        ids[position, slot] = column + columns
-        self._merge(local + rows, padded, ids)
-
-    def _take_dense(self, tile: torch.Tensor, tier: torch.Tensor, rows: int, columns: int):
-        """Merge the plain top-w of the tile rows ``tier``."""
-        for part in tier.split(_ROWS_PER_PART):
-            top = tile[part].float().topk(self.width, dim=1)
-            self._merge(part + rows, top.values, top.indices + columns)
-
-    def _merge(self, rows: torch.Tensor, values: torch.Tensor, ids: torch.Tensor) -> None:
-        """Merge candidate ``values`` with ``ids`` (``(r, c)`` each) into the lists of ``rows``."""
-        if values.shape[1] > self.width:  # only the new top-w can enter: merge 2w, not w + c
-            top = values.topk(self.width, dim=1)
-            values, ids = top.values, ids.gather(1, top.indices)
-        merged = torch.cat([self.scores[rows], values], dim=1)
-        top = merged.topk(self.width, dim=1)  # sorted descending
-        self.scores[rows] = top.values
-        self.ids[rows] = torch.cat([self.ids[rows], ids], dim=1).gather(1, top.indices)
-        kth = top.values[:, self.k - 1] - self.margin[rows]
-        self.threshold[rows] = torch.maximum(top.values[:, -1], kth)
+        scan_tile(
+            keys,
+            rows[1] - rows[0],
+            columns[1] - columns[0],
+            rows[0] - start,
+            rows[0],
+            columns[0] - start if both_sides else 0,
+            columns[0],
+            both_sides,
+            self._scores,
+            self._ids,
+            self._thresholds,
+            self._keys,
+            self._margins,
+            self.k,
+            shift,
+        )
 
     def proven(self) -> torch.Tensor:
         """``(m,)`` bool: rows whose list provably holds their exact top-k."""
         return self.scores[:, -1] < self.scores[:, self.k - 1] - self.margin
-
-
-class _TileBuffer:
-    """One reused score tile with sides padded to multiples of ``_GROUP`` with ``-inf`` (page
-    faults on a fresh 32 MB allocation per tile cost as much as scanning it)."""
-
-    def __init__(self, block: int, dtype: torch.dtype) -> None:
-        side = -(-block // _GROUP) * _GROUP
-        self.storage = torch.empty(side * side, dtype=dtype)
-
-    def product(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-        """``left @ right.T`` in a padded ``(b', c')`` tile."""
-        b, c = len(left), len(right)
-        b_pad, c_pad = -(-b // _GROUP) * _GROUP, -(-c // _GROUP) * _GROUP
-        tile = self.storage[: b_pad * c_pad].view(b_pad, c_pad)
-        if (b_pad, c_pad) == (b, c):
-            torch.mm(left, right.T, out=tile)
-        else:
-            tile.fill_(-torch.inf)
-            tile[:b, :c] = left @ right.T
-        return tile
-
-
-_INTEGER_VIEW = {torch.bfloat16: torch.int16, torch.float32: torch.int32}
-
-
-def _admission_keys(threshold: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Integer keys ``T`` with ``key(v) >= T <=> v > threshold`` for group maxima ``v``.
-
-    For ``threshold >= 0``, ``T`` is one above the key of the largest ``dtype`` value not above
-    the threshold (so the test is exact, also when the threshold is not representable). For a
-    negative threshold every group is admitted, since a negative key does not tell how negative
-    its group is.
-    """
-    integer = _INTEGER_VIEW[dtype]
-    low = threshold.to(dtype)
-    low = torch.where(low.float() > threshold, low.view(integer) - 1, low.view(integer))
-    keys = low.to(torch.int32) + 1
-    keys[threshold < 0] = torch.iinfo(integer).min
-    return keys.to(integer)
-
-
-def _group_maxima(tile: torch.Tensor, dim: int) -> torch.Tensor:
-    """Maxima of strided groups along ``dim`` of a padded tile, as integer keys.
-
-    ``dim=1``: ``(b, c/G)``, per row the maximum of columns ``g, g + c/G, ...``; ``dim=0``:
-    ``(c, b/G)``, per column the maximum of rows ``g, g + b/G, ...``. Strided groups make the
-    reduction an elementwise maximum of ``G`` contiguous slices.
-
-    The scores are reduced as signed integers of the same width, which is 2-4x faster than a
-    float reduction here. For non-negative floats the integer order is the float order, and
-    every negative float is a negative integer; so a non-negative key is the group's float
-    maximum (read it back with ``.view(tile.dtype)``), and a negative key says only that the
-    whole group is negative.
-    """
-    keys = tile.view(_INTEGER_VIEW[tile.dtype])
-    b, c = keys.shape
-    if dim == 1:
-        return keys.view(b, _GROUP, c // _GROUP).amax(dim=1)
-    # Transposed to (c, b/G) contiguous: the rows of the result are gathered per column later.
-    return keys.view(_GROUP, b // _GROUP, c).amax(dim=0).T.contiguous()
 
 
 def _final_topk(
@@ -454,43 +378,29 @@ def _final_topk(
     k: int,
     stats: SelfTopkStats | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rescore each proven row's candidates within the margin of its k-th and pick the top k."""
-    kth = lists.scores[:, k - 1] - lists.margin
-    keep = (lists.scores >= kth[:, None]) & proven[:, None]  # (m, w)
-    row, slot = keep.nonzero(as_tuple=True)
-    final = torch.full(lists.scores.shape, -torch.inf)
-    final[row, slot] = _rescore_pairs(data, row + start, lists.ids[row, slot], stats)
-    ids, scores = _by_score_then_index(lists.ids, final)
-    return ids[:, :k].numpy().copy(), scores[:, :k].numpy().copy()
+    """Rescore each proven row's candidates within the margin of its k-th and pick the top k
+    (unproven rows are left for the fallback)."""
+    m = len(proven)
+    indices = np.zeros((m, k), np.int64)
+    scores = np.zeros((m, k), np.float32)
+    arrays = (lists.scores.numpy(), lists.ids.numpy(), lists.margin.numpy(), proven.numpy())
+    # Row ranges on parallel threads (the kernel releases the GIL): reading the candidate rows
+    # is memory-latency bound, which more threads hide.
+    parts = max(1, min(torch.get_num_threads(), m // 1024))
+    bounds = np.linspace(0, m, parts + 1).astype(int)
 
+    def part(first: int, last: int) -> int:
+        scores_, ids_, margins_, proven_ = (array[first:last] for array in arrays)
+        return rescored_topk(
+            data.numpy(), scores_, ids_, margins_, proven_, start + first, k,
+            indices[first:last], scores[first:last],
+        )  # fmt: skip
 
-def _by_score_then_index(
-    ids: torch.Tensor, scores: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row sorted by score descending, equal scores by index ascending."""
-    by_index = ids.sort(dim=1, stable=True)
-    scores = scores.gather(1, by_index.indices)
-    by_score = scores.sort(dim=1, descending=True, stable=True)
-    return by_index.values.gather(1, by_score.indices), by_score.values
-
-
-def _rescore_pairs(
-    data: torch.Tensor, a: torch.Tensor, b: torch.Tensor, stats: SelfTopkStats | None
-) -> torch.Tensor:
-    """:func:`_rescore` of the pairs ``(a[i], b[i])``, each unordered pair once (a quarter of
-    the pairs are mutual neighbours), in an order that keeps the rows they read in cache."""
-    n = len(data)
-    low, high = torch.minimum(a, b), torch.maximum(a, b)
-    pairs, where = torch.unique(low * n + high, return_inverse=True)  # sorted by (low, high)
-    low, high = pairs // n, pairs % n
-    # Sorted by block of `low` then block of `high`, each stretch reads two blocks of rows.
-    blocks = -(-n // _RESCORE_BLOCK)
-    order = (((low // _RESCORE_BLOCK) * blocks + high // _RESCORE_BLOCK) * n + low).argsort()
-    scores = torch.empty(len(pairs), dtype=torch.float32)
-    scores[order] = pair_scores(data, low[order], high[order])
+    with ThreadPoolExecutor(parts, thread_name_prefix="allpairs-rescore") as pool:
+        rescored = sum(pool.map(part, bounds[:-1], bounds[1:]))
     if stats is not None:
-        stats.rescored_pairs += len(pairs)
-    return scores[where]
+        stats.rescored_pairs += rescored
+    return indices, scores
 
 
 def pair_scores(data: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -498,29 +408,13 @@ def pair_scores(data: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.T
 
     Products of two float32 numbers are exact in float64 and the float64 sum is within
     ``dim u64`` of exact, so the score is the float32 rounding of the exact inner product (but
-    for ties with a rounding boundary) and does not depend on summation order or on which row
-    asks: ``score(x, y) == score(y, x)`` and duplicates tie exactly.
+    for ties with a rounding boundary) and does not depend on which row asks or how the pair was
+    found: ``score(x, y) == score(y, x)`` and duplicates tie exactly
+    (:mod:`pipelines.exact_scores`).
     """
-    out = torch.empty(len(a), dtype=torch.float32)
-    if not len(a):
-        return out
-    # Reused buffers: fresh temporaries per chunk cost twice the arithmetic in page faults.
-    chunk = min(_RESCORE_CHUNK, len(a))
-    rows32 = torch.empty((chunk, data.shape[1]), dtype=torch.float32)
-    left = torch.empty((chunk, data.shape[1]), dtype=torch.float64)
-    right = torch.empty_like(left)
-    sums = torch.empty(chunk, dtype=torch.float64)
-    with one_thread():
-        for first in range(0, len(a), chunk):
-            m = min(chunk, len(a) - first)
-            torch.index_select(data, 0, a[first : first + m], out=rows32[:m])
-            left[:m].copy_(rows32[:m])
-            torch.index_select(data, 0, b[first : first + m], out=rows32[:m])
-            right[:m].copy_(rows32[:m])
-            left[:m].mul_(right[:m])
-            torch.sum(left[:m], dim=1, out=sums[:m])
-            out[first : first + m] = sums[:m]
-    return out
+    out = np.empty(len(a), dtype=np.float32)
+    pair_scores_into(data.numpy(), a.numpy(), b.numpy(), out)
+    return torch.from_numpy(out)
 
 
 def _exact_rows(
@@ -548,7 +442,9 @@ def _exact_rows(
         kth = tile.topk(k, dim=1).values[:, -1]
         limit = kth - 2 * bound * max_norm * norms[rows].float()
         row, column = (tile >= limit[:, None]).nonzero(as_tuple=True)
-        final = _rescore_pairs(data, rows[row], column, stats)
+        final = pair_scores(data, rows[row], column)
+        if stats is not None:
+            stats.rescored_pairs += len(row)
         # Sort all found pairs by (row, score desc, column) and keep the first k of each row.
         order = np.lexsort((column.numpy(), -final.numpy(), row.numpy()))
         row_sorted = row.numpy()[order]
@@ -559,7 +455,7 @@ def _exact_rows(
     return indices, scores
 
 
-@contextmanager
+@contextlib.contextmanager
 def _exact_fp32_matmul() -> Iterator[None]:
     """fp32 products in fp32: the error bound assumes no reduced-precision (bf16/TF32) GEMM."""
     previous = torch.get_float32_matmul_precision()
