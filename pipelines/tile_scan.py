@@ -24,8 +24,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-# Scores per chunk: one maximum per chunk and row is compared with the row's key.
-_CHUNK = 32
+# Scores per chunk: one maximum per chunk and row is compared with the row's key. Longer
+# chunks amortise the reduction; a chunk with a hit is read again (hits are rare).
+_CHUNK = 64
+# Chunks of a row when its list starts (start_lists): finer, so that the w-th largest chunk
+# maximum lies close to the row's w-th best score and few scores above it are inserted.
+_START_CHUNK = 16
 
 
 @numba.njit(nogil=True, cache=True)
@@ -133,12 +137,15 @@ def start_lists(
     lowest = -32768 if shift == 16 else -2147483648
     scratch = np.zeros(1, dtype=np.int32)
     w = scores.shape[1]
-    chunks = (width + _CHUNK - 1) // _CHUNK
+    chunks = (width + _START_CHUNK - 1) // _START_CHUNK
     maxima = np.empty(chunks, dtype=np.int64)
+    found = np.empty(width, dtype=np.int64)  # keys at or above the floor, by column
+    where = np.empty(width, dtype=np.int64)
+    work = np.empty(max(width, chunks), dtype=np.int64)
     for i in range(height):
         line = tile[i, :width]
         for c in range(chunks):
-            chunk = line[c * _CHUNK : (c + 1) * _CHUNK]
+            chunk = line[c * _START_CHUNK : (c + 1) * _START_CHUNK]
             top = chunk[0]
             for j in range(chunk.shape[0]):
                 top = max(top, chunk[j])
@@ -147,22 +154,58 @@ def start_lists(
         # maximum, so the row has at least w scores >= it. Keys order only non-negative scores.
         floor = lowest
         if chunks >= w:
-            floor = np.partition(maxima, chunks - w)[chunks - w]
+            floor = _largest(maxima, chunks, w, work)
             if floor < 0:
                 floor = lowest
+        count = 0
+        for c in range(chunks):
+            if maxima[c] >= floor:
+                for j in range(c * _START_CHUNK, min((c + 1) * _START_CHUNK, width)):
+                    if line[j] >= floor:
+                        found[count] = line[j]
+                        where[count] = j
+                        count += 1
+        if floor >= 0 and count > w:
+            floor = _largest(found, count, w, work)  # the row's w-th best score
         row = row_list + i
         for slot in range(w):
             scores[row, slot] = -np.inf
             ids[row, slot] = -1
-        for c in range(chunks):
-            if maxima[c] >= floor:
-                for j in range(c * _CHUNK, min((c + 1) * _CHUNK, width)):
-                    if line[j] >= floor:
-                        value = _value(line[j], shift, scratch)
-                        # Strictly above the last: of equal scores the smaller column stays.
-                        if value > scores[row, w - 1]:
-                            _place(row, value, column_id + j, scores, ids)
+        for f in range(count):
+            if found[f] >= floor:
+                value = _value(found[f], shift, scratch)
+                # Strictly above the last: of equal scores the smaller column stays.
+                if value > scores[row, w - 1]:
+                    _place(row, value, column_id + where[f], scores, ids)
         _update_threshold(row, scores, thresholds, keys, margins, k, shift, lowest, scratch)
+
+
+@numba.njit(nogil=True, cache=True)
+def _largest(values: np.ndarray, count: int, rank: int, work: np.ndarray) -> int:
+    """The ``rank``-th largest of ``values[:count]`` (quickselect on a copy in ``work``)."""
+    for i in range(count):
+        work[i] = values[i]
+    target = count - rank  # its position in ascending order
+    low, high = 0, count - 1
+    while low < high:
+        pivot = work[(low + high) // 2]
+        i, j = low, high
+        while i <= j:
+            while work[i] < pivot:
+                i += 1
+            while work[j] > pivot:
+                j -= 1
+            if i <= j:
+                work[i], work[j] = work[j], work[i]
+                i += 1
+                j -= 1
+        if target <= j:
+            high = j
+        elif target >= i:
+            low = i
+        else:
+            break
+    return work[target]
 
 
 @numba.njit(nogil=True, cache=True)
