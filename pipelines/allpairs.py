@@ -11,27 +11,30 @@ How :func:`self_topk` is fast and still exact:
    ``I <= J`` is multiplied once, ``S = X_I X_J^T``, and ``S`` serves the rows of ``I`` and
    (read by columns) the rows of ``J``, which halves the matrix products. On CPUs with native
    bfloat16 the products run in bf16 (2-2.6x the fp32 throughput on AVX512-BF16). Each row keeps
-   a running list of its ``w = k + extra`` best candidate scores. A compiled scan
-   (:mod:`pipelines.tile_scan`) reads each tile once, for its rows and its columns, and inserts
-   the few scores above a row's admission threshold; it releases the GIL, so the next tile's
-   product runs in a background thread meanwhile.
+   a running list of its ``w = k + extra`` best candidate scores, started from its own block
+   (the diagonal tile). Each worker thread takes the next tile, multiplies it (single-threaded:
+   independent products keep every core busy) and scans it at once, while it is still in cache,
+   with a compiled kernel (:mod:`pipelines.tile_scan`) that reads each score once, for its row
+   and its column, and inserts the few above a row's admission threshold.
 2. **Proof.** Let ``delta`` bound the difference between a candidate score and the final score
    of the same pair (see :func:`candidate_error_bound`). Each row's k-th best candidate score is
-   ``c_k``; any pair left out of its list scored at most ``max(c_w, c_k - 2 delta)`` in the
-   candidate pass. When ``c_w < c_k - 2 delta``, everything left out has a final score
-   ``< c_k - delta``, below each of the ``k`` best listed pairs, so the exact top-k (ties at the
-   k-th place included) lies in the list.
+   ``c_k``; a row admits a score only above its ``w``-th best ``c_w`` and at least
+   ``c_k - 2 delta``, so any pair left out of its list scored at most ``c_w`` or less than
+   ``c_k - 2 delta`` in the candidate pass. When ``c_w < c_k - 2 delta``, everything left out
+   has a final score ``< c_k - delta``, below each of the ``k`` best listed pairs, so the exact
+   top-k (ties at the k-th place included) lies in the list. (Admitting ties at
+   ``c_k - 2 delta`` matters when ``delta`` is 0, as for zero rows.)
 3. **Final scores.** The listed pairs within ``2 delta`` of ``c_k`` are scored again from the
-   float32 vectors with float64 accumulation, rounded to float32 (the same function for every
-   pair, so a pair's score does not depend on where or how it was found, and exact duplicates tie
-   exactly), and the top ``k`` are taken by score, then index.
+   float32 vectors with float64 accumulation, rounded to float32 (one function for every pair,
+   :mod:`pipelines.exact_scores`, so a pair's score does not depend on where or how it was
+   found, and exact duplicates tie exactly), and the top ``k`` are taken by score, then index.
 4. **Fallback.** Rows whose list does not satisfy the proof (more than ``extra`` candidates
    within ``2 delta`` of the k-th) are searched again against every row with fp32 products, whose
    bound is tiny; all pairs within its margin are rescored as in step 3. The number of such rows is
    reported in :class:`SelfTopkStats`.
 
-Memory is bounded by ``block_size``: one ``block_size x block_size`` score tile and the running
-lists (``m x w``), never an ``n x n`` matrix.
+Memory is bounded by ``block_size``: one ``block_size x block_size`` score tile per thread and
+the running lists (``m x w``), never an ``n x n`` matrix.
 
 Example:
     >>> indices, scores = self_topk(vectors, k=10)  # each row's 10 nearest other rows
@@ -54,8 +57,8 @@ from pipelines.exact_scores import pair_scores_into, rescored_topk
 from pipelines.kmeans import Precision, one_thread, use_bf16
 from pipelines.tile_scan import scan_tile, start_lists
 
-# Rows per block and tile side when block_size is not given: a 4,096 x 4,096 bf16 tile is 32 MB
-# and its matrix product is long enough that the per-tile bookkeeping in Python is noise.
+# Rows per block when block_size is not given: a row's list starts from the top scores of its
+# 4,096-row block (a 32 MB bf16 diagonal tile), which makes later insertions rare.
 DEFAULT_BLOCK_SIZE = 4096
 # Columns per off-diagonal tile: a 4,096 x 1,024 bf16 tile (8 MB) is still in cache when it is
 # scanned right after its product, and the product itself ran 13% faster than 4,096 x 4,096.
@@ -133,8 +136,8 @@ def self_topk(
         k: neighbours per row, ``1 <= k <= n - 1``.
         rows: answer only the query rows ``[start, stop)`` (against all ``n`` rows), so that
             the work can be split between workers; ``None`` answers every row.
-        block_size: rows per block; one ``block_size^2`` score tile is in memory at a time
-            (default :data:`DEFAULT_BLOCK_SIZE`).
+        block_size: rows per block; one ``block_size^2`` score tile per thread is in memory
+            at a time (default :data:`DEFAULT_BLOCK_SIZE`).
         precision: dtype of the candidate pass: ``float32``, ``bfloat16`` or ``auto``
             (bfloat16 where the CPU multiplies it natively). Only the speed depends on it.
         stats: if given, counts of what the call did are added to it.

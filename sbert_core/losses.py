@@ -144,13 +144,13 @@ def multiple_negatives_ranking_loss(
 
 
 def embed_columns(
-    model: nn.Module, features: Sequence[dict[str, torch.Tensor]]
+    model: nn.Module, features: Sequence[dict[str, torch.Tensor]], **options
 ) -> list[torch.Tensor]:
     """Embed each column's padded batch; returns one ``(B, d)`` tensor per column.
 
     Columns padded to the same width run as one forward pass (the trainer pads them together):
     one ``(k·B, T)`` batch keeps the matrix multiplications larger, which measured ~1.3x faster
-    than ``k`` separate passes on CPU.
+    than ``k`` separate passes on CPU. ``options`` go to the model's forward (``normalize``).
     """
     widths = {column["input_ids"].shape[1] for column in features}
     if len(features) > 1 and len(widths) == 1:
@@ -158,9 +158,9 @@ def embed_columns(
             key: torch.cat([column[key] for column in features])
             for key in ("input_ids", "attention_mask")
         }
-        embeddings = model(**merged)  # (k·B, d)
+        embeddings = model(**merged, **options)  # (k·B, d)
         return list(embeddings.split([column["input_ids"].shape[0] for column in features]))
-    return [model(**column) for column in features]
+    return [model(**column, **options) for column in features]
 
 
 class SoftmaxLoss(nn.Module):
@@ -238,23 +238,34 @@ class CosineSimilarityLoss(nn.Module):
 class TripletLoss(nn.Module):
     """Triplet objective: ``max(‖a−p‖ − ‖a−n‖ + ε, 0)``, Euclidean distance.
 
+    The paper's network ends in the pooling layer, so by default the distances are taken between
+    pooled vectors *before* a model's Normalize module (the model still embeds normalised
+    vectors afterwards). On unit vectors every distance lies in [0, 2] and ε = 1 demands more
+    than the geometry allows: on SNLI triplets, training all-MiniLM-L6-v2 (which normalises)
+    with ε = 1 on its normalised output lowered triplet accuracy from 94.22 to 92.58.
+
     Args:
         model: the :class:`SentenceEncoder` being trained.
         margin: ε, the paper's value is 1.
+        normalized: take distances between the model's normalised embeddings instead
+            (sentence-transformers' ``TripletLoss`` does, with a default margin of 5).
     """
 
-    def __init__(self, model: nn.Module, margin: float = 1.0) -> None:
+    def __init__(self, model: nn.Module, margin: float = 1.0, normalized: bool = False) -> None:
         super().__init__()
         if margin < 0:
             raise ValueError(f"margin must be >= 0, got {margin}")
         self.model = model
         self.margin = margin
+        self.normalized = normalized
 
     def forward(
         self, features: Sequence[dict[str, torch.Tensor]], targets: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Mean triplet loss over a batch of (anchor, positive, negative) triplets."""
-        anchors, positives, negatives = embed_columns(self.model, features)
+        # normalize=None keeps the model's own setting (a model without Normalize stays raw).
+        normalize = None if self.normalized else False
+        anchors, positives, negatives = embed_columns(self.model, features, normalize=normalize)
         return triplet_loss(anchors, positives, negatives, self.margin)
 
 
@@ -338,6 +349,8 @@ class LossConfig:
     concatenation: tuple[PairPart, ...] = PAPER_PAIR_PARTS
     # triplet only: the paper's ε.
     triplet_margin: float = 1.0
+    # triplet only: distances between normalised embeddings instead of the pooled vectors.
+    triplet_normalized: bool = False
     # mnrl only: 20 is sentence-transformers' default (temperature 0.05).
     scale: float = 20.0
     # mnrl only: negatives from every process under DDP, as with one process and the whole batch.
@@ -360,7 +373,9 @@ def build_loss(config: LossConfig, model: nn.Module, num_labels: int = 0) -> nn.
     if config.name == "cosine":
         return CosineSimilarityLoss(model)
     if config.name == "triplet":
-        return TripletLoss(model, margin=config.triplet_margin)
+        return TripletLoss(
+            model, margin=config.triplet_margin, normalized=config.triplet_normalized
+        )
     if config.name == "mnrl":
         return MultipleNegativesRankingLoss(
             model, scale=config.scale, gather_across_processes=config.gather_across_processes

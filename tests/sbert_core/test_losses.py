@@ -204,6 +204,27 @@ def test_loss_modules_embed_and_backpropagate(encoder, module, n_columns, target
     encoder.zero_grad(set_to_none=True)
 
 
+@pytest.mark.parametrize("normalized", [False, True])
+def test_triplet_loss_takes_distances_before_or_after_normalisation(encoder, normalized):
+    texts = [["a man plays the guitar", "sky"], ["a man plays music", "blue"], ["cats", "dogs"]]
+    columns = _columns(encoder, texts)
+    previous = encoder.normalize
+    encoder.normalize = True  # a model that ends in a Normalize module
+    try:
+        with torch.no_grad():
+            loss = TripletLoss(encoder, margin=1.0, normalized=normalized)(columns)
+            embedded = [encoder(**column) for column in columns]
+            raw = [encoder(**column, normalize=False) for column in columns]
+    finally:
+        encoder.normalize = previous
+    assert all(torch.allclose(e.norm(dim=1), torch.ones(2), atol=1e-5) for e in embedded)
+    assert not all(torch.allclose(r.norm(dim=1), torch.ones(2), atol=1e-2) for r in raw)
+    expected = triplet_loss(*(embedded if normalized else raw), margin=1.0)
+    other = triplet_loss(*(raw if normalized else embedded), margin=1.0)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert loss.item() != pytest.approx(other.item(), rel=1e-3)
+
+
 def test_invalid_hyperparameters_are_refused(encoder):
     with pytest.raises(ValueError, match="concatenation"):
         SoftmaxLoss(encoder, 3, concatenation=("u", "w"))
@@ -219,6 +240,8 @@ def test_build_loss_and_data_kinds(encoder):
     loss = build_loss(LossConfig(name="softmax", concatenation=("u", "v")), encoder, 3)
     assert isinstance(loss, SoftmaxLoss) and loss.classifier.in_features == 2 * encoder.dim
     assert build_loss(LossConfig(name="triplet", triplet_margin=2), encoder).margin == 2
+    assert not build_loss(LossConfig(name="triplet"), encoder).normalized
+    assert build_loss(LossConfig(name="triplet", triplet_normalized=True), encoder).normalized
     assert isinstance(build_loss(LossConfig(name="mnrl"), encoder), nn.Module)
     check_data_kind("mnrl", "triplets")
     with pytest.raises(ValueError, match="cosine loss trains on scored_pairs, not triplets"):
