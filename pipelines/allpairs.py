@@ -319,6 +319,8 @@ class _CandidateLists:
         self.scores = torch.from_numpy(self._scores)
         self.ids = torch.from_numpy(self._ids)
         self.margin = torch.from_numpy(self._margins)
+        # What the scan kernels update, in their argument order.
+        self._state = (self._scores, self._ids, self._thresholds, self._keys, self._margins)
 
     def scan(
         self,
@@ -334,39 +336,17 @@ class _CandidateLists:
         bf16 = tile.dtype == torch.bfloat16
         keys = tile.view(torch.int16 if bf16 else torch.int32).numpy()
         shift = 16 if bf16 else 0
+        height, width = rows[1] - rows[0], columns[1] - columns[0]
         if rows == columns:  # the rows' first tile: their lists are empty
             start_lists(
-                keys,
-                rows[1] - rows[0],
-                columns[1] - columns[0],
-                rows[0] - start,
-                columns[0],
-                self._scores,
-                self._ids,
-                self._thresholds,
-                self._keys,
-                self._margins,
-                self.k,
-                shift,
+                keys, height, width, rows[0] - start, columns[0], *self._state, self.k, shift
             )
             return
+        column_list = columns[0] - start if both_sides else 0
         scan_tile(
-            keys,
-            rows[1] - rows[0],
-            columns[1] - columns[0],
-            rows[0] - start,
-            rows[0],
-            columns[0] - start if both_sides else 0,
-            columns[0],
-            both_sides,
-            self._scores,
-            self._ids,
-            self._thresholds,
-            self._keys,
-            self._margins,
-            self.k,
-            shift,
-        )
+            keys, height, width, rows[0] - start, rows[0], column_list, columns[0], both_sides,
+            *self._state, self.k, shift,
+        )  # fmt: skip
 
     def proven(self) -> torch.Tensor:
         """``(m,)`` bool: rows whose list provably holds their exact top-k."""
