@@ -261,10 +261,22 @@ def _candidate_pass(
     handout = iter(plan)
     handout_lock = threading.Lock()
 
+    failed = threading.Event()
+
     def work() -> None:
+        try:
+            take_tiles()
+        except BaseException:
+            # Wake the workers waiting for a diagonal tile this one will never finish.
+            failed.set()
+            for event in started:
+                event.set()
+            raise
+
+    def take_tiles() -> None:
         buffer = torch.empty(height * width, dtype=candidates.dtype)
         with torch.inference_mode():  # thread-local: each worker needs its own
-            while True:
+            while not failed.is_set():
                 with handout_lock:
                     tile = next(handout, None)
                 if tile is None:
@@ -281,6 +293,8 @@ def _candidate_pass(
                 written = sorted({tile.row_block, tile.column_block} - {None})
                 for block in written:
                     started[block].wait()
+                if failed.is_set():
+                    return
                 with contextlib.ExitStack() as held:
                     for block in written:  # in index order: no two workers wait on each other
                         held.enter_context(locks[block])

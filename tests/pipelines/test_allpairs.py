@@ -1,3 +1,5 @@
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -269,3 +271,36 @@ def test_self_pairs_above_row_ranges_partition_the_pairs():
         np.testing.assert_array_equal(full, np.concatenate(pieces))
     with pytest.raises(ValueError, match="threshold must lie in"):
         self_pairs_above(vectors, -1.5)
+
+
+def test_a_failing_worker_raises_instead_of_leaving_the_others_waiting(monkeypatch):
+    """A worker that fails on a diagonal tile must not leave another waiting for that block."""
+    from pipelines import allpairs
+
+    original = allpairs._CandidateLists.scan
+
+    def scan(self, tile, rows, columns, both_sides, start):
+        if rows == columns and rows[0] == 100:  # the second block's diagonal tile
+            raise RuntimeError("scan failed")
+        return original(self, tile, rows, columns, both_sides, start)
+
+    monkeypatch.setattr(allpairs._CandidateLists, "scan", scan)
+    vectors = unit(np.random.default_rng(5).standard_normal((400, 8)))
+    outcome = {}
+
+    def call():
+        try:
+            self_topk(vectors, 3, block_size=100)
+        except RuntimeError as error:
+            outcome["error"] = str(error)
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        caller.join(timeout=60)
+    finally:
+        torch.set_num_threads(previous)
+    assert not caller.is_alive(), "self_topk hung after a worker failed"
+    assert outcome == {"error": "scan failed"}
