@@ -187,15 +187,15 @@ def self_topk(
         _candidate_pass(candidates, lists, plan, start, workers)
         proven = lists.proven()
         indices, scores = _final_topk(data, lists, proven, start, k, stats)
-        unproven = (~proven).nonzero().squeeze(1)
+        unproven = np.flatnonzero(~proven)
         if len(unproven):
             if stats is not None:
                 stats.fallback_rows += len(unproven)
             again_ids, again_scores = _exact_rows(
-                data, unproven + start, k, norms, max_norm, block, stats
+                data, torch.from_numpy(unproven + start), k, norms, max_norm, block, stats
             )
-            indices[unproven.numpy()] = again_ids
-            scores[unproven.numpy()] = again_scores
+            indices[unproven] = again_ids
+            scores[unproven] = again_scores
     return indices, scores
 
 
@@ -310,7 +310,7 @@ def _candidate_pass(
 class _CandidateLists:
     """Each query row's ``width`` best candidate scores so far, and its admission threshold.
 
-    The arrays are numpy (the compiled scan writes them) shared with torch views.
+    numpy arrays, which the compiled scan (:mod:`pipelines.tile_scan`) updates in place.
     """
 
     def __init__(
@@ -322,19 +322,14 @@ class _CandidateLists:
         max_norm: float,
         bound: float,
     ) -> None:
-        self.k, self.width = k, width
-        self._scores = np.full((m, width), -np.inf, dtype=np.float32)  # descending
-        self._ids = np.full((m, width), -1, dtype=np.int64)
-        # Twice the per-row bound on |candidate - final| (see candidate_error_bound).
-        self._margins = (2 * bound * max_norm * norms).float().numpy().copy()
-        self._thresholds = np.full(m, -np.inf, dtype=np.float32)  # admit scores strictly above
+        self.k = k
+        self.scores = np.full((m, width), -np.inf, dtype=np.float32)  # each row descending
+        self.ids = np.full((m, width), -1, dtype=np.int64)
+        self.thresholds = np.full(m, -np.inf, dtype=np.float32)  # admit scores above
         # Integer keys of the thresholds (see pipelines.tile_scan); below every score at first.
-        self._keys = np.full(m, np.iinfo(np.int32).min, dtype=np.int32)
-        self.scores = torch.from_numpy(self._scores)
-        self.ids = torch.from_numpy(self._ids)
-        self.margin = torch.from_numpy(self._margins)
-        # What the scan kernels update, in their argument order.
-        self._state = (self._scores, self._ids, self._thresholds, self._keys, self._margins)
+        self.keys = np.full(m, np.iinfo(np.int32).min, dtype=np.int32)
+        # Twice the per-row bound on |candidate - final| (see candidate_error_bound).
+        self.margins = (2 * bound * max_norm * norms).float().numpy().copy()
 
     def scan(
         self,
@@ -351,26 +346,25 @@ class _CandidateLists:
         keys = tile.view(torch.int16 if bf16 else torch.int32).numpy()
         shift = 16 if bf16 else 0
         height, width = rows[1] - rows[0], columns[1] - columns[0]
+        state = (self.scores, self.ids, self.thresholds, self.keys, self.margins)
         if rows == columns:  # the rows' first tile: their lists are empty
-            start_lists(
-                keys, height, width, rows[0] - start, columns[0], *self._state, self.k, shift
-            )
+            start_lists(keys, height, width, rows[0] - start, columns[0], *state, self.k, shift)
             return
         column_list = columns[0] - start if both_sides else 0
         scan_tile(
             keys, height, width, rows[0] - start, rows[0], column_list, columns[0], both_sides,
-            *self._state, self.k, shift,
+            *state, self.k, shift,
         )  # fmt: skip
 
-    def proven(self) -> torch.Tensor:
+    def proven(self) -> np.ndarray:
         """``(m,)`` bool: rows whose list provably holds their exact top-k."""
-        return self.scores[:, -1] < self.scores[:, self.k - 1] - self.margin
+        return self.scores[:, -1] < self.scores[:, self.k - 1] - self.margins
 
 
 def _final_topk(
     data: torch.Tensor,
     lists: _CandidateLists,
-    proven: torch.Tensor,
+    proven: np.ndarray,
     start: int,
     k: int,
     stats: SelfTopkStats | None,
@@ -380,17 +374,16 @@ def _final_topk(
     m = len(proven)
     indices = np.zeros((m, k), np.int64)
     scores = np.zeros((m, k), np.float32)
-    arrays = (lists.scores.numpy(), lists.ids.numpy(), lists.margin.numpy(), proven.numpy())
     # Row ranges on parallel threads (the kernel releases the GIL): reading the candidate rows
     # is memory-latency bound, which more threads hide.
     parts = max(1, min(torch.get_num_threads(), m // 1024))
     bounds = np.linspace(0, m, parts + 1).astype(int)
 
     def part(first: int, last: int) -> int:
-        scores_, ids_, margins_, proven_ = (array[first:last] for array in arrays)
+        rows = slice(first, last)
         return rescored_topk(
-            data.numpy(), scores_, ids_, margins_, proven_, start + first, k,
-            indices[first:last], scores[first:last],
+            data.numpy(), lists.scores[rows], lists.ids[rows], lists.margins[rows], proven[rows],
+            start + first, k, indices[rows], scores[rows],
         )  # fmt: skip
 
     with ThreadPoolExecutor(parts, thread_name_prefix="allpairs-rescore") as pool:
