@@ -51,14 +51,20 @@ def embedding_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
 def require_compatible(expected: dict, actual: dict, what: str) -> None:
     """Raise ``IncompatibleEmbeddingsError`` naming every model field on which two manifests differ.
 
+    A model is its weights (``weights_sha256``) and settings, not where it was loaded from: an
+    identical copy of a model folder elsewhere is the same model, so ``model_id`` (a path or
+    name) is recorded but not compared. A field missing (or null) on either side is a
+    difference: an unknown model is not assumed to match.
+
     Args:
         expected, actual: manifests (or ``SentenceEncoder.describe()`` dicts).
         what: how to name the pair in the message, e.g. ``"index vs query encoder"``.
     """
     differences = [
-        f"{field}: {expected.get(field)!r} vs {actual.get(field)!r}"
+        f"{field}: {expected.get(field, 'missing')!r} vs {actual.get(field, 'missing')!r}"
         for field in MODEL_FIELDS
-        if field in expected and field in actual and expected[field] != actual[field]
+        if field != "model_id"
+        and (expected.get(field) is None or expected.get(field) != actual.get(field))
     ]
     if differences:
         raise IncompatibleEmbeddingsError(

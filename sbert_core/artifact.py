@@ -4,6 +4,8 @@ A directory is either a sentence-transformers model (``modules.json`` naming a c
 Transformer -> Pooling -> optional Normalize) or a plain Hugging Face encoder (``config.json`` plus
 weights), which gets MEAN pooling, the paper's default. Only those module types are accepted:
 code named by a model folder is never imported, and pickle weights are refused unless allowed.
+Every path a model folder names (module folders in ``modules.json``, shards in a sharded-weight
+index) must stay inside the folder: no absolute paths, no ``..``, no symlink out of it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import hashlib
 import json
 import struct
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from sbert_core.errors import ModelLoadError
 from sbert_core.pooling import PoolingConfig
@@ -77,7 +79,7 @@ def read_layout(root: Path) -> ModelLayout:
                 f"{modules_file}: module type {module_type!r} is not supported (supported: "
                 f"{', '.join(_MODULE_ROLES)}); code named by a model folder is never imported"
             )
-        paths[role] = root / entry.get("path", "")
+        paths[role] = inside_model_dir(root, str(entry.get("path", "")), modules_file)
     if "transformer" not in paths:
         raise ModelLoadError(f"{modules_file}: no Transformer module")
 
@@ -115,8 +117,11 @@ def weight_files(transformer_dir: Path, allow_pickle: bool = False) -> list[Path
     if single.is_file():
         files = [single]
     elif index.is_file():
-        shard_names = sorted(set(_read_json(index).get("weight_map", {}).values()))
-        files = [transformer_dir / name for name in shard_names]
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelLoadError(f"{index}: no weight_map naming the shard files")
+        shard_names = sorted(set(map(str, weight_map.values())))
+        files = [inside_model_dir(transformer_dir, name, index) for name in shard_names]
     else:
         pickles = [
             transformer_dir / name for name in PICKLE_FILES if (transformer_dir / name).is_file()
@@ -137,8 +142,71 @@ def weight_files(transformer_dir: Path, allow_pickle: bool = False) -> list[Path
     return files
 
 
+def inside_model_dir(root: Path, relative: str, named_in: Path) -> Path:
+    """``root / relative``, refused unless it stays inside the model folder.
+
+    The folder is ``root`` itself, or for a Hugging Face cache snapshot
+    (``models--org--name/snapshots/REV``) the repository's cache folder, whose ``blobs/`` the
+    snapshot's files link to.
+
+    Raises:
+        ModelLoadError: ``relative`` is absolute, climbs with ``..``, or resolves (through a
+            symlink) outside the folder; the message names ``named_in``.
+    """
+    pure = [PurePosixPath(relative), PureWindowsPath(relative)]
+    if any(p.is_absolute() or p.drive or p.root or ".." in p.parts for p in pure):
+        raise ModelLoadError(
+            f"{named_in}: path {relative!r} leaves the model folder {root} (only relative paths "
+            "inside it are allowed)"
+        )
+    path = root / relative
+    boundary = _model_boundary(root)
+    resolved = path.resolve()
+    if resolved != boundary and boundary not in resolved.parents:
+        raise ModelLoadError(
+            f"{named_in}: path {relative!r} resolves to {resolved}, outside the model folder "
+            f"{root} (a symlink out of the folder?)"
+        )
+    return path
+
+
+def _model_boundary(root: Path) -> Path:
+    resolved = root.resolve()
+    if resolved.parent.name == "snapshots" and resolved.parent.parent.name.startswith("models--"):
+        return resolved.parent.parent
+    return resolved
+
+
+def safetensors_tensors(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...]]]:
+    """Every tensor named in the headers of ``files``: ``{name: (file, shape)}``.
+
+    Raises:
+        ModelLoadError: a corrupt file, or a tensor named in two files.
+    """
+    tensors: dict[str, tuple[Path, tuple[int, ...]]] = {}
+    for path in files:
+        for name, info in safetensors_header(path).items():
+            if name == "__metadata__":
+                continue
+            if name in tensors:
+                raise ModelLoadError(
+                    f"{path}: tensor {name!r} is also in {tensors[name][0]} (which one is meant?)"
+                )
+            tensors[name] = (path, tuple(int(n) for n in info.get("shape", ())))
+    return tensors
+
+
 def check_safetensors(path: Path) -> None:
     """Raise ``ModelLoadError`` naming ``path`` unless it is a complete safetensors file."""
+    safetensors_header(path)
+
+
+def safetensors_header(path: Path) -> dict:
+    """The JSON header of a complete safetensors file (tensor names, dtypes, shapes, offsets).
+
+    Raises:
+        ModelLoadError: naming ``path`` when it is missing, truncated or not safetensors.
+    """
     try:
         size = path.stat().st_size
         with path.open("rb") as handle:
@@ -153,15 +221,21 @@ def check_safetensors(path: Path) -> None:
         raise ModelLoadError(f"{path}: weights file is missing") from err
     except (OSError, ValueError, UnicodeDecodeError) as err:
         raise ModelLoadError(f"{path}: corrupt safetensors file ({err})") from err
-    data_end = max(
-        (int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"),
-        default=0,
-    )
+    if not isinstance(header, dict):
+        raise ModelLoadError(f"{path}: corrupt safetensors file (the header is not an object)")
+    try:
+        data_end = max(
+            (int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"),
+            default=0,
+        )
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        raise ModelLoadError(f"{path}: corrupt safetensors file (bad tensor entry: {err})") from err
     if 8 + header_len + data_end != size:
         raise ModelLoadError(
             f"{path}: corrupt safetensors file (tensors need {8 + header_len + data_end} bytes, "
             f"file has {size}; truncated download?)"
         )
+    return header
 
 
 def sha256_of_files(paths: list[Path]) -> str:

@@ -18,14 +18,33 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sbert_core.artifact import ModelLayout, read_layout, sha256_of_files, weight_files
+from sbert_core.artifact import (
+    SAFETENSORS_FILE,
+    SAFETENSORS_INDEX,
+    ModelLayout,
+    read_layout,
+    safetensors_tensors,
+    sha256_of_files,
+    weight_files,
+)
 from sbert_core.batching import length_sorted_batches
 from sbert_core.errors import ModelLoadError
 from sbert_core.model_source import DEFAULT_MODEL, resolve_model_dir
 from sbert_core.pooling import PoolingConfig, PoolingMode, check_pooling_mode, pool
 from sbert_core.precision import DtypeName, dtype_name, resolve_dtype
+from sbert_core.weight_checks import (
+    check_finite_weights,
+    check_loaded_model,
+    check_weight_coverage,
+)
 
 logger = logging.getLogger(__name__)
+
+# Texts longer than max_seq_length * CUT_CHARS_PER_TOKEN characters are cut before tokenising.
+# English averages about 4 characters per WordPiece token, and no word-splitting tokenizer spends
+# more than a handful on one, so 32 leaves every kept token untouched in practice (the cut is
+# widened when the prefix holds too few tokens, see SentenceEncoder._long_text_ids).
+CUT_CHARS_PER_TOKEN = 32
 
 # Padded tokens per forward pass when neither batch_size nor token_budget is given. On CPU,
 # all-MiniLM-L6-v2 on 2 cores was fastest at 1-2k tokens (activations stay in cache; 16k was
@@ -96,8 +115,13 @@ def inspect_model(
     Launchers call this before a job starts so that a missing or corrupt model fails at once;
     :meth:`SentenceEncoder.load` builds on it. Arguments are as for ``SentenceEncoder.load``.
 
+    Safetensors weights are checked against the architecture of ``config.json`` (every
+    parameter present with its shape, no foreign tensors) and for NaN/infinite values, one
+    memory-mapped tensor at a time.
+
     Raises:
-        ModelLoadError: missing or corrupt files, unsupported modules, unreachable hub id.
+        ModelLoadError: missing or corrupt files, unsupported modules, unreachable hub id,
+            weights that do not fit the architecture or hold NaN/infinite values.
         ValueError: unknown pooling mode, or a max_seq_length beyond the model's limit.
     """
     from transformers import AutoConfig, AutoTokenizer
@@ -115,6 +139,13 @@ def inspect_model(
         tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as err:
         raise ModelLoadError(f"{source}: could not read the config or tokenizer ({err})") from err
+    uses_pickle = files[0].suffix != ".safetensors"
+    if not uses_pickle:
+        single = files[0].name == SAFETENSORS_FILE
+        described_by = files[0] if single else source / SAFETENSORS_INDEX
+        check_weight_coverage(safetensors_tensors(files), config, described_by)
+        for path in files:
+            check_finite_weights(path)
 
     hidden = int(getattr(config, "hidden_size", 0) or 0)
     pooling_config = layout.pooling or PoolingConfig(dim=hidden, mode="mean")
@@ -128,7 +159,7 @@ def inspect_model(
         model_id=model_id,
         transformer_dir=source,
         weights_sha256=sha256_of_files(files),
-        uses_pickle=files[0].suffix != ".safetensors",
+        uses_pickle=uses_pickle,
         pooling=pooling_config,
         normalize=layout.normalize if normalize is None else normalize,
         max_seq_length=_max_seq_length(layout, config, tokenizer, max_seq_length),
@@ -222,17 +253,19 @@ class SentenceEncoder(nn.Module):
             max_seq_length=max_seq_length,
         )
         try:
-            transformer = AutoModel.from_pretrained(
+            transformer, loading_info = AutoModel.from_pretrained(
                 info.transformer_dir,
                 config=info.config,
                 dtype=torch.float32,
                 use_safetensors=not info.uses_pickle,
                 trust_remote_code=False,
+                output_loading_info=True,
             )
-        except (OSError, ValueError, KeyError) as err:
+        except (OSError, ValueError, KeyError, RuntimeError) as err:
             raise ModelLoadError(
                 f"{info.transformer_dir}: could not load the weights ({err})"
             ) from err
+        check_loaded_model(transformer, loading_info, info.transformer_dir)
         encoder = cls(
             transformer,
             info.tokenizer,
@@ -284,12 +317,24 @@ class SentenceEncoder(nn.Module):
             TypeError: an element is not a ``str``, naming its position.
         """
         texts = _checked_texts(texts)
-        if self.do_lower_case:
-            texts = [text.lower() for text in texts]
         if not texts:
             return Tokenized([], np.zeros(0, np.int32), np.zeros(0, bool))
+        # Tokenising a whole 15 MiB text to keep its first max_seq_length tokens took 80 s and
+        # 4 GB; a prefix of a generous number of characters per token gives the same first tokens.
+        limit = self.max_seq_length * CUT_CHARS_PER_TOKEN
+        whole = texts
+        long_rows = [row for row, text in enumerate(texts) if len(text) > limit]
+        if long_rows:
+            texts = list(texts)
+            for row in long_rows:
+                texts[row] = _prefix_at_space(texts[row], limit)
+        if self.do_lower_case:
+            texts = [text.lower() for text in texts]
         ids = self._token_ids(texts, truncate=False)
         full_lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        for row in long_rows:
+            texts[row], ids[row] = self._long_text_ids(whole[row], texts[row], ids[row], limit)
+            full_lengths[row] = len(ids[row])
         too_long = np.flatnonzero(full_lengths > self.max_seq_length)
         if too_long.size:
             # Re-tokenise only the long ones with truncation: the tokenizer knows which special
@@ -299,6 +344,23 @@ class SentenceEncoder(nn.Module):
                 ids[index] = cut[position]
         n_tokens = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
         return Tokenized(ids, n_tokens, full_lengths > self.max_seq_length)
+
+    def _long_text_ids(
+        self, whole: str, prefix: str, ids: list[int], limit: int
+    ) -> tuple[str, list[int]]:
+        """(text, token ids) of a text cut to ``prefix``: the prefix while it holds at least twice
+        ``max_seq_length`` tokens (so the tokens it cuts lie far past the ones kept), else a
+        prefix four times longer, up to the whole text (long runs of spaces, giant words).
+
+        A text that stays cut has more than ``max_seq_length`` tokens, so it is flagged truncated.
+        """
+        while len(ids) <= 2 * self.max_seq_length and len(prefix) < len(whole):
+            limit *= 4
+            prefix = _prefix_at_space(whole, limit)
+            if self.do_lower_case:
+                prefix = prefix.lower()
+            ids = self._token_ids([prefix], truncate=False)[0]
+        return prefix, ids
 
     def _token_ids(self, texts: list[str], *, truncate: bool) -> list[list[int]]:
         return self.tokenizer(
@@ -416,6 +478,15 @@ class SentenceEncoder(nn.Module):
         from sbert_core.export import save_encoder
 
         return save_encoder(self, Path(path), overwrite=overwrite, extra_manifest=extra_manifest)
+
+
+def _prefix_at_space(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at the last space or line break if one lies
+    in the second half (tokenizers split words there, so the prefix's tokens are the text's)."""
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind(space, limit // 2, limit + 1) for space in " \n\t")
+    return text[:cut] if cut > 0 else text[:limit]
 
 
 def _checked_texts(texts: Sequence[str]) -> list[str]:

@@ -203,8 +203,8 @@ def test_bad_inputs(planted_dir, tmp_path):
     manifest = json.loads((planted_dir / "_manifest.json").read_text())
     other = tmp_path / "other"
     other.mkdir()
-    (other / "_manifest.json").write_text(json.dumps({**manifest, "model_id": "another"}))
-    with pytest.raises(IncompatibleEmbeddingsError, match="model_id"):
+    (other / "_manifest.json").write_text(json.dumps({**manifest, "weights_sha256": "1" * 64}))
+    with pytest.raises(IncompatibleEmbeddingsError, match="weights_sha256"):
         run(["--embeddings", str(planted_dir), str(other), "--output", out, "--k", "2"])
     with pytest.raises(ValueError, match="no embeddings to cluster"):
         run(["--embeddings", str(other), "--output", out, "--k", "2"])
