@@ -40,7 +40,8 @@ WEIGHT_DECAY = 0.01
 def train_ours(examples, epochs: int, threads: int, device: str):
     """Fine-tune with sbert_core; returns (encoder, seconds of the training call, steps)."""
     from sbert_core.losses import CosineSimilarityLoss
-    from sbert_core.training import TrainingConfig, load_base_encoder, train
+    from sbert_core.training import load_base_encoder, train
+    from sbert_core.training_config import TrainingConfig
 
     config = TrainingConfig(
         batch_size=BATCH_SIZE,

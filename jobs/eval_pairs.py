@@ -6,7 +6,7 @@ import argparse
 import json
 
 from jobs.model_options import add_model_arguments, encode_kwargs, load_encoder
-from sbert_core.evaluation import SIMILARITIES, PairClassificationEvaluator
+from sbert_core.evaluation import SIMILARITIES, SimilarityClassificationEvaluator
 
 
 def add_parser(subparsers) -> None:
@@ -33,7 +33,7 @@ def add_parser(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the evaluation and print the metrics."""
-    evaluator = PairClassificationEvaluator.from_file(
+    evaluator = SimilarityClassificationEvaluator.from_file(
         args.data,
         label_col=args.label_col,
         s1_col=args.s1_col,

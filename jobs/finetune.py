@@ -33,18 +33,12 @@ from pathlib import Path
 
 from sbert_core import DEFAULT_MODEL, __version__
 from sbert_core.artifact import sha256_of_files
+from sbert_core.config import config_to_dict, load_config
+from sbert_core.evaluation import build_evaluator
 from sbert_core.losses import LossConfig, SoftmaxLoss, build_loss, check_data_kind
-from sbert_core.training import (
-    TrainingConfig,
-    TrainingDivergedError,
-    TrainingResult,
-    build_evaluator,
-    config_to_dict,
-    load_base_encoder,
-    load_config,
-    seed_everything,
-    train,
-)
+from sbert_core.training import TrainingDivergedError, TrainingResult, load_base_encoder, train
+from sbert_core.training_checkpoint import seed_everything
+from sbert_core.training_config import TrainingConfig
 from sbert_core.training_data import DataSpec, ExampleSet, load_examples
 
 # Training runs for minutes to hours: its step, loss and dev lines are shown unless the user

@@ -40,9 +40,9 @@ from types import ModuleType
 from typing import Any, Literal
 
 from sbert_core import DEFAULT_MODEL
+from sbert_core.config import apply_override, config_from_dict, config_to_dict, read_config_file
 from sbert_core.errors import ModelLoadError
 from sbert_core.precision import DTYPE_NAMES
-from sbert_core.training import apply_override, config_from_dict, config_to_dict, read_config_file
 
 StageName = Literal["finetune", "embed", "index", "cluster", "pairs", "dedup"]
 # The order stages run in; each reads only what the ones before it wrote.

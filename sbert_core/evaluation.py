@@ -1,25 +1,41 @@
-"""Semantic textual similarity evaluation, as in the paper's tables.
+"""Scoring an encoder on held-out data: the metrics of the paper's tables and of fine-tuning.
 
-Scores are Spearman and Pearson correlations x 100 between a similarity of the two sentence
-embeddings and the gold score, for cosine similarity (the paper's headline metric), negative
-Manhattan and negative Euclidean distance, and the dot product. The numbers match
-sentence-transformers' ``EmbeddingSimilarityEvaluator``.
+- :class:`STSEvaluator`: Spearman and Pearson correlations x 100 between a similarity of the two
+  sentence embeddings and the gold score, for cosine similarity (the paper's headline metric),
+  negative Manhattan and negative Euclidean distance, and the dot product; the numbers match
+  sentence-transformers' ``EmbeddingSimilarityEvaluator``.
+- :class:`SimilarityClassificationEvaluator`: labelled pairs (paraphrase or not) classified by
+  thresholding their embedding similarity: average precision and the best-F1 threshold, as
+  sentence-transformers' ``BinaryClassificationEvaluator`` reports them.
+- :class:`SoftmaxClassificationEvaluator`: accuracy of the classifier head a softmax loss trains
+  (NLI labels), and :class:`TripletEvaluator`: how often an anchor is nearer its positive.
+
+:func:`build_evaluator` picks the one that fits a dev or test set for fine-tuning.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from scipy.stats import pearsonr, spearmanr
+from torch import nn
 
+from sbert_core.encoder import SentenceEncoder
 from sbert_core.errors import DataFileError
+from sbert_core.losses import SoftmaxLoss
 from sbert_core.pair_metrics import average_precision, best_f1
 from sbert_core.tabular import float_column, read_table, text_column
+from sbert_core.training_data import ExampleSet
 
 SIMILARITIES = ("cosine", "manhattan", "euclidean", "dot")
+
+# A callable on the encoder returning a dict of metrics, with a ``primary_metric`` attribute
+# naming the one to compare models by.
+Evaluator = Callable[..., dict]
 
 
 def paired_similarities(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
@@ -33,14 +49,18 @@ def paired_similarities(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    dot = np.einsum("nd,nd->n", a, b)
     return {
-        "cosine": dot / np.maximum(norms, 1e-12),
+        "cosine": _row_cosine(a, b),
         "manhattan": -np.abs(a - b).sum(axis=1),
         "euclidean": -np.linalg.norm(a - b, axis=1),
-        "dot": dot,
+        "dot": np.einsum("nd,nd->n", a, b),
     }
+
+
+def _row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of row i of ``a`` with row i of ``b``: ``(N,)`` in their dtype."""
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.einsum("nd,nd->n", a, b) / np.maximum(norms, 1e-12)
 
 
 def sts_correlations(a: np.ndarray, b: np.ndarray, gold: Sequence[float]) -> dict[str, float]:
@@ -55,17 +75,14 @@ def sts_correlations(a: np.ndarray, b: np.ndarray, gold: Sequence[float]) -> dic
     return metrics
 
 
-def embed_pairs(
-    encoder, sentences1: list[str], sentences2: list[str], **encode_kwargs
-) -> tuple[np.ndarray, np.ndarray]:
-    """Embeddings ``(N, d)`` of both sides of N pairs, encoding each distinct sentence once."""
-    unique = list(dict.fromkeys(sentences1 + sentences2))
-    position = {sentence: i for i, sentence in enumerate(unique)}
+def embed_columns(
+    encoder: SentenceEncoder, columns: Sequence[Sequence[str]], **encode_kwargs
+) -> list[np.ndarray]:
+    """Embeddings ``(N, d)`` of each column of N texts, encoding each distinct text once."""
+    unique = list(dict.fromkeys(text for column in columns for text in column))
+    position = {text: i for i, text in enumerate(unique)}
     embeddings = encoder.encode(unique, **encode_kwargs)
-    return (
-        embeddings[[position[s] for s in sentences1]],
-        embeddings[[position[s] for s in sentences2]],
-    )
+    return [embeddings[[position[text] for text in column]] for column in columns]
 
 
 @dataclass
@@ -112,15 +129,15 @@ class STSEvaluator:
 
     def __call__(self, encoder, **encode_kwargs) -> dict[str, float]:
         """Encode each distinct sentence once and return the correlation metrics."""
-        a, b = embed_pairs(encoder, self.sentences1, self.sentences2, **encode_kwargs)
+        a, b = embed_columns(encoder, (self.sentences1, self.sentences2), **encode_kwargs)
         metrics = sts_correlations(a, b, self.scores)
         metrics["n_pairs"] = len(self.scores)
         return metrics
 
 
 @dataclass
-class PairClassificationEvaluator:
-    """Scores an encoder on labelled pairs (paraphrase or not) by ranking them by similarity.
+class SimilarityClassificationEvaluator:
+    """Scores an encoder on labelled pairs (paraphrase or not) classified by their similarity.
 
     Returns, per similarity measure, average precision and the best F1 with its precision,
     recall and threshold (x 100 except thresholds), as sentence-transformers'
@@ -147,7 +164,7 @@ class PairClassificationEvaluator:
         s2_col: str = "sentence2",
         positive_min: float | None = None,
         fmt: str | None = None,
-    ) -> PairClassificationEvaluator:
+    ) -> SimilarityClassificationEvaluator:
         """Read pairs; labels are 0/1, or scores where ``score >= positive_min`` means positive.
 
         Raises:
@@ -171,7 +188,7 @@ class PairClassificationEvaluator:
 
     def __call__(self, encoder, **encode_kwargs) -> dict[str, float]:
         """Encode each distinct sentence once and return the metrics."""
-        a, b = embed_pairs(encoder, self.sentences1, self.sentences2, **encode_kwargs)
+        a, b = embed_columns(encoder, (self.sentences1, self.sentences2), **encode_kwargs)
         metrics: dict[str, float] = {"n_pairs": len(self.labels), "n_positive": sum(self.labels)}
         for name, scores in paired_similarities(a, b).items():
             f1 = best_f1(scores, self.labels)
@@ -181,3 +198,76 @@ class PairClassificationEvaluator:
             metrics[f"{name}_recall"] = f1.recall * 100
             metrics[f"{name}_f1_threshold"] = f1.threshold
         return metrics
+
+
+class SoftmaxClassificationEvaluator:
+    """Accuracy (%) of a :class:`SoftmaxLoss` classifier on labelled sentence pairs."""
+
+    primary_metric = "accuracy"
+
+    def __init__(self, examples: ExampleSet, loss: SoftmaxLoss, name: str = "") -> None:
+        self.examples = examples
+        self.loss = loss
+        self.name = name or examples.source
+
+    def __call__(self, encoder: SentenceEncoder, **encode_kwargs) -> dict[str, float]:
+        """Classify every pair and compare with the gold labels."""
+        u, v = embed_columns(encoder, self.examples.texts, **encode_kwargs)
+        weight = self.loss.classifier.weight
+        with torch.inference_mode():
+            logits = self.loss.logits(
+                torch.from_numpy(u).to(weight.device), torch.from_numpy(v).to(weight.device)
+            )  # (N, k)
+        predicted = logits.argmax(dim=1).cpu().numpy()
+        accuracy = float((predicted == self.examples.targets).mean() * 100)
+        return {"accuracy": accuracy, "n_pairs": len(self.examples)}
+
+
+class TripletEvaluator:
+    """How often (%) an anchor is nearer its positive than its negative, by cosine and Euclid."""
+
+    primary_metric = "cosine_accuracy"
+
+    def __init__(self, examples: ExampleSet, name: str = "") -> None:
+        self.examples = examples
+        self.name = name or examples.source
+
+    def __call__(self, encoder: SentenceEncoder, **encode_kwargs) -> dict[str, float]:
+        """Embed every triplet and count the ones ordered correctly."""
+        anchors, positives, negatives = embed_columns(encoder, self.examples.texts, **encode_kwargs)
+        by_cosine = _row_cosine(anchors, positives) > _row_cosine(anchors, negatives)
+        by_euclid = np.linalg.norm(anchors - positives, axis=1) < np.linalg.norm(
+            anchors - negatives, axis=1
+        )
+        return {
+            "cosine_accuracy": float(by_cosine.mean() * 100),
+            "euclidean_accuracy": float(by_euclid.mean() * 100),
+            "n_triplets": len(self.examples),
+        }
+
+
+def build_evaluator(
+    examples: ExampleSet, loss: nn.Module | None = None, name: str = ""
+) -> Evaluator:
+    """The metric for a dev or test set: STS correlations for scored pairs, the softmax head's
+    accuracy for labelled pairs, triplet accuracy for triplets.
+
+    Raises:
+        ValueError: labelled pairs without a softmax loss, or plain pairs (no metric).
+    """
+    name = name or Path(examples.source).name
+    if examples.kind == "scored_pairs":
+        first, second = examples.texts
+        return STSEvaluator(list(first), list(second), examples.targets.tolist(), name=name)
+    if examples.kind == "labelled_pairs":
+        if not isinstance(loss, SoftmaxLoss):
+            raise ValueError(
+                f"{examples.source}: labelled pairs are scored by the softmax classifier, "
+                "which only the softmax loss trains"
+            )
+        return SoftmaxClassificationEvaluator(examples, loss, name)
+    if examples.kind == "triplets":
+        return TripletEvaluator(examples, name)
+    raise ValueError(
+        f"{examples.source}: {examples.kind} have no metric; evaluate on triplets or scored pairs"
+    )

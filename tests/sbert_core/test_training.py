@@ -12,20 +12,15 @@ import torch.multiprocessing as mp
 from training_examples import build_trainable_model, scored_pairs, triplets
 
 from sbert_core import SentenceEncoder
+from sbert_core.config import load_config
+from sbert_core.evaluation import build_evaluator
 from sbert_core.losses import CosineSimilarityLoss, MultipleNegativesRankingLoss
-from sbert_core.training import (
-    BatchPlan,
-    TrainingConfig,
-    TrainingDivergedError,
-    build_evaluator,
-    epoch_order,
-    latest_checkpoint,
-    linear_schedule,
-    load_config,
-    train,
-    warmup_steps,
-)
+from sbert_core.training import TrainingDivergedError, train
+from sbert_core.training_batches import BatchPlan, epoch_order
+from sbert_core.training_checkpoint import latest_checkpoint
+from sbert_core.training_config import TrainingConfig
 from sbert_core.training_data import ExampleSet
+from sbert_core.training_optimizer import linear_schedule, warmup_steps
 
 
 @pytest.fixture(autouse=True)
@@ -100,7 +95,7 @@ def test_config_from_yaml_with_overrides(tmp_path):
         TrainingConfig, path, ["epochs=3", "max_steps=null", "precision=bf16", "keep_best=no"]
     )
     assert (config.batch_size, config.learning_rate, config.epochs) == (32, 2e-5, 3)
-    assert config.pooling == "cls" and config.max_steps is None and config.precision == "bf16"
+    assert config.pooling == "cls" and config.max_steps is None and config.precision == "bfloat16"
     assert config.keep_best is False and config.seed == 42
     json_path = tmp_path / "train.json"
     json_path.write_text(json.dumps({"warmup_ratio": 0.2}))
@@ -112,13 +107,20 @@ def test_config_from_yaml_with_overrides(tmp_path):
     [
         ("batch_sise=4", r"unknown config key\(s\) 'batch_sise'; valid keys: batch_size"),
         ("epochs=two", "epochs: expected an integer, got 'two'"),
-        ("precision=fp8", "precision: 'fp8' is not one of: float32, bf16, fp16"),
+        ("precision=fp8", "precision: 'fp8' is not one of: float32, bfloat16, float16"),
         ("learning_rate", "not of the form key=value"),
     ],
 )
 def test_config_errors_name_the_key(override, message):
     with pytest.raises(ValueError, match=message):
         load_config(TrainingConfig, None, [override])
+
+
+def test_precision_is_stored_in_one_spelling_and_old_spellings_are_read():
+    for written, stored in [("bf16", "bfloat16"), ("fp16", "float16"), ("bfloat16", "bfloat16")]:
+        assert load_config(TrainingConfig, None, [f"precision={written}"]).precision == stored
+        assert TrainingConfig(precision=written).precision == stored
+    assert load_config(TrainingConfig, None, ["precision=float16"]).precision == "float16"
 
 
 def test_config_validation():
@@ -268,7 +270,7 @@ def test_gradient_accumulation_computes_the_same_update(still_model_dir, train_s
 def test_bf16_autocast_on_cpu_trains_and_fp16_is_refused(model_dir, train_set):
     result = train(cosine_loss(model_dir), train_set, quick_config(epochs=1, precision="bf16"))
     assert all(math.isfinite(value) for _, value in result.loss_history)
-    with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
+    with pytest.raises(ValueError, match="float16 needs a CUDA device"):
         train(cosine_loss(model_dir), train_set, quick_config(precision="fp16"))
 
 

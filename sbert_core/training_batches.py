@@ -1,0 +1,103 @@
+"""Which examples each optimizer step trains on, and their padded token tensors.
+
+Order and sharding: each epoch shuffles the examples with a generator seeded by (seed, epoch)
+and cuts the order into global batches of ``batch_size``. Each global batch is split into
+``world_size x gradient_accumulation_steps`` contiguous parts; process ``r`` takes its parts,
+and every part's loss is weighted by its share of the batch. So 1 process, N processes and any
+accumulation compute the same update up to float rounding, as long as dropout is off (its masks
+depend on the process).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sbert_core.encoder import SentenceEncoder
+from sbert_core.training_data import ExampleSet
+
+
+def epoch_order(n_examples: int, seed: int, epoch: int) -> np.ndarray:
+    """The shuffled example order of one epoch; the same on every process and every rerun."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n_examples, generator=generator).numpy()
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Global batches of each epoch and each process's micro-batches within them."""
+
+    n_examples: int
+    batch_size: int
+    world_size: int = 1
+    accumulation: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        parts = self.world_size * self.accumulation
+        if self.batch_size < parts:
+            raise ValueError(
+                f"batch_size {self.batch_size} is smaller than processes x accumulation steps "
+                f"({self.world_size} x {self.accumulation}); every part needs an example"
+            )
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{self.n_examples} examples make no batch of {self.batch_size}")
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch; a last batch too small to give every part an example is
+        dropped."""
+        full, rest = divmod(self.n_examples, self.batch_size)
+        return full + (1 if rest >= self.world_size * self.accumulation else 0)
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """The global batches (example indices) of ``epoch``."""
+        order = epoch_order(self.n_examples, self.seed, epoch)
+        return [
+            order[start : start + self.batch_size]
+            for start in range(0, self.steps_per_epoch * self.batch_size, self.batch_size)
+        ]
+
+    def micro_batches(self, batch: np.ndarray, rank: int) -> list[np.ndarray]:
+        """Process ``rank``'s share of a global batch, as ``accumulation`` micro-batches."""
+        parts = np.array_split(batch, self.world_size * self.accumulation)
+        return parts[rank * self.accumulation : (rank + 1) * self.accumulation]
+
+
+class BatchFeatures:
+    """Token ids of every training text (tokenised once, up front) and batch assembly."""
+
+    def __init__(
+        self, encoder: SentenceEncoder, examples: ExampleSet, merge: bool, device: torch.device
+    ) -> None:
+        unique = list(dict.fromkeys(text for column in examples.texts for text in column))
+        position = {text: i for i, text in enumerate(unique)}
+        self.encoder = encoder
+        self.merge = merge
+        self.token_ids = encoder.tokenize(unique).input_ids
+        self.columns = [np.array([position[t] for t in column]) for column in examples.texts]
+        self.target_values = (
+            None
+            if examples.targets is None
+            else torch.from_numpy(np.asarray(examples.targets)).to(device)
+        )
+
+    def features(self, indices: np.ndarray) -> list[dict[str, torch.Tensor]]:
+        """One padded batch per column; with ``merge`` all columns share one width."""
+        columns = [[self.token_ids[i] for i in column[indices]] for column in self.columns]
+        if not self.merge:
+            return [self.encoder.pad(ids) for ids in columns]
+        joint = self.encoder.pad([ids for column in columns for ids in column])  # (k·B, T)
+        rows = len(indices)
+        return [
+            {key: tensor[c * rows : (c + 1) * rows] for key, tensor in joint.items()}
+            for c in range(len(columns))
+        ]
+
+    def targets(self, indices: np.ndarray) -> torch.Tensor | None:
+        """Scores or labels of the examples at ``indices``."""
+        if self.target_values is None:
+            return None
+        return self.target_values[torch.from_numpy(indices).to(self.target_values.device)]
