@@ -36,6 +36,7 @@ from apache_beam.io.filesystems import FileSystems
 from jobs.beam_options import is_local, pipeline_options, runner_name
 from jobs.errors import JobFailedError
 from pipelines.cluster_stage import (
+    ASSIGNMENTS,
     CENTROIDS,
     AssignClusters,
     all_shards,
@@ -60,10 +61,13 @@ from pipelines.corpus_reader import CorpusSpec
 from pipelines.corpus_source import match_corpus
 from pipelines.embeddings_io import MODEL_FIELDS, EmbeddingsDataset
 from pipelines.kmeans import fit_spherical_kmeans, lloyd_pass, normalize_rows
-from pipelines.output_dir import MANIFEST, commit_output, join, prepare_output
+from pipelines.output_dir import MANIFEST, OutputLayout, join, prepare_output
 from sbert_core import __version__
 
 logger = logging.getLogger(__name__)
+
+# What a cluster run writes (see DESIGN.md, data contracts).
+LAYOUT = OutputLayout(datasets=(ASSIGNMENTS,), files=(CENTROIDS, "summary.parquet", "report.html"))
 
 # The k-means sample: on a planted 1,000-cluster mixture (200k x 384) 64 rows per cluster gave
 # an ARI of 0.99 in 5 CPU-seconds, half the sample and seeding pool 0.98 in 3; small k still
@@ -225,36 +229,40 @@ def run(
     sample = _sample_size(args, items, datasets[0].dim) if args.method == "kmeans" else None
     text_source = _text_source(args.text_from, datasets)
     options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
-    prepare_output(
+    out = prepare_output(
         args.output,
         overwrite=args.overwrite,
         job={"command": "cluster", "argv": argv or sys.argv[1:]},
+        layout=LAYOUT,
     )
-    if is_local(options):
-        logging.getLogger("pipelines").setLevel(logging.INFO)
+    # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
+    final, args.output = args.output, out.attempt
+    with out:
+        if is_local(options):
+            logging.getLogger("pipelines").setLevel(logging.INFO)
 
-    start = time.perf_counter()
-    if args.method == "kmeans":
-        clustering = _kmeans(args, datasets, sample, items, options, test_pipeline)
-    else:
-        clustering = _communities(args, datasets)
-    profiles = _summaries(args, datasets, text_source, clustering)
-    seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        if args.method == "kmeans":
+            clustering = _kmeans(args, datasets, sample, items, options, test_pipeline)
+        else:
+            clustering = _communities(args, datasets)
+        profiles = _summaries(args, datasets, text_source, clustering)
+        seconds = time.perf_counter() - start
 
-    clustered = clustering.labels >= 0
-    summary = ClusterSummary(
-        output=args.output,
-        method=args.method,
-        items=items,
-        clusters=clustering.n_clusters,
-        unclustered=int(np.sum(~clustered)),
-        objective=float(np.sum(1.0 - clustering.scores[clustered].astype(np.float64))),
-        reseeded=int(clustering.details.get("fit", {}).get("reseeded_clusters", 0)),
-        seconds=seconds,
-    )
-    manifest = _manifest(args, datasets, summary, profiles, clustering.details, options)
-    commit_output(args.output, manifest)
-    return summary
+        clustered = clustering.labels >= 0
+        summary = ClusterSummary(
+            output=final,
+            method=args.method,
+            items=items,
+            clusters=clustering.n_clusters,
+            unclustered=int(np.sum(~clustered)),
+            objective=float(np.sum(1.0 - clustering.scores[clustered].astype(np.float64))),
+            reseeded=int(clustering.details.get("fit", {}).get("reseeded_clusters", 0)),
+            seconds=seconds,
+        )
+        manifest = _manifest(args, datasets, summary, profiles, clustering.details, options)
+        out.commit(manifest)
+        return summary
 
 
 def _manifest(args, datasets, summary: ClusterSummary, profiles, details: dict, options) -> dict:
@@ -285,6 +293,20 @@ def _manifest(args, datasets, summary: ClusterSummary, profiles, details: dict, 
         "seconds": round(summary.seconds, 3),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def check_options(argv: list[str]) -> None:
+    """Check this command's option values without reading inputs or touching any output.
+
+    ``sbert run`` calls it for every stage before running the first one.
+
+    Raises:
+        ValueError, FileNotFoundError: a value the command would refuse, naming the option.
+    """
+    args, _ = build_parser().parse_known_args(argv)
+    _check_options(args)
+    if args.text_from is not None and not _has_manifest(args.text_from):
+        match_corpus(args.text_from)  # FileNotFoundError naming the glob
 
 
 def _check_options(args) -> None:
@@ -406,7 +428,7 @@ def _kmeans(args, datasets, sample: int, items: int, options, test_pipeline) -> 
     if table.num_rows != items:
         raise JobFailedError(
             f"the assignment wrote {table.num_rows} rows for {items} embeddings; "
-            f"{args.output} has no manifest and must not be used"
+            f"nothing was published; the previous output is unchanged"
         )
     labels = table.column("cluster").to_numpy().astype(np.int64)
     scores = table.column("score").to_numpy().astype(np.float32)

@@ -88,7 +88,7 @@ from pipelines.dedup_io import (
 )
 from pipelines.dedup_report import GroupView, group_views, report_html
 from pipelines.embeddings_io import MODEL_FIELDS, EmbeddingsDataset
-from pipelines.output_dir import commit_output, join, prepare_output
+from pipelines.output_dir import OutputLayout, join, prepare_output
 from sbert_core import __version__
 from sbert_core.tabular import FORMATS
 
@@ -96,6 +96,11 @@ logger = logging.getLogger(__name__)
 
 CORPUS_DIR = "corpus"
 REPORT_FILE = "report.html"
+# What a dedup run writes (see DESIGN.md, data contracts).
+LAYOUT = OutputLayout(
+    files=(GROUPS_FILE, KEPT_FILE, REMOVED_FILE, REPORT_FILE, REJECTED_FILE, f"{CORPUS_DIR}/*")
+)
+
 # Members listed per group in the report; the rest are in groups.parquet.
 REPORT_MEMBERS = 20
 
@@ -286,46 +291,54 @@ def run(argv: list[str] | None = None) -> DedupSummary:
         len(ids), source.pairs, args.threshold, args.keep, rank=rank, text_lengths=lengths
     )
 
-    prepare_output(
+    out = prepare_output(
         args.output,
         overwrite=args.overwrite,
         job={"command": "dedup", "argv": argv or sys.argv[1:]},
+        layout=LAYOUT,
     )
-    scores = representative_scores(groups, source.pairs)
-    write_table(join(args.output, GROUPS_FILE), groups_table(ids, groups, rank, scores))
-    n_kept, n_removed = _write_id_lists(args.output, id_list, groups, rank)
-    corpus = _apply(args, scan, index, groups) if args.apply else None
-    summary = DedupSummary(
-        output=args.output,
-        dry_run=False,
-        threshold=args.threshold,
-        keep=args.keep,
-        rows_in=len(ids),
-        kept=n_kept,
-        removed=n_removed,
-        groups=groups.n_groups,
-        largest=groups.largest,
-        sweep=sweep,
-        limited=limited,
-        notes=source.notes,
-        seconds=time.perf_counter() - start,
-        corpus=corpus,
-    )
-    facts = {
-        "pairs": args.pairs,
-        "model": datasets[0].manifest.get("model_id"),
-        "first means": order_basis,
-        "texts from": text_source or "none (ids shown)",
-    }
-    # The histogram's bins are 0.01 wide and start at or below 0.99, so there is always a bin.
-    histogram = similarity_histogram(source.pairs.scores, min(source.low, 0.99))
-    views = _group_views(groups, args.report_groups, id_list, rank, scores, texts)
-    _write_report(args.output, summary, groups, facts, histogram, views)
-    manifest = _manifest(args, pairs_output, datasets, source, groups, summary, histogram)
-    manifest["first_order"] = order_basis
-    manifest["texts"] = {"source": text_source, "grouped": int(grouped.sum()), "found": len(texts)}
-    commit_output(args.output, manifest)
-    return summary
+    # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
+    final, args.output = args.output, out.attempt
+    with out:
+        scores = representative_scores(groups, source.pairs)
+        write_table(join(args.output, GROUPS_FILE), groups_table(ids, groups, rank, scores))
+        n_kept, n_removed = _write_id_lists(args.output, id_list, groups, rank)
+        corpus = _apply(args, scan, index, groups) if args.apply else None
+        summary = DedupSummary(
+            output=final,
+            dry_run=False,
+            threshold=args.threshold,
+            keep=args.keep,
+            rows_in=len(ids),
+            kept=n_kept,
+            removed=n_removed,
+            groups=groups.n_groups,
+            largest=groups.largest,
+            sweep=sweep,
+            limited=limited,
+            notes=source.notes,
+            seconds=time.perf_counter() - start,
+            corpus=corpus,
+        )
+        facts = {
+            "pairs": args.pairs,
+            "model": datasets[0].manifest.get("model_id"),
+            "first means": order_basis,
+            "texts from": text_source or "none (ids shown)",
+        }
+        # The histogram's bins are 0.01 wide and start at or below 0.99, so there is always a bin.
+        histogram = similarity_histogram(source.pairs.scores, min(source.low, 0.99))
+        views = _group_views(groups, args.report_groups, id_list, rank, scores, texts)
+        _write_report(args.output, summary, groups, facts, histogram, views)
+        manifest = _manifest(args, pairs_output, datasets, source, groups, summary, histogram)
+        manifest["first_order"] = order_basis
+        manifest["texts"] = {
+            "source": text_source,
+            "grouped": int(grouped.sum()),
+            "found": len(texts),
+        }
+        out.commit(manifest)
+        return summary
 
 
 def _write_id_lists(
@@ -470,6 +483,17 @@ def _parts(columns: PairColumns):
     return columns.id_a, columns.id_b, columns.scores
 
 
+def check_options(argv: list[str]) -> None:
+    """Check this command's option values without reading inputs or touching any output.
+
+    ``sbert run`` calls it for every stage before running the first one.
+
+    Raises:
+        ValueError, FileNotFoundError: a value the command would refuse, naming the option.
+    """
+    _check_options(build_parser().parse_known_args(argv)[0])
+
+
 def _check_options(args) -> None:
     """Refuse option values that cannot work, naming the option."""
     if not -1.0 <= args.threshold <= 1.0:
@@ -567,8 +591,8 @@ def _apply(args, scan: CorpusScan, index: dict[str, int], groups: DuplicateGroup
         raise JobFailedError(
             f"the deduplicated corpus does not add up: read {counts.rows} rows (scan: "
             f"{scan.rows}), wrote {counts.written} (kept: {kept}), removed {counts.removed} "
-            f"(expected {groups.removed}), {counts.not_embedded} not embedded; {args.output} "
-            "has no manifest and must not be used"
+            f"(expected {groups.removed}), {counts.not_embedded} not embedded; nothing was "
+            "published and the previous output is unchanged"
         )
     return counts.to_json()
 

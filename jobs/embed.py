@@ -6,7 +6,10 @@
         [--overwrite] [Beam options: --runner, --direct_num_workers, ...]
 
 Every row read is either embedded or written to ``OUTPUT/errors/`` with a reason, and
-``_manifest.json`` (written last, only on success) records read == embedded + rejected.
+``_manifest.json`` (written last, only on success) records read == embedded + rejected. The run
+writes into ``OUTPUT/_attempts/<run id>/`` and publishes in one step (``pipelines/output_dir.py``),
+so a failed or killed run leaves the previous output as it was. A run in which every row is
+rejected fails (nothing is published) unless ``--allow-all-rejected`` is given.
 """
 
 from __future__ import annotations
@@ -39,11 +42,14 @@ from pipelines.corpus_source import (
 from pipelines.embed_stage import EMBEDDED, Embed
 from pipelines.embeddings_io import count_rows, shard_paths
 from pipelines.model_handler import EncoderSettings, SbertModelHandler
-from pipelines.output_dir import commit_output, join, prepare_output
+from pipelines.output_dir import OutputLayout, StagedOutput, join, prepare_output
 from pipelines.parquet_sinks import WriteEmbeddings, WriteErrors, output_schema
 from sbert_core import __version__
 
 logger = logging.getLogger(__name__)
+
+# What an embed run writes: parts at the top level and under errors/ (see DESIGN.md).
+LAYOUT = OutputLayout(datasets=("", "errors"))
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="bundle: Beam's BatchElements; grouped: GroupByKey buckets and sharded writes "
         "(auto: grouped on the Dask runner, which drops finish_bundle output)",
     )
+    parser.add_argument(
+        "--allow-all-rejected",
+        action="store_true",
+        help="publish a run in which every row was rejected (default: such a run fails)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
     add_model_arguments(parser, dtype_flag="--compute-dtype")
     return parser
@@ -143,6 +154,37 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         JobFailedError: the run finished but rows were lost or the error rate was too high.
     """
     args, beam_args = build_parser().parse_known_args(argv)
+    spec, settings = _checked(args)
+    options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
+    # Fail before any work: the settings (above), the model's files, the input, then the output.
+    info = settings.inspect()
+    read_corpus = ReadCorpus(args.input, spec)
+    schema = output_schema(info.pooling.dim, args.dtype, args.keep_text, spec.keep_fields)
+    out = prepare_output(
+        args.output,
+        overwrite=args.overwrite,
+        job={"command": "embed", "argv": argv or sys.argv[1:]},
+        layout=LAYOUT,
+    )
+    with out:
+        return _run_pipeline(
+            args, out, (info, settings, schema), options, spec, read_corpus, test_pipeline
+        )
+
+
+def check_options(argv: list[str]) -> None:
+    """Check this command's option values without reading inputs or touching any output.
+
+    ``sbert run`` calls it for every stage before running the first one.
+
+    Raises:
+        ValueError, FileNotFoundError: a value the command would refuse, naming the option.
+    """
+    _checked(build_parser().parse_known_args(argv)[0])
+
+
+def _checked(args) -> tuple[CorpusSpec, EncoderSettings]:
+    """The corpus spec and encoder settings of valid options; ValueError naming a bad one."""
     if not 0.0 <= args.max_error_rate <= 1.0:
         raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
     keep_fields = tuple(name for name in args.keep_fields.split(",") if name)
@@ -158,7 +200,6 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         keep_fields=keep_fields,
         max_record_bytes=args.max_record_bytes,
     )
-    options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
     settings = EncoderSettings(
         model=args.model,
         device=args.device,
@@ -169,15 +210,21 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         num_threads=args.threads,
         token_budget=args.token_budget,
     )
-    # Fail before any work: the model's files, then the input, then the output directory.
-    info = settings.inspect()
-    read_corpus = ReadCorpus(args.input, spec)
-    schema = output_schema(info.pooling.dim, args.dtype, args.keep_text, keep_fields)
-    prepare_output(
-        args.output,
-        overwrite=args.overwrite,
-        job={"command": "embed", "argv": argv or sys.argv[1:]},
-    )
+    settings.validate()
+    if args.min_batch_size < 1 or args.max_batch_size < args.min_batch_size:
+        raise ValueError(
+            f"--min-batch-size ({args.min_batch_size}) must be at least 1 and at most "
+            f"--max-batch-size ({args.max_batch_size})"
+        )
+    return spec, settings
+
+
+def _run_pipeline(
+    args, out: StagedOutput, model, options, spec, read_corpus, test_pipeline
+) -> EmbedSummary:
+    """Build and run the pipeline into ``out``'s attempt area, then check and publish."""
+    info, settings, schema = model
+    keep_fields = spec.keep_fields
     if is_local(options):
         logging.getLogger("pipelines").setLevel(logging.INFO)
 
@@ -199,7 +246,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         embedded[EMBEDDED]
         | "WriteEmbeddings"
         >> WriteEmbeddings(
-            args.output,
+            out.attempt,
             schema,
             dtype=args.dtype,
             keep_text=args.keep_text,
@@ -208,8 +255,8 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         ),
         tuple(rejected)
         | "FlattenRejected" >> beam.Flatten()
-        | "WriteErrors" >> WriteErrors(args.output, num_shards=n_shards),
-        corpus[READS] | "RecordReads" >> RecordReads(args.output),
+        | "WriteErrors" >> WriteErrors(out.attempt, num_shards=n_shards),
+        corpus[READS] | "RecordReads" >> RecordReads(out.attempt),
     ]
     # One final node downstream of every write: the Dask runner computes only the lineage of
     # the last transform applied, so without it some branches would silently not run.
@@ -222,7 +269,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     client = getattr(result, "client", None)  # the Dask runner leaves its client open
     if client is not None:
         client.close()
-    return _finish(args, info, options, spec, read_corpus.files, result, seconds)
+    return _finish(args, out, info, options, spec, read_corpus.files, result, seconds)
 
 
 def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int | None]:
@@ -234,24 +281,28 @@ def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int
     return max(1, total_bytes // 65_536), max(1, -(-total_bytes // 4_194_304))
 
 
-def _finish(args, info, options, spec: CorpusSpec, files, result, seconds: float) -> EmbedSummary:
-    """Count what was written, check nothing was lost, then commit the manifest."""
-    embedded = count_rows(shard_paths(args.output))
-    rejected = count_rows(shard_paths(join(args.output, "errors")))
-    ledger = read_ledger(args.output)
+def _finish(
+    args, out: StagedOutput, info, options, spec: CorpusSpec, files, result, seconds: float
+) -> EmbedSummary:
+    """Count what was written, check nothing was lost, then publish with the manifest."""
+    attempt = out.attempt
+    parts = shard_paths(attempt)
+    embedded = count_rows(parts)
+    rejected = count_rows(shard_paths(join(attempt, "errors")))
+    ledger = read_ledger(attempt)
+    kept = f"; the previous content of {args.output} is unchanged"
     unread = sorted({path for path, _, _ in files} - set(ledger))
     if unread:
         raise JobFailedError(
             f"{len(unread)} input file(s) were not read to the end (first: {unread[0]}); "
-            f"{args.output} has no manifest and must not be used"
+            f"nothing was published{kept}"
         )
     read = sum(ledger.values())
     read_counter = _counter(result, "read")
     if read != embedded + rejected or read_counter not in (None, read):
         raise JobFailedError(
             f"rows were lost: read {read} (counter: {read_counter}), but wrote {embedded} "
-            f"embeddings and {rejected} rejections; {args.output} has no manifest and must not "
-            "be used"
+            f"embeddings and {rejected} rejections; nothing was published{kept}"
         )
     summary = EmbedSummary(
         args.output, read, embedded, rejected, _counter(result, "truncated"), seconds
@@ -259,8 +310,13 @@ def _finish(args, info, options, spec: CorpusSpec, files, result, seconds: float
     if read and rejected / read > args.max_error_rate:
         raise JobFailedError(
             f"{rejected} of {read} rows rejected ({rejected / read:.1%}), more than "
-            f"--max-error-rate {args.max_error_rate:.1%}; see {join(args.output, 'errors')}; "
-            "no manifest was written"
+            f"--max-error-rate {args.max_error_rate:.1%}; see {join(attempt, 'errors')}; "
+            f"nothing was published{kept}"
+        )
+    if read and not embedded and not args.allow_all_rejected:
+        raise JobFailedError(
+            f"all {read} rows were rejected, none embedded (see {join(attempt, 'errors')}); "
+            f"nothing was published{kept}; pass --allow-all-rejected to publish such a run"
         )
     manifest = {
         "kind": "embeddings",
@@ -280,14 +336,14 @@ def _finish(args, info, options, spec: CorpusSpec, files, result, seconds: float
             "files": [{"path": path, "rows": rows} for path, rows in sorted(ledger.items())],
         },
         "keep_text": args.keep_text,
-        "shards": [path.rsplit("/", 1)[-1] for path in shard_paths(args.output)],
+        "shards": sorted(out.final_name(path.rsplit("/", 1)[-1]) for path in parts),
         "runner": runner_name(options),
         "software": {"sbert_pipeline": __version__, "apache_beam": beam.__version__},
         "seconds": round(seconds, 3),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    FileSystems.delete([join(args.output, READ_LEDGER)])  # now recorded in the manifest
-    commit_output(args.output, manifest)
+    FileSystems.delete([join(attempt, READ_LEDGER)])  # now recorded in the manifest
+    out.commit(manifest)
     return summary
 
 

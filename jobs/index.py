@@ -13,7 +13,8 @@ index is trained on a sample, filled in batches read as a stream, and its search
 (nprobe / efSearch) is set to the smallest value whose recall@10 against exact search on
 held-out vectors reaches ``--target-recall``. Without ``--shards`` everything runs in this
 process; with ``--shards S`` a Beam pipeline fills S shards in parallel workers and the launcher
-merges them. ``_manifest.json`` is written last.
+merges them. Everything is written under ``OUTPUT/_attempts/<run id>/`` and published with
+``_manifest.json`` in one step, so a failed or killed build leaves the previous index as it was.
 """
 
 from __future__ import annotations
@@ -30,7 +31,15 @@ import faiss
 from jobs.beam_options import pipeline_options, runner_name
 from jobs.errors import JobFailedError
 from pipelines.embeddings_io import EmbeddingsDataset
-from pipelines.index_build import BuildSettings, BuiltIndex, build_index, new_index
+from pipelines.index_build import (
+    POINTS_PER_CENTROID,
+    BuildSettings,
+    BuiltIndex,
+    build_index,
+    default_train_sample,
+    min_train_points,
+    new_index,
+)
 from pipelines.index_io import (
     IDS_FILE,
     INDEX_FILE,
@@ -55,10 +64,13 @@ from pipelines.index_stage import (
     prepare_sharded_build,
 )
 from pipelines.index_trial import TrialChoice, choose_by_trial
-from pipelines.output_dir import join, prepare_output
+from pipelines.output_dir import OutputLayout, prepare_output
 from sbert_core import __version__
 
 logger = logging.getLogger(__name__)
+
+# What an index run writes (see pipelines/index_io.py).
+LAYOUT = OutputLayout(files=(INDEX_FILE, IDS_FILE, "shards/*.faiss"))
 
 
 @dataclass(frozen=True)
@@ -166,6 +178,46 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         JobFailedError: the sharded pipeline lost a shard.
     """
     args, beam_args = build_parser().parse_known_args(argv)
+    budget = _checked(args, beam_args)
+    data = EmbeddingsDataset.open(args.embeddings)
+    n = data.count
+    if n == 0:
+        raise ValueError(f"{args.embeddings} holds no embeddings; there is nothing to index")
+    plan = plan_index(n, data.dim, args.metric, budget) if args.factory == "auto" else None
+    if plan is None:  # a bad factory, or one this corpus cannot train, fails before writing
+        _check_trainable(args.factory, data.dim, args.metric, n, args.train_sample)
+    settings = BuildSettings(
+        factory=args.factory,
+        metric=args.metric,
+        target_recall=args.target_recall,
+        train_sample=args.train_sample,
+        n_queries=args.queries,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    out = prepare_output(
+        args.output,
+        overwrite=args.overwrite,
+        job={"command": "index", "argv": argv or sys.argv[1:]},
+        layout=LAYOUT,
+    )
+    with out:
+        return _build(args, out, data, (plan, n, budget), settings, beam_args, test_pipeline)
+
+
+def check_options(argv: list[str]) -> None:
+    """Check this command's option values without reading inputs or touching any output.
+
+    ``sbert run`` calls it for every stage before running the first one.
+
+    Raises:
+        ValueError: a value the command would refuse, naming the option.
+    """
+    _checked(*build_parser().parse_known_args(argv))
+
+
+def _checked(args, beam_args: list[str]) -> int:
+    """Refuse bad option values, naming the option; returns the memory budget in bytes."""
     if not 0.0 < args.target_recall <= 1.0:
         raise ValueError(f"--target-recall must be in (0, 1], got {args.target_recall}")
     if args.trial_sample is not None and args.trial_sample < 0:
@@ -178,28 +230,32 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         raise ValueError(
             f"unrecognised arguments: {' '.join(beam_args)} (Beam options apply only with --shards)"
         )
-    budget = parse_size(args.memory_budget)
-    data = EmbeddingsDataset.open(args.embeddings)
-    n = data.count
-    if n == 0:
-        raise ValueError(f"{args.embeddings} holds no embeddings; there is nothing to index")
-    plan = plan_index(n, data.dim, args.metric, budget) if args.factory == "auto" else None
-    if plan is None:
-        new_index(args.factory, data.dim, args.metric)  # a bad factory fails before any writing
-    settings = BuildSettings(
-        factory=args.factory,
-        metric=args.metric,
-        target_recall=args.target_recall,
-        train_sample=args.train_sample,
-        n_queries=args.queries,
-        batch_size=args.batch_size,
-        seed=args.seed,
-    )
-    prepare_output(
-        args.output,
-        overwrite=args.overwrite,
-        job={"command": "index", "argv": argv or sys.argv[1:]},
-    )
+    if args.train_sample is not None and args.train_sample <= 0:
+        raise ValueError(f"--train-sample must be positive, got {args.train_sample}")
+    return parse_size(args.memory_budget)
+
+
+def _check_trainable(factory: str, dim: int, metric: str, n: int, train_sample: int | None) -> None:
+    """Refuse a factory string FAISS rejects or cannot train on ``n`` vectors, before writing."""
+    if train_sample is not None and train_sample <= 0:
+        raise ValueError(f"--train-sample must be positive, got {train_sample}")
+    index = new_index(factory, dim, metric)
+    if index.is_trained:
+        return
+    n_train = min(n, train_sample or default_train_sample(index, n))
+    need = min_train_points(index)
+    if n_train < need:
+        raise ValueError(
+            f"--factory {factory} needs at least {need} training vectors "
+            f"({POINTS_PER_CENTROID * need} recommended), but only {n_train} are available "
+            f"({n} vectors, --train-sample {train_sample}); choose a smaller index or a larger "
+            "sample"
+        )
+
+
+def _build(args, out, data, sized, settings, beam_args, test_pipeline) -> IndexSummary:
+    """Choose, build, tune and write the index into ``out``'s attempt area, then publish."""
+    plan, n, budget = sized
     start = time.perf_counter()
     trial = None
     if plan is not None and args.trial_sample != 0:
@@ -211,18 +267,20 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     settings = replace(settings, factory=factory)
     if args.shards is None:
         built = build_index(data, settings)
-        size, sha256 = write_index_file(built.index, join(args.output, INDEX_FILE))
+        size, sha256 = write_index_file(built.index, out.path(INDEX_FILE))
         index_files, runner = [FileDigest(INDEX_FILE, size, sha256)], None
     else:
-        built, index_files, runner = _build_sharded(args, data, settings, beam_args, test_pipeline)
+        built, index_files, runner = _build_sharded(
+            args, out.attempt, data, settings, beam_args, test_pipeline
+        )
     rows, ids_size, ids_sha = write_ids(
-        join(args.output, IDS_FILE),
+        out.path(IDS_FILE),
         in_index_order(id_batches(data, data.has_text), built.held_out),
         data.has_text,
     )
     seconds = time.perf_counter() - start
     manifest = commit_index_output(
-        args.output,
+        out,
         index_files=index_files,
         ids_file=FileDigest(IDS_FILE, ids_size, ids_sha),
         ids_rows=rows,
@@ -241,10 +299,10 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     )
 
 
-def _build_sharded(args, data, settings, beam_args, test_pipeline):
-    """Train here, fill shards in Beam workers, merge here."""
+def _build_sharded(args, attempt: str, data, settings, beam_args, test_pipeline):
+    """Train here, fill shards in Beam workers (writing below ``attempt``), merge here."""
     options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
-    build, trained = prepare_sharded_build(data, args.output, settings, args.shards)
+    build, trained = prepare_sharded_build(data, attempt, settings, args.shards)
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
     _ = pipeline | "BuildIndexShards" >> BuildIndexShards(build)
     start = time.perf_counter()
@@ -257,7 +315,9 @@ def _build_sharded(args, data, settings, beam_args, test_pipeline):
     try:
         built, files = finish_sharded_build(build, trained)
     except IncompleteShardsError as err:
-        raise JobFailedError(f"{err}; {args.output} has no manifest and must not be used") from err
+        raise JobFailedError(
+            f"{err}; nothing was published and the previous content of {args.output} is unchanged"
+        ) from err
     built.seconds["fill_pipeline"] = fill_seconds
     # A TestPipeline is given its runner directly rather than through the options.
     runner = type(pipeline.runner).__name__ if test_pipeline is not None else runner_name(options)

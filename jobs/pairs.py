@@ -64,7 +64,7 @@ from pipelines.cluster_blocks import (
 from pipelines.cluster_stage import CENTROIDS, all_shards, save_centroids
 from pipelines.embeddings_io import MODEL_FIELDS, EmbeddingsDataset, count_rows, shard_paths
 from pipelines.index_planner import format_size, parse_size
-from pipelines.output_dir import commit_output, join, prepare_output
+from pipelines.output_dir import OutputLayout, join, prepare_output
 from pipelines.pairs_io import (
     NEIGHBORS,
     NEIGHBORS_SCHEMA,
@@ -89,6 +89,9 @@ from pipelines.pairs_stage import (
 from sbert_core import __version__
 
 logger = logging.getLogger(__name__)
+
+# What a pairs run writes (see DESIGN.md, data contracts).
+LAYOUT = OutputLayout(datasets=(NEIGHBORS, PAIRS), files=(CENTROIDS,))
 
 # auto: exact search up to this many vectors. Exact work grows as n^2: 100k x 384 took 98 s
 # here (two shared cores; clustered 72 s at recall 0.98), so 200k is about 6.5 minutes, and 1M
@@ -282,60 +285,64 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     scan = reader.scan(blocking.picks() if blocking is not None else {})
     seconds = {"scan": time.perf_counter() - job_start}
     options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
-    prepare_output(
+    out = prepare_output(
         args.output,
         overwrite=args.overwrite,
         job={"command": "pairs", "argv": argv or sys.argv[1:]},
+        layout=LAYOUT,
     )
-    if is_local(options):
-        logging.getLogger("pipelines").setLevel(logging.INFO)
+    # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
+    final, args.output = args.output, out.attempt
+    with out:
+        if is_local(options):
+            logging.getLogger("pipelines").setLevel(logging.INFO)
 
-    settings = PairsSettings(args.output, reader, args.k, args.threshold, args.precision)
-    details: dict = {}
-    recall = 1.0 if method == "exact" else None
-    if n == 0:
-        write_table(part_path(args.output, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
-        runner = "launcher"
-    elif method == "exact":
-        ranges = plan_ranges(n, args.ranges or math.ceil(n / ROWS_PER_RANGE))
-        runner, seconds["pipeline"] = _run_pipeline(
-            "ExactPairs", ExactPairs(settings, ranges), options, test_pipeline
-        )
-        details["exact"] = {
-            "ranges": len(ranges),
-            "worker_bytes_needed": exact_worker_bytes(n, dim),
-        }
-    else:
-        details["clustered"], runner, recall = _clustered(
-            args, settings, blocking, scan, options, test_pipeline, seconds
-        )
-    if args.threshold is None or n == 0:
-        write_table(part_path(args.output, PAIRS, 0, 1), PAIRS_SCHEMA.empty_table())
+        settings = PairsSettings(args.output, reader, args.k, args.threshold, args.precision)
+        details: dict = {}
+        recall = 1.0 if method == "exact" else None
+        if n == 0:
+            write_table(part_path(args.output, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
+            runner = "launcher"
+        elif method == "exact":
+            ranges = plan_ranges(n, args.ranges or math.ceil(n / ROWS_PER_RANGE))
+            runner, seconds["pipeline"] = _run_pipeline(
+                "ExactPairs", ExactPairs(settings, ranges), options, test_pipeline
+            )
+            details["exact"] = {
+                "ranges": len(ranges),
+                "worker_bytes_needed": exact_worker_bytes(n, dim),
+            }
+        else:
+            details["clustered"], runner, recall = _clustered(
+                args, settings, blocking, scan, options, test_pipeline, seconds
+            )
+        if args.threshold is None or n == 0:
+            write_table(part_path(args.output, PAIRS, 0, 1), PAIRS_SCHEMA.empty_table())
 
-    rows = count_rows(shard_paths(join(args.output, NEIGHBORS)))
-    if rows != n:
-        raise JobFailedError(
-            f"the search wrote neighbour lists for {rows} of {n} items; "
-            f"{args.output} has no manifest and must not be used"
+        rows = count_rows(shard_paths(join(args.output, NEIGHBORS)))
+        if rows != n:
+            raise JobFailedError(
+                f"the search wrote neighbour lists for {rows} of {n} items; "
+                f"nothing was published and the previous content of {final} is unchanged"
+            )
+        pairs = count_rows(shard_paths(join(args.output, PAIRS)))
+        if args.known_pairs:
+            details["known_pairs"] = _known_pairs(args.known_pairs, args.output, args.threshold)
+        summary = PairsSummary(
+            final,
+            method,
+            n,
+            args.k,
+            args.threshold,
+            pairs,
+            recall,
+            time.perf_counter() - job_start,
         )
-    pairs = count_rows(shard_paths(join(args.output, PAIRS)))
-    if args.known_pairs:
-        details["known_pairs"] = _known_pairs(args.known_pairs, args.output, args.threshold)
-    summary = PairsSummary(
-        args.output,
-        method,
-        n,
-        args.k,
-        args.threshold,
-        pairs,
-        recall,
-        time.perf_counter() - job_start,
-    )
-    manifest = _manifest(args, datasets, summary, reader, budget, details, runner, seconds)
-    if FileSystems.exists(join(args.output, WORK_DIR)):
-        FileSystems.delete([join(args.output, WORK_DIR)])
-    commit_output(args.output, manifest)
-    return summary
+        manifest = _manifest(args, datasets, summary, reader, budget, details, runner, seconds)
+        if FileSystems.exists(join(args.output, WORK_DIR)):
+            FileSystems.delete([join(args.output, WORK_DIR)])
+        out.commit(manifest)
+        return summary
 
 
 @dataclass(frozen=True)
@@ -364,6 +371,19 @@ def block_worker_bytes(block: int, dim: int) -> int:
     """Memory one clustered-mode worker needs for ``block`` routed rows (one block group): the
     rows read, concatenated and sorted (three copies at most), their ids, and overhead."""
     return 3 * block * dim * 4 + block * BYTES_PER_ID + WORKER_OVERHEAD
+
+
+def check_options(argv: list[str]) -> None:
+    """Check this command's option values without reading inputs or touching any output.
+
+    ``sbert run`` calls it for every stage before running the first one.
+
+    Raises:
+        ValueError, FileNotFoundError: a value the command would refuse, naming the option.
+    """
+    args, _ = build_parser().parse_known_args(argv)
+    _check_options(args)
+    parse_size(args.worker_memory)
 
 
 def _check_options(args) -> None:

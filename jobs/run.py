@@ -41,6 +41,7 @@ from jobs.run_config import (
     check_inputs,
     config_as_dict,
     load_run_config,
+    stage_module,
 )
 from jobs.run_report import REPORT_FILE, write_report
 from jobs.run_stages import (
@@ -177,6 +178,7 @@ def run(argv: list[str] | None = None) -> JobSummary:
     checked = check_inputs(config)
     plans = plan_stages(config, checked, _beam_argv(config))
     _check_selection(config, plans, args.only, args.force)
+    _check_stage_options(plans)
 
     start = time.perf_counter()
     state = JobState.load(config.job_dir)
@@ -196,6 +198,20 @@ def run(argv: list[str] | None = None) -> JobSummary:
     if failed is not None:
         raise StageFailedError(_failure_message(args, config, plans, failed), summary)
     return summary
+
+
+def _check_stage_options(plans: list[StagePlan]) -> None:
+    """Every stage's values (device, threads, token budget, ranges, paths in options), checked
+    before the first stage runs, so a bad one late in the job cannot cost an earlier output."""
+    for plan in plans:
+        check = getattr(stage_module(plan.name), "check_options", None)
+        if check is None:
+            continue
+        try:
+            check([*plan.argv, *plan.beam_argv])
+        except (ValueError, FileNotFoundError) as err:
+            kind = FileNotFoundError if isinstance(err, FileNotFoundError) else ValueError
+            raise kind(f"{plan.name}: {err}; nothing was run or written") from None
 
 
 def _run_stages(

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.output_dir import join, read_manifest
+from pipelines.output_dir import join, listed_parts, read_manifest
+from pipelines.vector_checks import require_finite
 
 # Manifest fields that must agree for two sets of vectors to be comparable.
 MODEL_FIELDS = ("model_id", "weights_sha256", "dim", "pooling", "normalized", "max_seq_length")
@@ -89,11 +90,17 @@ class EmbeddingsDataset:
 
     @classmethod
     def open(cls, directory: str) -> EmbeddingsDataset:
-        """Open a finished embed output; refuses directories without a manifest or with no rows."""
+        """Open a finished embed output: exactly the shards its manifest lists.
+
+        Raises:
+            FileNotFoundError: no manifest (missing, or its run did not finish).
+            CorruptOutputError: the manifest is unreadable or the files disagree with it.
+        """
         manifest = read_manifest(directory)
         if manifest.get("kind", "embeddings") != "embeddings":
             raise ValueError(f"{directory} holds {manifest.get('kind')!r}, not embeddings")
-        shards = tuple(shard_paths(directory))
+        listed = listed_parts(directory, manifest)
+        shards = tuple(listed if listed is not None else shard_paths(directory))
         return cls(directory, manifest, shards)
 
     @classmethod
@@ -135,6 +142,7 @@ class EmbeddingsDataset:
                 ):
                     ids = batch.column("id").to_pylist()
                     vectors = embedding_matrix(batch.column("embedding"))
+                    require_finite(vectors, ids, where=path)
                     yield (ids, vectors, batch) if columns else (ids, vectors)
 
     def load(self) -> tuple[list[str], np.ndarray]:

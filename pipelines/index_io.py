@@ -30,7 +30,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.embeddings_io import EmbeddingsDataset
 from pipelines.index_build import faiss_message, set_search_params
-from pipelines.output_dir import commit_output, join, read_manifest
+from pipelines.output_dir import StagedOutput, join, read_manifest
 
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.parquet"
@@ -255,7 +255,7 @@ class IdTable:
 
 
 def commit_index_output(
-    directory: str,
+    out: StagedOutput,
     *,
     index_files: list[FileDigest],
     ids_file: FileDigest,
@@ -265,7 +265,8 @@ def commit_index_output(
     """Write the manifest (the commit point) once every file is in place and consistent.
 
     Args:
-        directory: the index directory, prepared with ``prepare_output``.
+        out: the run's hold on the index directory (from ``prepare_output``); the files are
+            in its attempt area and move to the directory with the manifest.
         index_files: ``index.faiss``, or the shard files in shard order.
         ids_file: ``ids.parquet``.
         ids_rows: rows written to ``ids.parquet``.
@@ -279,7 +280,7 @@ def commit_index_output(
     """
     if ids_rows != fields["ntotal"]:
         raise CorruptIndexError(
-            f"{join(directory, ids_file.name)} has {ids_rows} ids but the index holds "
+            f"{out.path(ids_file.name)} has {ids_rows} ids but the index holds "
             f"{fields['ntotal']} vectors; nothing was committed"
         )
     manifest = {
@@ -289,8 +290,7 @@ def commit_index_output(
         "size_bytes": sum(f.size for f in index_files),
         "files": {"index": [asdict(f) for f in index_files], "ids": asdict(ids_file)},
     }
-    commit_output(directory, manifest)
-    return manifest
+    return out.commit(manifest)
 
 
 @dataclass
@@ -323,7 +323,8 @@ def open_index(directory: str, *, verify_checksums: bool = True) -> LoadedIndex:
         FileNotFoundError: the directory is missing or unfinished (no manifest), or a file is gone.
         CorruptIndexError: a file is truncated or corrupt, or ids and index disagree.
     """
-    manifest = read_manifest(directory)
+    # The index files are checked below, with size and sha256 and messages of their own.
+    manifest = read_manifest(directory, verify=False)
     if manifest.get("kind") != "index":
         raise ValueError(f"{directory} holds {manifest.get('kind')!r}, not an index")
     parts = []

@@ -35,6 +35,41 @@ class EncoderSettings:
     num_threads: int | None = None
     token_budget: int | None = None
 
+    def validate(self) -> None:
+        """Check device, threads and token budget on the launcher, before any output is touched.
+
+        Raises:
+            ValueError: a device torch does not know or this machine lacks, threads below 1, a
+                token budget below 1; the message names the option.
+        """
+        import torch
+
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {self.num_threads}")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ValueError(f"--token-budget must be at least 1, got {self.token_budget}")
+        if self.device is None:
+            return
+        try:
+            device = torch.device(self.device)
+        except (RuntimeError, ValueError) as err:
+            raise ValueError(
+                f"--device {self.device!r} is not a device torch knows ({err}); use cpu, cuda "
+                "or cuda:N"
+            ) from None
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise ValueError(f"--device {self.device}: CUDA is not available on this machine")
+            if device.index is not None and device.index >= torch.cuda.device_count():
+                raise ValueError(
+                    f"--device {self.device}: this machine has {torch.cuda.device_count()} "
+                    "CUDA device(s)"
+                )
+        elif device.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"--device {self.device}: MPS is not available on this machine")
+        elif device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"--device {self.device}: unsupported device; use cpu or cuda[:N]")
+
     def inspect(self) -> ModelInfo:
         """Check the model's files and read its config without loading weights (launcher side)."""
         return inspect_model(

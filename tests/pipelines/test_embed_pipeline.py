@@ -164,7 +164,9 @@ def test_error_rate_limit_fails_without_manifest(local_pipeline, tmp_path, tiny_
             test_pipeline=local_pipeline,
         )
     assert not (out / "_manifest.json").exists()
-    assert (out / "errors").is_dir()
+    # Nothing is published; the failed run's dead letters stay in its attempt area for a look.
+    assert not (out / "errors").exists()
+    assert list(out.glob("_attempts/*/errors/part-*.parquet"))
 
 
 def test_existing_output_is_refused_unless_overwrite(tmp_path, tiny_st_dir, local_pipeline):
@@ -184,7 +186,7 @@ def test_existing_output_is_refused_unless_overwrite(tmp_path, tiny_st_dir, loca
         run(argv)
     assert (out / "someone_elses.txt").read_text() == "keep me"
     run([*argv, "--overwrite"], test_pipeline=local_pipeline)
-    assert not (out / "someone_elses.txt").exists()
+    assert (out / "someone_elses.txt").read_text() == "keep me"  # never deleted: not ours
     assert json.loads((out / "_manifest.json").read_text())["counts"]["embedded"] == len(GOOD_TEXTS)
 
 

@@ -1,4 +1,5 @@
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ def test_unfinished_directory_is_refused(embedded):
 
 def test_mixed_models_are_refused(embedded, tmp_path):
     other = tmp_path / "other"
-    other.mkdir()
+    shutil.copytree(embedded, other)  # the same shards, so only the model fields differ
     manifest = json.loads((embedded / "_manifest.json").read_text())
     (other / "_manifest.json").write_text(json.dumps({**manifest, "weights_sha256": "0" * 64}))
     with pytest.raises(IncompatibleEmbeddingsError, match="weights_sha256"):

@@ -196,7 +196,8 @@ def test_a_failed_build_leaves_no_manifest_and_can_be_rerun(tmp_path, embeddings
     output = tmp_path / "index"
     with pytest.raises(ValueError, match="needs at least 64 training vectors"):
         run(index_args(embeddings, output, "--factory", "IVF64,Flat", "--train-sample", "10"))
-    assert (output / "_STARTED").exists() and not (output / "_manifest.json").exists()
+    # Refused before the output folder is touched (issue 13): nothing there at all.
+    assert not output.exists()
     with pytest.raises(FileNotFoundError, match="did not finish"):
         open_index(str(output))
     run(index_args(embeddings, output, "--factory", "Flat"))  # no --overwrite needed
