@@ -41,7 +41,12 @@ from pipelines.corpus_source import (
 )
 from pipelines.embed_stage import EMBEDDED, Embed
 from pipelines.embeddings_io import count_rows, shard_paths
-from pipelines.model_handler import EncoderSettings, SbertModelHandler
+from pipelines.model_handler import (
+    ZERO_VECTORS,
+    DeterministicInferenceError,
+    EncoderSettings,
+    SbertModelHandler,
+)
 from pipelines.output_dir import OutputLayout, StagedOutput, join, prepare_output
 from pipelines.parquet_sinks import WriteEmbeddings, WriteErrors, output_schema
 from sbert_core import __version__
@@ -263,8 +268,11 @@ def _run_pipeline(
     tuple(written) | "FlattenWritten" >> beam.Flatten() | "Finished" >> beam.Map(str)
 
     start = time.perf_counter()
-    result = pipeline.run()
-    result.wait_until_finish()
+    try:
+        result = pipeline.run()
+        result.wait_until_finish()
+    except DeterministicInferenceError as err:
+        raise JobFailedError(f"{err}; nothing was published") from None
     seconds = time.perf_counter() - start
     client = getattr(result, "client", None)  # the Dask runner leaves its client open
     if client is not None:
@@ -329,6 +337,7 @@ def _finish(
             "rejected": rejected,
             "truncated": summary.truncated,
             "tokens": _counter(result, "tokens"),
+            "zero_vectors": _counter(result, ZERO_VECTORS),
         },
         "input": {
             "pattern": args.input,

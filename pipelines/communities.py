@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipelines.topk import neighbors_above, topk_neighbors
+from pipelines.vector_checks import require_finite
 
 
 class TruncatedNeighborsError(ValueError):
@@ -131,8 +132,12 @@ def detect_communities(
 
     Returns:
         Communities as arrays of row indices, centre first, largest community first.
+
+    Raises:
+        NonFiniteEmbeddingError: a row holds NaN or infinite values (its scores would be NaN).
     """
     vectors = np.asarray(vectors, dtype=np.float32)
+    require_finite(vectors)
     n = len(vectors)
     if min_community_size < 1:
         raise ValueError(f"min_community_size must be >= 1, got {min_community_size}")

@@ -114,10 +114,20 @@ def index_pairs(
             from neighbour lists name most pairs twice).
 
     Raises:
-        ValueError: a pair names an id that is not in ``ids``, or pairs an id with itself.
+        ValueError: a pair names an id that is not in ``ids``, pairs an id with itself, or has
+            a NaN or infinite score (a NaN compares false with every threshold, so the pair
+            would vanish without a word).
     """
     ids = _strings(ids)
     scores = np.asarray(scores, dtype=np.float32)
+    bad = ~np.isfinite(scores)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"the pair ({_strings(id_a)[row].as_py()!r}, {_strings(id_b)[row].as_py()!r}) has "
+            f"score {scores[row]}; the pairs were computed from NaN or infinite vectors, rerun "
+            "sbert pairs"
+        )
     rows = []
     for column in (id_a, id_b):
         column = _strings(column)

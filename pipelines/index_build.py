@@ -34,6 +34,7 @@ import faiss
 import numpy as np
 
 from pipelines.index_planner import POINTS_PER_CENTROID
+from pipelines.vector_checks import require_finite
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,11 @@ class ArraySource:
         return int(self.vectors.shape[0])
 
     def batches(self, batch_size: int = 65536) -> Iterator[tuple[list[str], np.ndarray]]:
-        """``(ids, vectors)`` slices of at most ``batch_size`` rows."""
+        """``(ids, vectors)`` slices of at most ``batch_size`` rows.
+
+        Raises:
+            NonFiniteEmbeddingError: a row holds NaN or infinite values, naming its id.
+        """
         for start in range(0, self.count, batch_size):
             stop = min(start + batch_size, self.count)
             ids = (
@@ -86,6 +91,7 @@ class ArraySource:
                 if self.ids is not None
                 else [str(i) for i in range(start, stop)]
             )
+            require_finite(self.vectors[start:stop], ids)
             yield ids, self.vectors[start:stop]
 
 

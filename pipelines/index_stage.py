@@ -57,6 +57,7 @@ from pipelines.index_io import (
     write_index_file,
 )
 from pipelines.output_dir import join, write_json
+from pipelines.vector_checks import require_finite
 
 WORK_DIR = "_work"
 HELD_OUT_SHARD = f"{SHARDS_DIR}/held-out.faiss"
@@ -173,6 +174,9 @@ def read_row_range(task: ShardTask, batch_size: int) -> Iterator[np.ndarray]:
     """The embeddings of rows ``[task.start, task.stop)`` as float32 batches, in row order.
 
     Row groups outside the range are skipped using the Parquet footer, not read.
+
+    Raises:
+        NonFiniteEmbeddingError: a row holds NaN or infinite values, naming its id and file.
     """
     for path, file_first in task.files:
         with FileSystems.open(path) as handle:
@@ -184,13 +188,15 @@ def read_row_range(task: ShardTask, batch_size: int) -> Iterator[np.ndarray]:
                 if group_first <= task.start or batch_first >= task.stop:
                     continue
                 for batch in parquet.iter_batches(
-                    batch_size=batch_size, row_groups=[group], columns=["embedding"]
+                    batch_size=batch_size, row_groups=[group], columns=["id", "embedding"]
                 ):
                     lo = max(task.start - batch_first, 0)
                     hi = min(task.stop - batch_first, batch.num_rows)
                     batch_first += batch.num_rows
                     if hi > lo:
-                        yield embedding_matrix(batch.column("embedding").slice(lo, hi - lo))
+                        vectors = embedding_matrix(batch.column("embedding").slice(lo, hi - lo))
+                        require_finite(vectors, batch.column("id").slice(lo, hi - lo), where=path)
+                        yield vectors
 
 
 def _write_bytes(path: str, data: bytes) -> None:

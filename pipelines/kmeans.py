@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from pipelines.vector_checks import require_finite
 from sbert_core.precision import cpu_has_fast_bf16
 
 logger = logging.getLogger(__name__)
@@ -456,11 +457,13 @@ def fit_spherical_kmeans(
         block_size: see :func:`assign`.
 
     Raises:
-        ValueError: ``k`` out of range, no vectors, or a bad option.
+        ValueError: ``k`` out of range, no vectors, a bad option, or a NaN or infinite value
+            (one such row would pull every centroid to NaN and every row into one cluster).
     """
     n = len(vectors)
     if n == 0:
         raise ValueError("cannot fit k-means on zero vectors")
+    require_finite(vectors)
     if not 1 <= k <= n:
         raise ValueError(f"k must be between 1 and the number of vectors ({n}), got {k}")
     if iterations < 0:

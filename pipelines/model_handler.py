@@ -14,12 +14,36 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from pipelines.corpus_reader import CorpusRecord
+from pipelines.corpus_source import METRICS_NAMESPACE
+from pipelines.vector_checks import non_finite_rows
 from sbert_core import ModelInfo, SentenceEncoder, inspect_model
+from sbert_core.encoder import EncodeResult
 
 logger = logging.getLogger(__name__)
+
+NON_FINITE_REASON = "non-finite embedding"
+# Counter of embedded rows whose vector is all zeros (recorded in the embed manifest).
+ZERO_VECTORS = "zero_vectors"
+# Before any row has embedded in a worker: this many rows in a row failing alone with their
+# batch's exception mean the failure is not the rows' (one row could be bad by chance; several
+# different texts failing identically while nothing ever worked are not). Fewer rows than this
+# all failing are dead letters, and the job's all-rejected check fails the run.
+DETERMINISTIC_ROWS = 4
+# After rows have embedded: this many rows in a row failing alone with one exception (a device
+# lost mid-run). Row-specific failures are rarely consecutive once records are shuffled.
+CONSECUTIVE_FAILURES = 256
+
+
+class DeterministicInferenceError(RuntimeError):
+    """Inference fails the same way whatever the text: the job stops, nothing is published."""
+
+
+def _signature(err: BaseException) -> tuple[str, str]:
+    return type(err).__name__, str(err)
 
 
 @dataclass(frozen=True)
@@ -135,6 +159,12 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
         self._embedded = 0
         self._started = 0.0
         self._last_log = 0.0
+        # Per worker: whether any row ever embedded, and the current run of rows failing alone
+        # with one exception (type, message); see run_inference.
+        self._succeeded = False
+        self._failure_signature: tuple[str, str] | None = None
+        self._failure_run = 0
+        self._zero_vectors = Metrics.counter(METRICS_NAMESPACE, ZERO_VECTORS)
 
     def load_model(self) -> SentenceEncoder:
         """Load the encoder on the worker (called once per process or machine)."""
@@ -151,23 +181,77 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
         """Encode a batch; one ``PredictionResult`` per record, in order.
 
         If the batch fails, each record is retried alone, so one bad text cannot take its
-        neighbours down; a record that fails alone gets an ``InferenceFailure`` (dead letter).
+        neighbours down; a record that fails alone gets an ``InferenceFailure`` (dead letter), as
+        does a record whose embedding holds NaN or infinite values.
+
+        Raises:
+            DeterministicInferenceError: the failure is not about the rows: the first
+                ``DETERMINISTIC_ROWS`` rows retried alone failed with the same exception as
+                their batch before any row ever succeeded in this worker, or
+                ``CONSECUTIVE_FAILURES`` rows in a row did (a model that cannot run on its
+                device, a bad token budget, ...). The job stops instead of rejecting every row.
         """
         try:
             result = model.encode_detailed(
                 [record.text for record in batch], token_budget=self._settings.token_budget
             )
-        except Exception as err:  # any failure of the model code becomes a dead letter
-            if len(batch) == 1:
+        except Exception as err:  # any failure of the model code is retried row by row
+            return self._one_by_one(batch, model, err)
+        return self._results(batch, result)
+
+    def _one_by_one(
+        self, batch: Sequence[CorpusRecord], model: SentenceEncoder, batch_error: Exception
+    ) -> list[PredictionResult]:
+        if len(batch) > 1:
+            logger.warning(
+                "a batch of %d failed (%s); retrying one by one", len(batch), batch_error
+            )
+        signature = _signature(batch_error)
+        outputs: list[PredictionResult] = []
+        for position, record in enumerate(batch):
+            try:
+                if position == 0 and len(batch) == 1:
+                    raise batch_error  # a batch of one has been tried alone already
+                result = model.encode_detailed(
+                    [record.text], token_budget=self._settings.token_budget
+                )
+            except Exception as err:  # a row that fails alone becomes a dead letter
+                self._note_failure(_signature(err), signature)
                 reason = f"inference failed: {type(err).__name__}: {str(err)[:300]}"
-                return [PredictionResult(batch[0], InferenceFailure(reason))]
-            logger.warning("a batch of %d failed (%s); retrying one by one", len(batch), err)
-            return [out for record in batch for out in self.run_inference([record], model)]
+                outputs.append(PredictionResult(record, InferenceFailure(reason)))
+                continue
+            outputs.extend(self._results([record], result))
+        return outputs
+
+    def _note_failure(self, signature: tuple[str, str], batch_signature: tuple[str, str]) -> None:
+        """Count rows failing alone with one exception; raise once it cannot be the rows' fault."""
+        if signature != self._failure_signature:
+            self._failure_signature, self._failure_run = signature, 0
+        self._failure_run += 1
+        limit = CONSECUTIVE_FAILURES if self._succeeded else DETERMINISTIC_ROWS
+        if signature == batch_signature and self._failure_run >= limit:
+            raise DeterministicInferenceError(
+                f"inference fails the same way whatever the text ({self._failure_run} different "
+                "texts in a row, each tried alone), so the model or its settings are at fault, "
+                f"not the rows: {signature[0]}: {signature[1][:500]}"
+            )
+
+    def _results(self, batch: Sequence[CorpusRecord], result: EncodeResult) -> list:
+        """Embeddings for the finite rows, dead letters for rows with NaN or infinite values."""
+        self._succeeded = True
+        self._failure_signature, self._failure_run = None, 0
+        bad = non_finite_rows(result.embeddings)
+        zero = ~bad & ~result.embeddings.any(axis=1)
+        self._zero_vectors.inc(int(zero.sum()))  # also at 0, so the manifest says 0, not null
         self._log_progress(len(batch))
         return [
             PredictionResult(
                 record,
-                Embedding(result.embeddings[i], int(result.n_tokens[i]), bool(result.truncated[i])),
+                InferenceFailure(NON_FINITE_REASON)
+                if bad[i]
+                else Embedding(
+                    result.embeddings[i], int(result.n_tokens[i]), bool(result.truncated[i])
+                ),
             )
             for i, record in enumerate(batch)
         ]

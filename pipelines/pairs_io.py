@@ -31,6 +31,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.embeddings_io import embedding_matrix, shard_paths
 from pipelines.kmeans import normalize_rows
 from pipelines.output_dir import join, read_manifest
+from pipelines.vector_checks import require_finite
 
 NEIGHBORS = "neighbors"
 PAIRS = "pairs"
@@ -210,10 +211,7 @@ class VectorReader:
         for ids, vectors in self.batches():
             if ids.null_count:
                 raise ValueError(f"row {offset + _first(ids.is_null())}: the id is null")
-            bad = ~np.isfinite(vectors).all(axis=1)
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise ValueError(f"embedding of id {ids[row].as_py()!r} has NaN or infinite values")
+            require_finite(vectors, ids)
             for name, rows in picks.items():
                 lo, hi = np.searchsorted(rows, [offset, offset + len(ids)])
                 local = rows[lo:hi] - offset
