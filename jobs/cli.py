@@ -39,6 +39,7 @@ USER_ERRORS = (
 # Beam's optional BigQuery client warns at import time when its extra is not installed;
 # nothing here uses BigQuery, so the warning only confuses.
 _IGNORED_LOG_PREFIXES = ("apitools not found",)
+_BEAM_DOFN_ERROR_LOGGER = "apache_beam.runners.common"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +68,10 @@ def _configure_logging(verbose: bool) -> None:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(lambda record: not str(record.msg).startswith(_IGNORED_LOG_PREFIXES))
+        if not verbose:
+            # Beam logs an exception raised in a DoFn with its traceback before the runner
+            # re-raises it; the job then reports it in one line (or, if unexpected, in full).
+            handler.addFilter(lambda record: record.name != _BEAM_DOFN_ERROR_LOGGER)
 
 
 def main(argv: list[str] | None = None) -> int:
