@@ -111,7 +111,7 @@ def test_embed_stops_and_keeps_the_previous_output(tiny_st_dir, tmp_path, monkey
         raise RuntimeError(DEVICE_ERROR)
 
     monkeypatch.setattr(SentenceEncoder, "encode_detailed", encode_detailed)
-    with pytest.raises(JobFailedError, match="fails the same way whatever the text.*CUDA error"):
+    with pytest.raises(JobFailedError, match=r"fails the same way whatever the text.*CUDA error"):
         embed(embed_argv(corpus, out, tiny_st_dir, "--overwrite"))
     assert (out / "_manifest.json").read_text() == before
     assert json.loads(before)["counts"]["embedded"] == 40
