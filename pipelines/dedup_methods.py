@@ -23,6 +23,10 @@ Methods (``threshold`` is ``T``):
   ``rep_threshold <= T`` using only pairs inside the component: a tight component whose
   members are all ``>= rep_threshold`` to its best-ranked member stays whole (components'
   recall), a chain is cut into stars of radius ``rep_threshold``.
+* ``split``: components at ``T``; a component with a member below ``rep_threshold`` to its
+  best-ranked member is split into its components at ``T + 0.01``, and so on until every
+  member of every group is ``>= rep_threshold`` to its representative: chains are cut at their
+  weakest links while tight components stay whole.
 * ``mutual``: components over the pairs ``>= T`` where each end is among the other's ``k``
   nearest neighbours (mutual k-nearest neighbours): a hub cannot link everything near it.
 * ``average``: average-linkage agglomerative clustering over the pair graph, merging while the
@@ -52,8 +56,8 @@ from scipy.sparse.csgraph import connected_components
 
 from pipelines.dedup import DuplicateGroups, IndexedPairs
 
-Method = Literal["components", "ranked", "star", "mutual", "average"]
-METHODS: tuple[str, ...] = ("components", "ranked", "star", "mutual", "average")
+Method = Literal["components", "ranked", "star", "split", "mutual", "average"]
+METHODS: tuple[str, ...] = ("components", "ranked", "star", "split", "mutual", "average")
 RankPolicy = Literal["first", "longest", "central", "column", "random"]
 RANK_POLICIES: tuple[str, ...] = ("first", "longest", "central", "column", "random")
 
@@ -243,13 +247,14 @@ def group_items(
     """Duplicate groups of ``n`` items at ``threshold`` by ``method`` (module docstring).
 
     Args:
-        method: ``components``, ``ranked``, ``star``, ``mutual`` or ``average``.
+        method: one of :data:`METHODS`.
         n: number of items.
         pairs: unique pairs over the rows; only ``average`` reads pairs below ``threshold``.
         threshold: cosine threshold, in ``[-1, 1]``.
         rank: ``(n,)`` distinct ranks (:func:`rank_items`); the best-ranked member of a group
             is its representative.
-        rep_threshold: ``star``: the radius around a representative (default ``threshold``).
+        rep_threshold: ``star``, ``split``: the radius around a representative (default
+            ``threshold``).
         k: ``mutual``: neighbours per item.
         missing_score: ``average``: the score of a pair that is not given.
 
@@ -265,6 +270,9 @@ def group_items(
         return star(
             n, pairs, threshold, rank, threshold if rep_threshold is None else rep_threshold
         )
+    if method == "split":
+        radius = threshold if rep_threshold is None else rep_threshold
+        return split(n, pairs, threshold, rank, radius)
     if method == "mutual":
         return mutual(n, pairs, threshold, rank, k)
     if method == "average":
@@ -289,7 +297,7 @@ def sweep_groupings(
 
     Args:
         rank_at: the ranking to use at a threshold (``central`` depends on it).
-        rep_threshold: ``star``: the radius at a threshold (default: the threshold).
+        rep_threshold: ``star``, ``split``: the radius at a threshold (default: the threshold).
         k, missing_score: as for :func:`group_items`.
     """
     if method == "average" and len(thresholds):
@@ -340,6 +348,56 @@ def star(
     inside = component[loose.a] == component[loose.b]
     edges = IndexedPairs(loose.a[inside], loose.b[inside], loose.scores[inside])
     return _ranked_grouping("star", n, edges, threshold, rank, pairs, rep_threshold)
+
+
+def split(
+    n: int,
+    pairs: IndexedPairs,
+    threshold: float,
+    rank: np.ndarray,
+    rep_threshold: float,
+    step: float = 0.01,
+) -> Grouping:
+    """Components at ``threshold``; a component with a member ``< rep_threshold`` to its
+    best-ranked member (or without a given pair to it) is split into its components at
+    ``threshold + step``, and so on, until every group passes.
+
+    So a group is a component of the pairs at some level ``>= threshold`` within its parent,
+    and every member is ``>= rep_threshold`` to the representative: tight components stay
+    whole, chains are cut at their weakest links, never into loose stars.
+    """
+    _check_inputs(n, pairs, threshold, rank)
+    if not -1.0 <= rep_threshold <= threshold:
+        raise ValueError(
+            f"rep_threshold must lie in [-1, threshold={threshold}], got {rep_threshold}"
+        )
+    if step <= 0:
+        raise ValueError(f"step must be positive, got {step}")
+    used = pairs.above(threshold)
+    by_rank = np.empty(n, np.int64)
+    by_rank[rank] = np.arange(n)
+    final = np.full(n, -1, np.int64)
+    active = np.ones(n, bool)
+    level, next_label = threshold, 0
+    while active.any():
+        edge = (used.scores >= np.float32(level)) & active[used.a] & active[used.b]
+        labels = _component_labels(n, used.a[edge], used.b[edge])
+        rows = np.flatnonzero(active)
+        _, inverse = np.unique(labels[rows], return_inverse=True)
+        inverse = inverse.reshape(-1)
+        best = np.full(inverse.max() + 1, np.iinfo(np.int64).max)
+        np.minimum.at(best, inverse, rank[rows])
+        head = by_rank[best][inverse]
+        near = (rows == head) | (_lookup_scores(pairs, n, rows, head) >= np.float32(rep_threshold))
+        passes = np.ones(len(best), bool)
+        np.logical_and.at(passes, inverse, near)
+        # Without edges every component is one item and passes, so the loop ends.
+        settled = passes[inverse] | (not edge.any())
+        final[rows[settled]] = next_label + inverse[settled]
+        next_label += len(best)
+        active[rows[settled]] = False
+        level = round(level + step, 6)
+    return _from_labels("split", threshold, final, rank, pairs, radius=rep_threshold)
 
 
 def mutual(n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray, k: int) -> Grouping:
@@ -413,7 +471,8 @@ def average_linkage(
     pairs not given) / (|A| |B|)``. Only clusters joined by a given pair are ever compared, so
     ``missing_score`` should not exceed ``stop``: two clusters with no given pair between them
     are never merged. Costs about ``P log P`` for ``P`` pairs: each merge folds the smaller
-    cluster's neighbour table into the larger one's and queues the new means.
+    cluster's neighbour table into the larger one's and queues only the means that may have
+    risen.
 
     Raises:
         ValueError: ``stop`` outside ``[-1, 1]`` or ``missing_score > stop``.
@@ -424,50 +483,55 @@ def average_linkage(
             f"missing_score ({missing_score}) above the stop threshold ({stop}) would merge "
             "clusters that share no pair"
         )
-    # Each neighbour table maps a cluster id to sum + 1j * count over the given pairs between
-    # them: one complex number per entry adds both with one operation.
+    # A cluster is named by one of its rows. Its neighbour table maps a neighbouring cluster
+    # to sum + 1j * count over the given pairs between them: one complex number per entry adds
+    # both with one operation.
     tables: dict[int, dict[int, complex]] = {}
-    size: dict[int, int] = {}
-    member: dict[int, int] = {}  # a row of each live cluster
     for a, b, s in zip(pairs.a.tolist(), pairs.b.tolist(), pairs.scores.tolist(), strict=True):
         tables.setdefault(a, {})[b] = complex(s, 1)
         tables.setdefault(b, {})[a] = complex(s, 1)
-    for row in tables:
-        size[row], member[row] = 1, row
+    size = dict.fromkeys(tables, 1)
     limit = float(np.float32(stop))
+
+    def mean(x: int, y: int) -> float:
+        value, total = tables[x][y], size[x] * size[y]
+        return (value.real + missing_score * (total - value.imag)) / total
+
+    # Heap keys are upper bounds of the current means: when two clusters merge, the means of
+    # the neighbours of the smaller one are queued afresh; a neighbour of only the larger one
+    # has its mean lowered (more pairs, none of them given), so its old key stays an upper
+    # bound and is corrected when it comes to the top.
     heap = [
         (-float(s), a, b)
         for a, b, s in zip(pairs.a.tolist(), pairs.b.tolist(), pairs.scores.tolist(), strict=True)
         if s >= limit
     ]
     heapq.heapify(heap)
-    next_id = n
     left, right, height = [], [], []
     while heap:
         negative, x, y = heapq.heappop(heap)
         if x not in tables or y not in tables:
-            continue  # one side was merged since this entry was queued
-        left.append(member[x])
-        right.append(member[y])
-        height.append(-negative)
+            continue  # one side was merged into another cluster since
+        current = mean(x, y)
+        if current < -negative:
+            if current >= limit:
+                heapq.heappush(heap, (-current, x, y))
+            continue
+        left.append(x)
+        right.append(y)
+        height.append(current)
         big, small = (x, y) if len(tables[x]) >= len(tables[y]) else (y, x)
-        table, other = tables.pop(big), tables.pop(small)
-        table.pop(small)
-        del other[big]
+        table, other = tables[big], tables.pop(small)
+        del table[small], other[big]
+        size[big] += size.pop(small)
         for z, value in other.items():
             table[z] = table.get(z, 0j) + value
-        merged, next_id = next_id, next_id + 1
-        size[merged] = size.pop(x) + size.pop(y)
-        member[merged] = member.pop(x)
-        del member[y]
-        tables[merged] = table
-        for z, value in table.items():
             neighbour = tables[z]
-            neighbour[merged] = neighbour.pop(x, 0j) + neighbour.pop(y, 0j)
-            total = size[merged] * size[z]
-            mean = (value.real + missing_score * (total - value.imag)) / total
-            if mean >= limit:
-                heapq.heappush(heap, (-mean, merged, z))
+            neighbour[big] = table[z]
+            del neighbour[small]
+            joined = mean(big, z)
+            if joined >= limit:
+                heapq.heappush(heap, (-joined, big, z))
     return Dendrogram(
         n=n,
         left=np.array(left, np.int64),
@@ -589,7 +653,8 @@ def _from_labels(
 def _lookup_scores(pairs: IndexedPairs, n: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Scores of the pairs ``(x[i], y[i])``; NaN where the pair is not given."""
     key = pairs.a * n + pairs.b
-    order = np.argsort(key, kind="stable")
+    # Pairs usually come sorted by (a, b) (pairs stage, index_pairs): skip the sort then.
+    order = np.arange(len(key)) if np.all(key[1:] >= key[:-1]) else np.argsort(key, kind="stable")
     sorted_key = key[order]
     wanted = np.minimum(x, y) * n + np.maximum(x, y)
     position = np.clip(np.searchsorted(sorted_key, wanted), 0, max(len(key) - 1, 0))

@@ -201,6 +201,50 @@ def test_star_is_ranked_inside_components(seed, threshold, radius):
         assert len(set(comp[star.group == g].tolist())) == 1
 
 
+def _brute_split(n, dense, threshold, rank, radius):
+    """Recursively: a component failing the radius test is split at the next level up."""
+    found = []
+
+    def visit(members: set[int], level: float) -> None:
+        edges = [
+            (x, y)
+            for (x, y), s in dense.items()
+            if x in members and y in members and s >= np.float32(level)
+        ]
+        labels = _bfs_partition(n, edges)
+        parts: dict[int, set[int]] = {}
+        for row in members:
+            parts.setdefault(labels[row], set()).add(row)
+        for part in parts.values():
+            rep = _best_ranked(part, rank)
+            near = all(
+                row == rep or (_score(dense, row, rep) or -2.0) >= np.float32(radius)
+                for row in part
+            )
+            if near:
+                found.append(frozenset(part))
+            else:
+                visit(part, round(level + 0.01, 6))
+
+    visit(set(range(n)), threshold)
+    return {part for part in found if len(part) > 1}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("threshold", "radius"), [(0.75, 0.6), (0.8, 0.75), (0.85, 0.85)])
+def test_split_matches_recursive_reference(seed, threshold, radius):
+    n, pairs, dense = _planted(seed)
+    rank = rank_items("central", n, pairs=pairs, threshold=threshold)
+    split = group_items("split", n, pairs, threshold, rank, rep_threshold=radius)
+    assert _groups_of(split.labels()) == _brute_split(n, dense, threshold, rank, radius)
+    _check_representatives(split, rank)
+    assert np.all(split.matched_score[split.removed] >= np.float32(radius))
+    # Splitting only refines the components at the threshold.
+    comp = group_items("components", n, pairs, threshold, rank).labels()
+    for g in range(split.n_groups):
+        assert len(set(comp[split.group == g].tolist())) == 1
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_mutual_neighbours_match_brute_force(seed, k):
@@ -271,6 +315,10 @@ def test_chain_is_one_component_but_split_by_chain_free_methods():
     # Radius 0.8 around 0 takes 1 and 2; then 3 is kept and takes 4.
     assert star.group.tolist() == [0, 0, 0, 1, 1]
     assert star.reason.tolist() == [0, NEAR_REPRESENTATIVE, NEAR_REPRESENTATIVE, 0, 1]
+    # split: 4 is not within 0.8 of 0; at 0.86 and above the 0.9 links still chain all five,
+    # at 0.91 nothing is linked: five singletons.
+    split = group_items("split", 5, pairs, 0.85, rank, rep_threshold=0.8)
+    assert split.largest == 0
     # Average linkage: {0,1} and {2,3} at 0.9; then {0,1}+{2,3} has mean (0.8+0.9+0.8+0)/4.
     assert group_items("average", 5, pairs, 0.85, rank).largest <= 3
     components = group_items("components", 5, pairs, 0.85, rank)

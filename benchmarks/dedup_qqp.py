@@ -1,0 +1,294 @@
+"""Dedup methods on real question duplicates: Quora Question Pairs dev, human labels.
+
+Embeds the 158,678 dev questions with all-MiniLM-L6-v2 (or reads them from ``--cache``), finds
+every pair at or above ``--floor`` exactly (:func:`pipelines.allpairs.self_pairs_above`), then
+sweeps the threshold for each dedup method (:mod:`pipelines.dedup_methods`) and scores
+"both questions end in one group" on the 116,306 labelled pairs
+(:mod:`pipelines.dedup_labels`). Each method runs in a forked child process, so its time and
+peak memory (the child's peak RSS, which includes the pairs it shares with the parent) are its
+own.
+
+    python -m benchmarks.dedup_qqp [--cache /work/cache/qqp] [--dtype float32] [--floor 0.70]
+        [--sweep 0.70:0.95:0.01] [--threads 1] [--max-largest 1000]
+
+Cache files (written when missing): ``dev_emb_{dtype}.npy`` with ``dev_qids.txt`` (row order),
+and ``dev_pairs{floor*100}_{dtype}.npz`` (``a``, ``b``, ``score``).
+The table lists, per method, the sweep point of best pair-F1 and the best point whose largest
+group is at most ``--max-largest``. The last line compares the best method under that limit
+with components at its best F1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import DATA_DIR, read_tsv, write_result
+from pipelines.dedup import IndexedPairs, sweep_thresholds
+from pipelines.dedup_labels import (
+    LabelColumns,
+    LabelPoint,
+    PairCounts,
+    best_f1,
+    label_sweep,
+    match_labels,
+    pr_curve,
+    read_labelled_pairs,
+)
+from pipelines.dedup_methods import rank_items, sweep_groupings
+from sbert_core.pair_metrics import best_f1 as pair_best_f1
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One method with its parameters, as swept."""
+
+    name: str
+    method: str
+    ranking: str = "first"
+    params: dict = field(default_factory=dict)  # k, missing_score
+    radius_below: float | None = None  # star: rep_threshold = threshold - radius_below
+
+
+CONTENDERS = (
+    Contender("components", "components"),
+    Contender("ranked (corpus order)", "ranked", "first"),
+    Contender("ranked (central)", "ranked", "central"),
+    Contender("star r=T-0.05 (central)", "star", "central", radius_below=0.05),
+    Contender("star r=T-0.10 (central)", "star", "central", radius_below=0.10),
+    Contender("mutual k=1", "mutual", params={"k": 1}),
+    Contender("mutual k=3", "mutual", params={"k": 3}),
+    Contender("mutual k=5", "mutual", params={"k": 5}),
+    Contender("mutual k=10", "mutual", params={"k": 10}),
+    Contender("average missing=0", "average", params={"missing_score": 0.0}),
+    Contender("average missing=0.5", "average", params={"missing_score": 0.5}),
+)
+
+
+def load_questions() -> tuple[list[str], list[str]]:
+    """QQP dev ``(qids, questions)`` in file order."""
+    rows = read_tsv(DATA_DIR / "qqp" / "dev_questions.tsv.gz")
+    return [row["qid"] for row in rows], [row["question"] for row in rows]
+
+
+def embeddings(cache: Path | None, dtype: str, qids: list[str], texts: list[str]) -> np.ndarray:
+    """The questions' embeddings from the cache (checked against the qids) or computed."""
+    if cache is not None and (cache / f"dev_emb_{dtype}.npy").exists():
+        cached_ids = (cache / "dev_qids.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        if cached_ids != qids:
+            raise SystemExit(f"{cache}/dev_qids.txt does not list the dev questions in order")
+        return np.load(cache / f"dev_emb_{dtype}.npy")
+    from sbert_core.encoder import SentenceEncoder
+
+    start = time.perf_counter()
+    encoder = SentenceEncoder.load("all-MiniLM-L6-v2", device="cpu", dtype=dtype)
+    vectors = encoder.encode(texts)
+    print(f"embedded {len(texts)} questions in {time.perf_counter() - start:.0f} s ({dtype})")
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+        np.save(cache / f"dev_emb_{dtype}.npy", vectors)
+        (cache / "dev_qids.txt").write_text("\n".join(qids) + "\n", encoding="utf-8")
+    return vectors
+
+
+def all_pairs(cache: Path | None, dtype: str, vectors: np.ndarray, floor: float) -> IndexedPairs:
+    """Every pair at or above ``floor``, from the cache or computed exactly."""
+    name = f"dev_pairs{round(floor * 100):03d}_{dtype}.npz"
+    if cache is not None and (cache / name).exists():
+        data = np.load(cache / name)
+        return IndexedPairs(data["a"], data["b"], data["score"])
+    from pipelines.allpairs import self_pairs_above
+
+    start = time.perf_counter()
+    a, b, s = self_pairs_above(vectors, floor)
+    print(f"{len(a):,} pairs >= {floor} in {time.perf_counter() - start:.0f} s")
+    if cache is not None:
+        np.savez(cache / name, a=a, b=b, score=s)
+    return IndexedPairs(a, b, s)
+
+
+def sweep_contender(
+    contender: Contender, n: int, pairs: IndexedPairs, thresholds: list[float], labelled
+) -> list[LabelPoint]:
+    """The contender's label sweep over ``thresholds``."""
+
+    def rank_at(threshold: float) -> np.ndarray:
+        return rank_items(contender.ranking, n, pairs=pairs, threshold=threshold)
+
+    below = contender.radius_below
+    radius: Callable[[float], float] | None = None
+    if below is not None:
+        floor = float(pairs.scores.min())
+
+        def radius(threshold: float) -> float:
+            return max(round(threshold - below, 6), floor)
+
+    groupings = sweep_groupings(
+        contender.method, n, pairs, thresholds, rank_at, rep_threshold=radius, **contender.params
+    )
+    return label_sweep(groupings, labelled)
+
+
+def _child(contender, n, pairs, thresholds, labelled, queue) -> None:
+    start = time.perf_counter()
+    points = sweep_contender(contender, n, pairs, thresholds, labelled)
+    seconds = time.perf_counter() - start
+    queue.put((seconds, [point.to_json() for point in points]))
+
+
+def measured(contender, n, pairs, thresholds, labelled) -> tuple[float, float, list[dict]]:
+    """Run one contender's sweep in a forked child: ``(seconds, peak RSS MiB, points)``."""
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(contender, n, pairs, thresholds, labelled, queue))
+    child.start()
+    seconds, points = queue.get()
+    _, _, usage = os.wait4(child.pid, 0)
+    return seconds, usage.ru_maxrss / 1024, points
+
+
+def parse_sweep(text: str) -> list[float]:
+    """``start:stop:step`` -> thresholds, rounded to 6 decimals."""
+    start, stop, step = (float(part) for part in text.split(":"))
+    return sweep_thresholds(start, stop, step)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--cache", type=Path, default=None, help="embeddings/pairs cache folder")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--floor", type=float, default=0.70, help="lowest pair score kept")
+    parser.add_argument("--sweep", default="0.70:0.95:0.01", help="thresholds start:stop:step")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--max-largest", type=int, default=1000, help="largest group allowed")
+    parser.add_argument("--only", nargs="*", default=None, help="contender names to run")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    thresholds = parse_sweep(args.sweep)
+    if min(thresholds) < args.floor:
+        raise SystemExit(f"the sweep starts below the pair floor {args.floor}")
+
+    qids, texts = load_questions()
+    vectors = embeddings(args.cache, args.dtype, qids, texts)
+    pairs = all_pairs(args.cache, args.dtype, vectors, args.floor)
+    raw = read_labelled_pairs(DATA_DIR / "qqp" / "dev_pairs.tsv.gz", LabelColumns())
+    labelled = match_labels(raw, qids)
+    n = len(qids)
+    print(
+        f"{n:,} questions, {len(pairs):,} pairs >= {args.floor}, {len(labelled.a):,} labelled "
+        f"pairs ({labelled.positives:,} duplicates), parent RSS "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    )
+
+    # Reference: the labelled pairs classified by their own score alone (no groups, so no
+    # transitivity): what a threshold on the model's similarity gives before any grouping.
+    pair_scores = np.einsum("ij,ij->i", vectors[labelled.a], vectors[labelled.b])
+    alone = pair_best_f1(pair_scores, labelled.label)
+    print(
+        f"pair score alone (no grouping): best F1 {alone.f1:.3f} at T={alone.threshold:.3f} "
+        f"(P {alone.precision:.3f}, R {alone.recall:.3f})"
+    )
+    header = (
+        f"{'method':26} {'best T':>6} {'P':>6} {'R':>6} {'F1':>6} {'largest':>8} {'removed':>8}"
+        f" | {'T<=lim':>6} {'F1':>6} {'largest':>7} | {'sweep s':>7} {'peak MiB':>8}"
+    )
+    print(header)
+    results = []
+    for contender in CONTENDERS:
+        if args.only and contender.name not in args.only:
+            continue
+        seconds, peak, points = measured(contender, n, pairs, thresholds, labelled)
+        objects = [_point(p) for p in points]
+        best = best_f1(objects)
+        bounded = [p for p in objects if p.largest <= args.max_largest]
+        best_bounded = best_f1(bounded) if bounded else None
+        results.append(
+            {
+                "name": contender.name,
+                "method": contender.method,
+                "ranking": contender.ranking,
+                "params": contender.params,
+                "radius_below": contender.radius_below,
+                "sweep_s": round(seconds, 2),
+                "peak_rss_mib": round(peak, 1),
+                "best": best.to_json(),
+                "best_within_limit": best_bounded.to_json() if best_bounded else None,
+                "points": points,
+                "pr_curve": pr_curve(objects),
+            }
+        )
+        bounded_text = (
+            f"{best_bounded.threshold:6.2f} {best_bounded.f1:6.3f} {best_bounded.largest:7d}"
+            if best_bounded
+            else f"{'-':>6} {'-':>6} {'-':>7}"
+        )
+        print(
+            f"{contender.name:26} {best.threshold:6.2f} {best.precision:6.3f} "
+            f"{best.recall:6.3f} {best.f1:6.3f} {best.largest:8d} {best.removed:8d} | "
+            f"{bounded_text} | {seconds:7.1f} {peak:8.0f}",
+            flush=True,
+        )
+
+    write_result(
+        "dedup_qqp",
+        {
+            "data": "QQP dev (../shared/data/qqp), labelled pairs only",
+            "model": "all-MiniLM-L6-v2",
+            "dtype": args.dtype,
+            "floor": args.floor,
+            "thresholds": thresholds,
+            "max_largest": args.max_largest,
+            "n_questions": n,
+            "n_pairs": len(pairs),
+            "labels": labelled.to_json(),
+            "pair_score_alone": {
+                "f1": alone.f1,
+                "precision": alone.precision,
+                "recall": alone.recall,
+                "threshold": alone.threshold,
+            },
+            "methods": results,
+        },
+    )
+    components = next((r for r in results if r["method"] == "components"), None)
+    within = [r for r in results if r["best_within_limit"]]
+    if within:
+        top = max(within, key=lambda r: r["best_within_limit"]["f1"])
+        point = top["best_within_limit"]
+        versus = (
+            f"components F1 {components['best']['f1']:.3f} (T={components['best']['threshold']}) "
+            f"with largest group {components['best']['largest']}"
+            if components
+            else "components not run"
+        )
+        print(
+            f"best with largest group <= {args.max_largest}: {top['name']} F1 "
+            f"{point['f1']:.3f} at T={point['threshold']} with largest group "
+            f"{point['largest']} vs {versus}"
+        )
+    else:
+        print(f"no method reached a largest group <= {args.max_largest}")
+
+
+def _point(data: dict) -> LabelPoint:
+    """A sweep point back from the child's JSON."""
+    counts = PairCounts(data["tp"], data["fp"], data["fn"], 0)
+    return LabelPoint(
+        data["method"], data["threshold"], counts, data["groups"], data["largest"], data["removed"]
+    )
+
+
+if __name__ == "__main__":
+    main()
