@@ -467,7 +467,11 @@ def _check_and_clear(directory: str, layout: OutputLayout, *, overwrite: bool) -
     complete = MANIFEST in files
     killed = _started_run(directory)
     if not overwrite and (complete or killed is None):
-        what = "a complete output" if complete else f"{join(directory, sorted(ours)[0])}"
+        if complete:
+            what = "a complete output"
+        else:
+            first = sorted(name for name in ours if not _is_marker(name)) or sorted(ours)
+            what = f"files but no run of ours to resume (first: {join(directory, first[0])})"
         raise OutputExistsError(
             f"{directory} already holds {what}; pass --overwrite to replace it, or choose "
             "another output directory"
@@ -560,7 +564,9 @@ def read_manifest(directory: str, *, verify: bool = True) -> dict:
 def verify_files(directory: str, manifest: dict) -> None:
     """Refuse a folder whose files disagree with the manifest's ``commit`` list, naming the file.
 
-    A manifest without a ``commit`` section (written by an earlier version) is not checked.
+    Every listed file must be there with its size, and a dataset folder may hold no Parquet
+    file the manifest does not list (a Parquet reader of the folder would read it). A manifest
+    without a ``commit`` section (written by an earlier version) is not checked.
     """
     commit = manifest.get("commit")
     if not isinstance(commit, dict):
@@ -584,7 +590,8 @@ def verify_files(directory: str, manifest: dict) -> None:
     datasets = set(commit.get("datasets", []))
     for name in sorted(sizes):
         folder, _, base = name.rpartition("/")
-        if folder in datasets and name not in listed and not base.startswith(("_", ".")):
+        stray = base.endswith(".parquet") and not base.startswith(("_", "."))
+        if folder in datasets and name not in listed and stray:
             raise CorruptOutputError(
                 f"{join(directory, name)} is not listed in {MANIFEST}: it was left by a run that "
                 "did not finish, or added by hand; rerun the job (it clears its own remains) or "
