@@ -6,7 +6,10 @@
 The config (see ``jobs/run_config.py`` and ``examples/quickstart.yaml``) names the corpus, the
 model (the default, a directory, or ``finetune``: the output of the optional finetune stage),
 the runner and its Beam options, the job directory and the stages with their parameters. It is
-checked whole before the job directory is touched.
+checked whole before the job directory is touched, including every stage's own option values
+(device, threads, token budget, ranges, paths in ``options:``), so a bad value for a late stage
+fails the job before an earlier stage runs. Each stage publishes its folder in one step
+(``pipelines/output_dir.py``): a stage that fails leaves its previous output as it was.
 
 Each stage writes a folder in the job directory (``model/``, ``embeddings/``, ``index/``,
 ``clusters/``, ``pairs/``, ``dedup/``) through its own command (``sbert embed`` ...). A rerun
