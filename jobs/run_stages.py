@@ -106,13 +106,22 @@ def _manifest_bytes(plan: StagePlan) -> bytes | None:
 def output_identity(plan: StagePlan) -> str | None:
     """sha256 of the stage output's manifest; None when there is no complete output."""
     data = _manifest_bytes(plan)
-    return None if data is None else hashlib.sha256(data).hexdigest()
+    if data is None or read_stage_manifest(plan) is None:
+        return None
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_stage_manifest(plan: StagePlan) -> dict | None:
-    """The stage output's manifest, or None when the output is not complete."""
+    """The stage output's manifest, or None when the output is not complete (or its manifest
+    is empty or unparsable, as after a failed write: the stage then runs again)."""
     data = _manifest_bytes(plan)
-    return None if data is None else json.loads(data.decode("utf-8"))
+    if data is None:
+        return None
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str]) -> list[StagePlan]:
