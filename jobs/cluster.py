@@ -373,6 +373,7 @@ def _text_source(text_from: str | None, datasets: list[EmbeddingsDataset]) -> Te
         text_field=spec.get("text_field", "text"),
         id_field=spec.get("id_field"),
         max_record_bytes=spec.get("max_record_bytes", CorpusSpec.max_record_bytes),
+        max_record_lines=spec.get("max_record_lines", CorpusSpec.max_record_lines),
     )
     if corpus_spec.id_field is None and text_from != spec.get("pattern"):
         logger.warning(

@@ -533,6 +533,7 @@ def _corpus_spec(args, datasets: list[EmbeddingsDataset]) -> CorpusSpec:
         text_field=args.text_field or recorded.get("text_field") or "text",
         id_field=args.id_field if args.id_field is not None else recorded.get("id_field"),
         max_record_bytes=recorded.get("max_record_bytes", CorpusSpec.max_record_bytes),
+        max_record_lines=recorded.get("max_record_lines", CorpusSpec.max_record_lines),
     )
 
 

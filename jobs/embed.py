@@ -27,7 +27,12 @@ from apache_beam.metrics.metric import MetricsFilter
 from jobs.beam_options import is_local, pipeline_options, runner_name
 from jobs.errors import JobFailedError
 from jobs.model_options import add_model_arguments
-from pipelines.corpus_reader import DEFAULT_MAX_RECORD_BYTES, CorpusSpec
+from pipelines.corpus_reader import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_MAX_RECORD_LINES,
+    ON_BAD_FILE_CHOICES,
+    CorpusSpec,
+)
 from pipelines.corpus_source import (
     METRICS_NAMESPACE,
     READ_LEDGER,
@@ -38,6 +43,7 @@ from pipelines.corpus_source import (
     RecordReads,
     RejectDuplicateIds,
     read_ledger,
+    refuse_output_inside_input,
 )
 from pipelines.embed_stage import EMBEDDED, Embed
 from pipelines.embeddings_io import count_rows, shard_paths
@@ -118,7 +124,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="fail (no manifest) if a larger fraction of rows is rejected (default 1.0: never)",
     )
-    parser.add_argument("--max-record-bytes", type=int, default=DEFAULT_MAX_RECORD_BYTES)
+    parser.add_argument(
+        "--max-record-bytes",
+        type=int,
+        default=DEFAULT_MAX_RECORD_BYTES,
+        help="bytes of one row at most (the raw line(s)); longer rows are rejected",
+    )
+    parser.add_argument(
+        "--max-record-lines",
+        type=int,
+        default=DEFAULT_MAX_RECORD_LINES,
+        help="lines one quoted CSV field may span; past it the quote is taken for a stray one "
+        "and only its first line is rejected",
+    )
+    parser.add_argument(
+        "--on-bad-file",
+        default="fail",
+        choices=ON_BAD_FILE_CHOICES,
+        help="a damaged input file (truncated or corrupt .gz/.bz2/.parquet): fail the job, "
+        "naming it (default), or skip it as one rejected row after the rows read before the "
+        "damage",
+    )
     parser.add_argument(
         "--min-batch-size",
         type=int,
@@ -164,6 +190,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     # Fail before any work: the settings (above), the model's files, the input, then the output.
     info = settings.inspect()
     read_corpus = ReadCorpus(args.input, spec)
+    refuse_output_inside_input(args.output, args.input, read_corpus.files)
     schema = output_schema(info.pooling.dim, args.dtype, args.keep_text, spec.keep_fields)
     out = prepare_output(
         args.output,
@@ -204,6 +231,8 @@ def _checked(args) -> tuple[CorpusSpec, EncoderSettings]:
         id_field=args.id_field,
         keep_fields=keep_fields,
         max_record_bytes=args.max_record_bytes,
+        max_record_lines=args.max_record_lines,
+        on_bad_file=args.on_bad_file,
     )
     settings = EncoderSettings(
         model=args.model,

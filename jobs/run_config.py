@@ -24,8 +24,10 @@ on its command line (checked against the command's own parser).
 
 Relative paths are relative to the working directory. ``${VAR}`` in any value is replaced by the
 environment variable VAR (as in ``sbert submit`` configs). Everything is checked before the job
-directory is touched: unknown keys, wrong types and values, missing stages, input files that do
-not exist and a model that cannot be found each give one message naming the key.
+directory is touched: unknown keys, wrong types and values (NaN is in no range), missing stages,
+input files that do not exist and a model that cannot be found each give one message naming the
+key. YAML aliases (``&anchor`` / ``*alias``) are refused, in the file and in ``--set`` values: a
+few lines of nested aliases expand to billions of values ("billion laughs").
 """
 
 from __future__ import annotations
@@ -233,9 +235,14 @@ def load_run_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> R
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"job config {path} does not exist")
+    try:
+        refuse_yaml_aliases(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read the config ({err})") from err
     data = read_config_file(path)
     for override in overrides:
         try:
+            refuse_yaml_aliases(override.partition("=")[2], "the value")
             apply_override(data, override)
         except ValueError as err:
             raise ValueError(f"--set {override}: {err}") from None
@@ -305,8 +312,9 @@ def _validate_stage_values(config: RunConfig) -> None:
             f"embed.compute_dtype: {config.embed.compute_dtype!r} is not one of: "
             f"{', '.join(DTYPE_NAMES)}"
         )
-    _check_range("embed.max_error_rate", config.embed.max_error_rate, 0.0, 1.0)
-    _check_range("index.target_recall", config.index.target_recall, 0.0, 1.0, low_open=True)
+    _check_positive("input.max_record_bytes", config.input.max_record_bytes)
+    check_in_range("embed.max_error_rate", config.embed.max_error_rate, 0.0, 1.0)
+    check_in_range("index.target_recall", config.index.target_recall, 0.0, 1.0, low_open=True)
     try:
         parse_size(config.index.memory_budget)
     except ValueError as err:
@@ -321,13 +329,13 @@ def _validate_stage_values(config: RunConfig) -> None:
     _check_positive("cluster.k", cluster.k)
     _check_positive("cluster.iterations", cluster.iterations)
     _check_positive("cluster.min_size", cluster.min_size)
-    _check_range("cluster.threshold", cluster.threshold, -1.0, 1.0)
+    check_in_range("cluster.threshold", cluster.threshold, -1.0, 1.0)
     _check_positive("pairs.k", config.pairs.k)
-    _check_range("pairs.threshold", config.pairs.threshold, -1.0, 1.0)
+    check_in_range("pairs.threshold", config.pairs.threshold, -1.0, 1.0)
     _check_positive("pairs.clusters", config.pairs.clusters)
     _check_positive("pairs.nprobe", config.pairs.nprobe)
-    _check_range("dedup.threshold", config.dedup.threshold, -1.0, 1.0)
-    if config.enabled("dedup") and config.dedup.threshold < config.pairs.threshold:
+    check_in_range("dedup.threshold", config.dedup.threshold, -1.0, 1.0)
+    if config.enabled("dedup") and not config.dedup.threshold >= config.pairs.threshold:
         raise ValueError(
             f"dedup.threshold: {config.dedup.threshold} is below pairs.threshold "
             f"{config.pairs.threshold}, so pairs between them were never written; lower "
@@ -335,12 +343,47 @@ def _validate_stage_values(config: RunConfig) -> None:
         )
 
 
-def _check_range(
+def check_in_range(
     key: str, value: float, low: float, high: float, *, low_open: bool = False
 ) -> None:
-    if value > high or value < low or (low_open and value == low):
+    """Refuse ``value`` outside ``[low, high]`` (``(low, high]`` with ``low_open``), and NaN.
+
+    Written as "not inside" rather than "below or above": every comparison with NaN is false,
+    so ``value < low or value > high`` lets NaN through.
+
+    Raises:
+        ValueError: ``"{key}: must be in [low, high], got value"``.
+    """
+    inside = (low < value <= high) if low_open else (low <= value <= high)
+    if not inside:
         bracket = "(" if low_open else "["
         raise ValueError(f"{key}: must be in {bracket}{low:g}, {high:g}], got {value}")
+
+
+def refuse_yaml_aliases(text: str, where: str) -> None:
+    """Refuse YAML that uses aliases, before anything is built from it.
+
+    PyYAML shares an aliased node instead of copying it, so loading a "billion laughs" file is
+    quick, but every walk over the result (variable expansion, type checks, writing the
+    effective config) visits each value as often as it is referenced: nine nested lines of
+    nine aliases are 10^9 values. Job configs need no aliases; scanning tokens is linear.
+
+    Raises:
+        ValueError: naming ``where`` and the line of the first alias.
+    """
+    import yaml
+
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(token, yaml.AliasToken):
+                line = token.start_mark.line + 1
+                raise ValueError(
+                    f"{where}: line {line}: YAML aliases (*{token.value}) are not accepted in "
+                    "job configs; write the value out (nested aliases can expand to billions "
+                    "of values)"
+                )
+    except yaml.YAMLError:
+        return  # not valid YAML: the loader reports it with its position
 
 
 def _check_positive(key: str, value: int | None) -> None:

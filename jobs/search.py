@@ -8,6 +8,11 @@ Queries are encoded with the model that embedded the corpus (recorded in the ind
 same settings. Each hit has the corpus id, a score (cosine similarity for metric ``ip``,
 squared L2 distance for ``l2``) and the text when the embeddings kept it. ``--json`` prints
 one JSON object per query; ``--output`` writes ``.jsonl`` or ``.tsv``.
+
+The ``.tsv`` is for spreadsheets, which run a cell starting with ``=``, ``+``, ``-`` or ``@`` as a
+formula (CSV injection): a query, id or text cell starting with one of these (or with a tab or
+carriage return) gets a leading ``'``, as OWASP advises, which spreadsheets hide. The ``.jsonl``
+output keeps every value exactly.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from sbert_core import SentenceEncoder
 from sbert_core.errors import DataFileError
 
 OUTPUT_SUFFIXES = (".jsonl", ".tsv")
+# Leading characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 @dataclass(frozen=True)
@@ -92,15 +99,31 @@ class SearchSummary:
         return "".join(json.dumps(r.to_json(self.metric)) + "\n" for r in self.results)
 
     def to_tsv(self) -> str:
-        """One row per hit: query_index, query, rank, id, score, text."""
+        """One row per hit: query_index, query, rank, id, score, text.
+
+        Query, id and text cells that a spreadsheet would run as a formula are neutralised
+        (:func:`spreadsheet_safe`); the numbers are ours and stay as they are.
+        """
         buffer = io.StringIO()
         writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
         writer.writerow(["query_index", "query", "rank", "id", "score", "text"])
         for number, result in enumerate(self.results):
+            query = spreadsheet_safe(result.query)
             for hit in result.hits:
-                text = "" if hit.text is None else hit.text
-                writer.writerow([number, result.query, hit.rank, hit.id, f"{hit.score:.6f}", text])
+                text = "" if hit.text is None else spreadsheet_safe(hit.text)
+                score = f"{hit.score:.6f}"
+                writer.writerow([number, query, hit.rank, spreadsheet_safe(hit.id), score, text])
         return buffer.getvalue()
+
+
+def spreadsheet_safe(cell: str) -> str:
+    """``cell`` with a leading ``'`` if it starts like a spreadsheet formula (``=1+1``, ``@SUM``).
+
+    Example:
+        >>> spreadsheet_safe("=1+1"), spreadsheet_safe("plain")
+        ("'=1+1", 'plain')
+    """
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
 
 
 def build_parser() -> argparse.ArgumentParser:

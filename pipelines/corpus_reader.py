@@ -4,24 +4,60 @@ A file is read from a binary stream (already decompressed) as ``.txt`` (one text
 ``.jsonl``, ``.csv``/``.tsv`` (header row; TSV with quoting off) or ``.parquet``. Each row yields
 either a :class:`CorpusRecord` or a :class:`RejectedRow` with a reason, so that for every file
 rows read == records + rejections.
+
+What a row is, so that the count is exact:
+
+* txt, jsonl: one physical line (ending in ``\\n``, ``\\r\\n`` or a lone ``\\r``). A UTF-8 byte
+  order mark at the start of the file is dropped. A line longer than ``max_record_bytes`` is one
+  rejected row, skipped without being held in memory.
+* csv, tsv: one record after the header. A record is one physical line, except that a quoted
+  CSV field may span lines; such a record is one row, numbered like any other. A quoted field
+  that is still open after ``max_record_lines`` lines or ``max_record_bytes`` bytes, or at the
+  end of the file, or whose record then has the wrong number of fields, is taken for a stray
+  quote: only its first line becomes a rejected row, and reading resumes at the next line. So
+  every physical line belongs to exactly one row, and a stray quote costs one line.
+* parquet: one table row. A string value that is not valid UTF-8 rejects its row only.
+
+Rows are numbered from 1 (the CSV/TSV header is not a row); derived ids are ``{prefix}:{row}``.
+``max_record_bytes`` counts bytes of the raw row (the line or lines, without the final line
+ending; for Parquet, the UTF-8 text). A file that cannot be read to its end (truncated or
+corrupt compression, a damaged Parquet file, an unreadable CSV header) raises
+:class:`DamagedFileError`, which says how many rows were read before the damage.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import json
+import re
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+import pyarrow as pa
+
+from sbert_core.errors import DataFileError
 from sbert_core.tabular import detect_format
 
 EXCERPT_CHARS = 200
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+# A legitimate multi-line CSV field (a quoted paragraph) spans a few dozen lines; a stray quote
+# runs on until the next quote character, which in a file of unquoted rows may never come.
+DEFAULT_MAX_RECORD_LINES = 1000
+ON_BAD_FILE_CHOICES = ("fail", "skip")
+UTF8_BOM = b"\xef\xbb\xbf"
 # csv refuses fields over 128 KiB by default; we apply our own, larger record limit instead.
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+# Reading the rest of an over-long line in pieces of this size keeps memory bounded.
+_DRAIN_CHUNK = 1 << 20
+# A lone \r ends a line too (universal newlines), but not the \r of \r\n.
+_LONE_CR = re.compile(rb"(?<=\r)(?!\n)")
+# What the standard library and pyarrow raise on a truncated or corrupt file: gzip, bz2 and
+# zlib errors are OSError, EOFError or zlib.error; Parquet errors are ArrowException or OSError;
+# a nested Parquet string that is not UTF-8 fails the conversion with UnicodeDecodeError.
+DAMAGE_ERRORS = (OSError, EOFError, zlib.error, pa.ArrowException, UnicodeDecodeError)
 
 
 @dataclass(frozen=True)
@@ -33,6 +69,20 @@ class CorpusSpec:
     id_field: str | None = None  # None: ids derived from file and row
     keep_fields: tuple[str, ...] = ()
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_record_lines: int = DEFAULT_MAX_RECORD_LINES  # lines one quoted CSV field may span
+    # "fail": a damaged file fails the job; "skip": it becomes one rejected row.
+    on_bad_file: str = "fail"
+
+    def __post_init__(self) -> None:
+        if self.max_record_bytes < 1:
+            raise ValueError(f"--max-record-bytes must be at least 1, got {self.max_record_bytes}")
+        if self.max_record_lines < 1:
+            raise ValueError(f"--max-record-lines must be at least 1, got {self.max_record_lines}")
+        if self.on_bad_file not in ON_BAD_FILE_CHOICES:
+            raise ValueError(
+                f"--on-bad-file must be one of {', '.join(ON_BAD_FILE_CHOICES)}, "
+                f"got {self.on_bad_file!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -64,6 +114,22 @@ class RejectedRow:
         }
 
 
+class DamagedFileError(DataFileError):
+    """A corpus file could not be read to its end; ``rows`` rows were read before the damage."""
+
+    def __init__(self, path: str, rows: int, detail: str) -> None:
+        self.path = path
+        self.rows = rows
+        self.detail = detail
+        super().__init__(f"{path}: damaged file, unreadable after {rows} rows ({detail})")
+
+
+def describe_damage(err: BaseException) -> str:
+    """``Type: message`` of a low-level read error, for messages and dead letters."""
+    message = str(err).strip()
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__
+
+
 def read_corpus_file(
     stream: BinaryIO, path: str, spec: CorpusSpec, id_prefix: str
 ) -> Iterator[CorpusRecord | RejectedRow]:
@@ -74,29 +140,269 @@ def read_corpus_file(
         path: the file's path, used for the format and in ``source``.
         spec: fields and format.
         id_prefix: prefix of derived ids (``{id_prefix}:{row}``), stable across reruns.
+
+    Raises:
+        DamagedFileError: the file cannot be read to its end; what was yielded before stands.
+        DataFileError: the format cannot be told from the extension.
     """
     fmt = detect_format(path, spec.fmt)
-    if fmt == "parquet":
-        yield from _parquet_rows(stream, path, spec, id_prefix)
+    rows = 0
+    try:
+        if fmt == "parquet":
+            items = _parquet_rows(stream, path, spec, id_prefix)
+        else:
+            items = _text_file_items(stream, path, fmt, spec, id_prefix)
+        for item in items:
+            rows += 1
+            yield item
+    except DAMAGE_ERRORS as err:
+        raise DamagedFileError(path, rows, describe_damage(err)) from err
+
+
+def raw_rows(stream: BinaryIO, path: str, spec: CorpusSpec) -> Iterator:
+    """A text file's rows as :func:`read_corpus_file` numbers them, for copying rows verbatim.
+
+    Yields first the header (the CSV/TSV column names, None for txt and jsonl), then
+    ``(row, raw)``: the line as read with its ending (txt, jsonl) or the field values (csv, tsv);
+    ``raw`` is None for a row the reader rejected before parsing it (too large, stray quote).
+
+    Raises:
+        DamagedFileError: as :func:`read_corpus_file`.
+    """
+    fmt = detect_format(path, spec.fmt)
+    try:
+        rows = _rows_of(stream, path, fmt, spec)
+        yield next(rows)
+        for number, row in enumerate(rows, start=1):
+            if row.problem is not None:
+                yield number, None
+            else:
+                yield number, row.text if row.values is None else row.values
+    except DAMAGE_ERRORS as err:
+        raise DamagedFileError(path, 0, describe_damage(err)) from err
+
+
+# ---------------------------------------------------------------------------- physical lines
+
+
+@dataclass(frozen=True)
+class _LongLine:
+    """A physical line over the record limit: its first bytes and its size (the rest skipped)."""
+
+    head: bytes
+    size: int
+
+
+def _physical_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | _LongLine]:
+    """Lines with their endings, the byte order mark dropped; a line over ``limit`` bytes (not
+    counting its ending) comes as a :class:`_LongLine` and is never held whole."""
+    readline = stream.readline
+    line = readline(limit + 2)  # room for the line and a \r\n
+    read = len(line)
+    if line.startswith(UTF8_BOM):
+        line = line[len(UTF8_BOM) :]
+    while line:
+        if read >= limit + 2 and not line.endswith(b"\n"):
+            head, size = line[: EXCERPT_CHARS * 4], len(line)
+            while not line.endswith(b"\n"):
+                line = readline(_DRAIN_CHUNK)
+                if not line:
+                    break
+                size += len(line)
+            yield _LongLine(head, size - _ending_length(line))
+        elif b"\r" in line and not (line.endswith(b"\r\n") and line.count(b"\r") == 1):
+            yield from (part for part in _LONE_CR.split(line) if part)
+        else:
+            yield line
+        line = readline(limit + 2)
+        read = len(line)
+
+
+def _ending_length(line: bytes) -> int:
+    if line.endswith(b"\r\n"):
+        return 2
+    return 1 if line.endswith((b"\n", b"\r")) else 0
+
+
+def _decode(line: bytes) -> str:
+    # errors="surrogateescape" maps each byte that is not UTF-8 to U+DC80..U+DCFF, so that a bad
+    # row is rejected by name and can still be shown and copied byte for byte.
+    return line.decode("utf-8", "surrogateescape")
+
+
+def _too_large_reason(size: int, spec: CorpusSpec) -> str:
+    return f"record larger than the {spec.max_record_bytes}-byte limit ({size} bytes)"
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One row of a text file before it becomes a record."""
+
+    text: str  # the row as read, with its line ending(s); an over-long line's start only
+    values: list[str] | None = None  # CSV/TSV fields
+    problem: str | None = None  # why it cannot become a record
+
+
+def _rows_of(stream: BinaryIO, path: str, fmt: str, spec: CorpusSpec) -> Iterator:
+    """The header (None for txt/jsonl) followed by every :class:`_Row` of a text file."""
+    lines = _physical_lines(stream, spec.max_record_bytes)
+    if fmt in ("txt", "jsonl"):
+        yield None
+        for line in lines:
+            if isinstance(line, _LongLine):
+                yield _Row(_decode(line.head), problem=_too_large_reason(line.size, spec))
+                continue
+            size = len(line) - _ending_length(line)
+            problem = _too_large_reason(size, spec) if size > spec.max_record_bytes else None
+            yield _Row(_decode(line), problem=problem)
         return
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape", newline="")
-    if fmt == "txt":
-        for row, line in enumerate(text, start=1):
-            line = line.rstrip("\r\n")
-            yield _make_record({spec.text_field: line}, line, path, row, spec, id_prefix)
-    elif fmt == "jsonl":
-        for row, line in enumerate(text, start=1):
-            yield _json_row(line.rstrip("\r\n"), path, row, spec, id_prefix)
-    else:
-        yield from _delimited_rows(text, path, fmt, spec, id_prefix)
+    records = _DelimitedRecords(lines, fmt, spec)
+    rows = iter(records)
+    header = next(rows, None)
+    if header is None:
+        yield None
+        return
+    if header.problem is not None or header.values is None:
+        raise DamagedFileError(path, 0, f"unreadable {fmt.upper()} header: {header.problem}")
+    records.expected_fields = len(header.values)
+    yield header.values
+    yield from rows
+
+
+class _StrayQuote(Exception):
+    """A quoted CSV field ran past the limits; raised through the csv reader."""
+
+
+class _LongFirstLine(Exception):
+    """A record starts with a line over the size limit."""
+
+    def __init__(self, line: _LongLine) -> None:
+        super().__init__()
+        self.line = line
+
+
+class _DelimitedRecords:
+    """CSV/TSV records over physical lines, with stray quotes contained (see the module doc)."""
+
+    def __init__(self, lines: Iterator[bytes | _LongLine], fmt: str, spec: CorpusSpec) -> None:
+        self._lines = lines
+        self._fmt = fmt
+        self._spec = spec
+        self._back: list[bytes | _LongLine] = []  # lines to read again, the next one last
+        self._pending: list[tuple[bytes, str]] = []  # the current record's lines, raw and decoded
+        self._size = 0
+        self.expected_fields: int | None = None  # set once the header is read
+
+    def _reader(self):
+        if self._fmt == "tsv":
+            return csv.reader(self._feed(), delimiter="\t", quoting=csv.QUOTE_NONE)
+        return csv.reader(self._feed())
+
+    def _next_line(self) -> bytes | _LongLine | None:
+        return self._back.pop() if self._back else next(self._lines, None)
+
+    def _feed(self) -> Iterator[str]:
+        """Lines for the csv reader; it asks for a second line of a record only inside quotes."""
+        spec = self._spec
+        while True:
+            line = self._next_line()
+            if line is None:
+                if self._pending:
+                    raise _StrayQuote("still open at the end of the file")
+                return
+            if self._pending:
+                if isinstance(line, _LongLine) or self._size + len(line) > spec.max_record_bytes:
+                    self._back.append(line)
+                    raise _StrayQuote(f"still open after {spec.max_record_bytes} bytes")
+                if len(self._pending) >= spec.max_record_lines:
+                    self._back.append(line)
+                    raise _StrayQuote(f"still open after {spec.max_record_lines} lines")
+            elif isinstance(line, _LongLine):
+                raise _LongFirstLine(line)
+            text = _decode(line)
+            self._pending.append((line, text))
+            self._size += len(line)
+            yield text
+
+    def _rewind(self, why: str) -> _Row:
+        """Reject the current record's first line and read its other lines again."""
+        (_, first), *rest = self._pending
+        self._back.extend(line for line, _ in reversed(rest))
+        reason = (
+            f"unterminated quoted field ({why}); this line is rejected and reading resumed at "
+            "the next line"
+        )
+        return _Row(first, problem=reason)
+
+    def __iter__(self) -> Iterator[_Row]:
+        reader = self._reader()
+        name = self._fmt.upper()
+        while True:
+            self._pending, self._size = [], 0
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except _LongFirstLine as long:
+                problem = _too_large_reason(long.line.size, self._spec)
+                yield _Row(_decode(long.line.head), problem=problem)
+                reader = self._reader()
+                continue
+            except _StrayQuote as err:
+                yield self._rewind(str(err))
+                reader = self._reader()
+                continue
+            except csv.Error as err:
+                if len(self._pending) > 1:
+                    yield self._rewind(f"{err}")
+                else:
+                    yield _Row(self._text(), problem=f"malformed {name} row: {err}")
+                continue
+            expected = self.expected_fields
+            if expected is not None and len(values) != expected and len(self._pending) > 1:
+                why = f"its record spans {len(self._pending)} lines and has {len(values)} fields"
+                yield self._rewind(why + f", the header has {expected}")
+                continue
+            size = self._size - _ending_length(self._pending[-1][0])
+            if size > self._spec.max_record_bytes:
+                yield _Row(self._text(), problem=_too_large_reason(size, self._spec))
+                continue
+            yield _Row(self._text(), values=values)
+
+    def _text(self) -> str:
+        return "".join(text for _, text in self._pending)
+
+
+# ---------------------------------------------------------------------------- rows to records
+
+
+def _text_file_items(stream: BinaryIO, path: str, fmt: str, spec: CorpusSpec, id_prefix: str):
+    rows = _rows_of(stream, path, fmt, spec)
+    header = next(rows)
+    for number, row in enumerate(rows, start=1):
+        source = f"{path}:{number}"
+        line = row.text.rstrip("\r\n")
+        if row.problem is not None:
+            derived = f"{id_prefix}:{number}" if spec.id_field is None else None
+            yield RejectedRow(derived, source, row.problem, excerpt(line))
+        elif fmt == "txt":
+            yield _make_record({spec.text_field: line}, line, path, number, spec, id_prefix)
+        elif fmt == "jsonl":
+            yield _json_row(line, path, number, spec, id_prefix)
+        elif len(row.values) != len(header):
+            reason = (
+                f"malformed {fmt.upper()} row: {len(row.values)} fields, header has {len(header)}"
+            )
+            yield RejectedRow(None, source, reason, excerpt(line))
+        else:
+            values = dict(zip(header, row.values, strict=True))
+            yield _make_record(values, line, path, number, spec, id_prefix)
 
 
 def _json_row(line: str, path: str, row: int, spec: CorpusSpec, id_prefix: str):
     source = f"{path}:{row}"
     if _has_undecodable(line):
         return RejectedRow(None, source, "undecodable bytes (not valid UTF-8)", excerpt(line))
-    if len(line) > spec.max_record_bytes:
-        return _too_large(source, line, spec)
     try:
         value = json.loads(line)
     except json.JSONDecodeError as err:
@@ -104,37 +410,6 @@ def _json_row(line: str, path: str, row: int, spec: CorpusSpec, id_prefix: str):
     if not isinstance(value, dict):
         return RejectedRow(None, source, "JSON line is not an object", excerpt(line))
     return _make_record(value, line, path, row, spec, id_prefix)
-
-
-def _delimited_rows(text, path: str, fmt: str, spec: CorpusSpec, id_prefix: str):
-    if fmt == "tsv":
-        reader = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE)
-    else:
-        reader = csv.reader(text)
-    try:
-        header = next(reader)
-    except StopIteration:
-        return
-    except csv.Error as err:
-        yield RejectedRow(None, f"{path}:header", f"malformed header: {err}", "")
-        return
-    row = 0
-    while True:
-        row += 1
-        source = f"{path}:{row}"
-        try:
-            values = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as err:
-            yield RejectedRow(None, source, f"malformed {fmt.upper()} row: {err}", "")
-            continue
-        raw = "\t".join(values) if fmt == "tsv" else ",".join(values)
-        if len(values) != len(header):
-            reason = f"malformed {fmt.upper()} row: {len(values)} fields, header has {len(header)}"
-            yield RejectedRow(None, source, reason, excerpt(raw))
-            continue
-        yield _make_record(dict(zip(header, values, strict=True)), raw, path, row, spec, id_prefix)
 
 
 def _parquet_rows(stream: BinaryIO, path: str, spec: CorpusSpec, id_prefix: str):
@@ -146,9 +421,29 @@ def _parquet_rows(stream: BinaryIO, path: str, spec: CorpusSpec, id_prefix: str)
     columns = [name for name in dict.fromkeys(wanted) if name is not None and name in names]
     row = 0
     for batch in parquet.iter_batches(columns=columns or None, batch_size=8192):
-        for values in batch.to_pylist():
+        for values in _batch_rows(batch):
             row += 1
             yield _make_record(values, None, path, row, spec, id_prefix)
+
+
+def _batch_rows(batch: pa.RecordBatch) -> list[dict]:
+    """A Parquet batch as dicts; a string that is not UTF-8 is kept with its bytes escaped (as
+    in text files), so that only its row is rejected."""
+    try:
+        return batch.to_pylist()
+    except UnicodeDecodeError:
+        # Parquet requires UTF-8 in string columns but not every writer checks; decode the
+        # string columns ourselves. A bad string in a nested column still fails the file.
+        columns = []
+        for column in batch.columns:
+            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                binary = pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()
+                values = column.cast(binary).to_pylist()
+                columns.append([None if v is None else _decode(v) for v in values])
+            else:
+                columns.append(column.to_pylist())
+        names = batch.schema.names
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
 def _make_record(
@@ -169,8 +464,9 @@ def _make_record(
     if reason is not None:
         return RejectedRow(record_id, source, reason, excerpt(raw if raw is not None else values))
     text = values[spec.text_field]
-    if len(text) > spec.max_record_bytes:
-        return _too_large(source, text, spec, record_id)
+    size = _utf8_size(text)
+    if size > spec.max_record_bytes:
+        return RejectedRow(record_id, source, _too_large_reason(size, spec), excerpt(text))
     kept = tuple((name, _as_string(values.get(name))) for name in spec.keep_fields)
     return CorpusRecord(record_id, text, source, kept)
 
@@ -190,9 +486,11 @@ def _text_problem(values: dict, spec: CorpusSpec) -> str | None:
     return None
 
 
-def _too_large(source: str, text: str, spec: CorpusSpec, record_id: str | None = None):
-    reason = f"record larger than the {spec.max_record_bytes}-byte limit ({len(text)} characters)"
-    return RejectedRow(record_id, source, reason, excerpt(text))
+def _utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (``--max-record-bytes`` counts bytes, not characters)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _has_undecodable(text: str) -> bool:
@@ -220,5 +518,10 @@ def _printable(text: str) -> str:
 def excerpt(value) -> str:
     """The first ``EXCERPT_CHARS`` characters of a raw row, printable, for the errors file."""
     if not isinstance(value, str):
-        value = json.dumps(value, default=repr) if isinstance(value, dict) else repr(value)
+        # ensure_ascii=False keeps undecodable bytes as surrogates, shown as \xNN below.
+        value = (
+            json.dumps(value, default=repr, ensure_ascii=False)
+            if isinstance(value, dict)
+            else repr(value)
+        )
     return _printable(value[:EXCERPT_CHARS])

@@ -3,25 +3,41 @@
 Both emit one PCollection of ``CorpusRecord | RejectedRow`` items and split it with Filters,
 not with tagged outputs: the Dask runner does not route tagged outputs, and a split by type
 costs little next to inference.
+
+A damaged input file (truncated or corrupt ``.gz``/``.bz2``, data after the last compressed
+stream, a corrupt or empty Parquet file) never fails a worker with a traceback: its rows up to
+the damage are kept, and its ledger entry says where it broke. With ``on_bad_file="fail"`` (the
+default) :func:`read_ledger` then refuses the run naming the file; with ``"skip"`` the rest of
+the file is one rejected row (source: the path) and counts as one row read.
 """
 
 from __future__ import annotations
 
-import bz2
 import gzip
 import json
+import os
 import posixpath
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipelines.corpus_reader import CorpusRecord, CorpusSpec, RejectedRow, read_corpus_file
+from pipelines.corpus_reader import (
+    CorpusRecord,
+    CorpusSpec,
+    DamagedFileError,
+    RejectedRow,
+    describe_damage,
+    read_corpus_file,
+)
+from sbert_core.errors import DataFileError
+from sbert_core.tabular import detect_format, open_bz2
 
 METRICS_NAMESPACE = "sbert"
 RECORDS, REJECTED, READS = "records", "rejected", "reads"
@@ -39,6 +55,8 @@ class FileRead:
 
     path: str
     rows: int
+    damage: str | None = None  # what stopped the read, for a damaged file
+    fatal: bool = False  # the damage fails the run (on_bad_file="fail")
 
 
 def match_corpus(pattern: str) -> list[tuple[str, str, int]]:
@@ -69,13 +87,16 @@ def open_decompressed(path: str) -> BinaryIO:
     """Open a file on any Beam filesystem as a binary stream, decompressing ``.gz``/``.bz2``.
 
     Beam's own ``CompressedFile`` lacks parts of the ``io`` interface that ``TextIOWrapper``
-    needs, so decompression uses the standard library on top of the raw stream.
+    needs, so decompression uses the standard library on top of the raw stream. Reading a
+    truncated stream raises ``EOFError``; data after the last gzip member or bz2 stream that is
+    not another one raises ``OSError`` (``bz2.BZ2File`` would silently ignore it).
     """
     raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    if path.endswith(".gz"):
+    name = path.lower()
+    if name.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw, mode="rb")
-    if path.endswith(".bz2"):
-        return bz2.BZ2File(raw, mode="rb")
+    if name.endswith(".bz2"):
+        return open_bz2(raw)
     return raw
 
 
@@ -115,14 +136,30 @@ class _ReadFileFn(beam.DoFn):
     ) -> Iterator[CorpusRecord | RejectedRow | FileRead]:
         path, id_prefix, _ = file
         rows = 0
-        with open_decompressed(path) as stream:
-            for item in read_corpus_file(stream, path, self._spec, id_prefix):
-                rows += 1
-                self._read.inc()
-                if isinstance(item, RejectedRow):
-                    self._rejected.inc()
-                yield item
-        yield FileRead(path, rows)
+        try:
+            with open_decompressed(path) as stream:
+                for item in read_corpus_file(stream, path, self._spec, id_prefix):
+                    rows += 1
+                    self._read.inc()
+                    if isinstance(item, RejectedRow):
+                        self._rejected.inc()
+                    yield item
+        except DamagedFileError as err:
+            damage = err.detail
+        except OSError as err:  # opening failed: the file vanished or cannot be read
+            damage = describe_damage(err)
+        else:
+            yield FileRead(path, rows)
+            return
+        if self._spec.on_bad_file != "skip":
+            yield FileRead(path, rows, damage, fatal=True)
+            return
+        # The unreadable rest of the file is one rejected row, so read == embedded + rejected.
+        self._read.inc()
+        self._rejected.inc()
+        reason = f"damaged file, skipped after {rows} rows: {damage}"
+        yield RejectedRow(None, path, reason, "")
+        yield FileRead(path, rows + 1, damage)
 
 
 class ReadCorpus(beam.PTransform):
@@ -133,8 +170,16 @@ class ReadCorpus(beam.PTransform):
     """
 
     def __init__(self, pattern: str, spec: CorpusSpec) -> None:
+        """Match the files and check that each one's format is known.
+
+        Raises:
+            FileNotFoundError: nothing matches ``pattern``.
+            DataFileError: a file's format cannot be told from its extension.
+        """
         super().__init__()
         self.files = match_corpus(pattern)
+        for path, _, _ in self.files:
+            detect_format(path, spec.fmt)
         self._spec = spec
 
     @property
@@ -167,8 +212,11 @@ class _RecordReadFn(beam.DoFn):
 
     def process(self, read: FileRead) -> Iterator[str]:
         entry = _ledger_entry(self._directory, read.path)
+        content = {"path": read.path, "rows": read.rows}
+        if read.damage is not None:
+            content.update(damage=read.damage, fatal=read.fatal)
         with FileSystems.create(entry, mime_type="application/json") as handle:
-            handle.write(json.dumps({"path": read.path, "rows": read.rows}).encode("utf-8"))
+            handle.write(json.dumps(content).encode("utf-8"))
         yield entry
 
 
@@ -184,14 +232,71 @@ class RecordReads(beam.PTransform):
 
 
 def read_ledger(directory: str) -> dict[str, int]:
-    """``{input path: rows read}`` from the ledger that :class:`RecordReads` wrote."""
+    """``{input path: rows read}`` from the ledger that :class:`RecordReads` wrote.
+
+    Raises:
+        DataFileError: an input file was damaged and ``on_bad_file`` was ``"fail"``; the
+            message names the first such file and says how to go on.
+    """
     pattern = FileSystems.join(directory, READ_LEDGER, "*.json")
     entries = {}
+    fatal = []
     for match in FileSystems.match([pattern])[0].metadata_list:
         with FileSystems.open(match.path) as handle:
             entry = json.loads(handle.read().decode("utf-8"))
         entries[entry["path"]] = int(entry["rows"])
+        if entry.get("fatal"):
+            fatal.append(entry)
+    if fatal:
+        first = min(fatal, key=lambda entry: entry["path"])
+        more = f" (and {len(fatal) - 1} more damaged files)" if len(fatal) > 1 else ""
+        raise DataFileError(
+            f"{first['path']}: damaged file, unreadable after {first['rows']} rows "
+            f"({first['damage']}){more}; nothing was published. Repair or remove it, or pass "
+            "--on-bad-file skip to record each damaged file as one rejected row"
+        )
     return entries
+
+
+def refuse_output_inside_input(
+    output: str, pattern: str, files: list[tuple[str, str, int]]
+) -> None:
+    """Refuse an output folder that the input glob reaches (before anything is written).
+
+    A second run would read the first run's shards as corpus (and ``--overwrite`` would
+    replace input files). Refused when a matched file lies inside ``output``, or when the glob
+    matches the names the job writes there (``part-*.parquet``, ``errors/``, attempt folders).
+
+    Raises:
+        ValueError: naming the output folder and the glob.
+    """
+    folder = _comparable(output).rstrip("/") + "/"
+    inside = [path for path, _, _ in files if _comparable(path).startswith(folder)]
+    written = re.compile(FileSystem.translate_pattern(_comparable(pattern)))
+    probes = [
+        folder + name
+        for name in (
+            "part-00000-of-00001.parquet",
+            "errors/part-00000-of-00001.parquet",
+            "_manifest.json",
+            "_attempts/run/part-00000-of-00001.parquet",
+            "_attempts/run/errors/part-00000-of-00001.parquet",
+        )
+    ]
+    if inside or any(written.match(probe) for probe in probes):
+        found = f" (it already matches {inside[0]})" if inside else ""
+        raise ValueError(
+            f"--output {output} is inside what --input {pattern} reads{found}: a rerun would "
+            "read this job's own output as corpus; write the output outside the input glob"
+        )
+
+
+def _comparable(path: str) -> str:
+    """``path`` absolute for local files (so ``./out`` and ``out`` compare equal)."""
+    if "://" in path:
+        return path
+    absolute = os.path.abspath(path)
+    return absolute + "/" if path.endswith("/") and not absolute.endswith("/") else absolute
 
 
 class _KeepFirstFn(beam.DoFn):

@@ -406,7 +406,7 @@ def sweep_thresholds(start: float, stop: float, step: float, *extra: float) -> l
     for name, value in (("start", start), ("stop", stop)):
         if not -1.0 <= value <= 1.0:
             raise ValueError(f"sweep {name} is a cosine, in [-1, 1]; got {value}")
-    if start > stop or step <= 0:
+    if start > stop or not step > 0:  # written so that a NaN step is refused
         raise ValueError(f"the sweep needs start <= stop and step > 0, got {start}:{stop}:{step}")
     count = math.floor((stop - start) / step + 1e-9) + 1
     values = {round(start + i * step, 6) for i in range(count)}

@@ -41,6 +41,7 @@ from pipelines.corpus_reader import (
     CorpusSpec,
     RejectedRow,
     excerpt,
+    raw_rows,
     read_corpus_file,
 )
 from pipelines.corpus_source import match_corpus, open_decompressed
@@ -254,7 +255,7 @@ def _filter_file(
             _filter_parquet(raw_stream, items, output, decide)
             return
         with _compressed_writer(output) as sink:
-            raw = _raw_rows(raw_stream, fmt)
+            raw = raw_rows(raw_stream, path, spec)
             header = next(raw)
             if header is not None:
                 sink.write(_encode(header, fmt))
@@ -274,35 +275,6 @@ def _wanted_rows(items: Iterator, decide: Callable[[object], bool]) -> Iterator[
         keep = decide(item)
         if keep:
             yield _row_number(item.source)
-
-
-def _raw_rows(stream: BinaryIO, fmt: str) -> Iterator:
-    """First the header (None without one), then ``(row, raw row)`` in the reader's numbering;
-    a row the reader could not parse comes as ``(row, None)``."""
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape", newline="")
-    if fmt in ("txt", "jsonl"):
-        yield None
-        yield from enumerate(text, start=1)
-        return
-    if fmt == "tsv":
-        reader = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE)
-    else:
-        reader = csv.reader(text)
-    try:
-        yield next(reader)
-    except (StopIteration, csv.Error):
-        yield None
-        return
-    row = 0
-    while True:
-        row += 1
-        try:
-            values = next(reader)
-        except StopIteration:
-            return
-        except csv.Error:
-            values = None
-        yield row, values
 
 
 def _encode(values, fmt: str) -> bytes:

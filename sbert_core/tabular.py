@@ -1,41 +1,50 @@
 """Reading small labelled tables (STS pairs, NLI pairs, text lists) from TSV/CSV/JSONL/Parquet.
 
-Files may be gzip-compressed (``.gz``). TSV is read with quoting off, as in this project's data
-files where sentences may start with a double quote; CSV uses standard quoting.
-Every problem is reported with the file, the row (1-based, header excluded) and the column.
+Files may be compressed (``.gz``, ``.bz2``). TSV is read with quoting off, as in this project's
+data files where sentences may start with a double quote; CSV uses standard quoting. A UTF-8 byte
+order mark at the start of a text file is dropped. Every problem is reported with the file, the
+row (1-based, header excluded) and the column; a truncated or corrupt file with the file.
 """
 
 from __future__ import annotations
 
+import bz2
 import csv
 import gzip
 import io
 import json
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from sbert_core.errors import DataFileError
 
 FORMATS = ("tsv", "csv", "jsonl", "parquet", "txt")
+COMPRESSED_SUFFIXES = (".gz", ".bz2")
+# Compressed input is read in pieces of this size.
+_COMPRESSED_CHUNK = 1 << 16
 
 
 def detect_format(path: str | Path, fmt: str | None = None) -> str:
-    """The table format from ``fmt`` or the file extension (``.gz`` ignored)."""
+    """The table format from ``fmt`` or the file extension (``.gz``/``.bz2`` ignored)."""
     if fmt is not None:
         if fmt not in FORMATS:
             raise DataFileError(
                 f"{path}: unknown format {fmt!r}; valid formats: {', '.join(FORMATS)}"
             )
         return fmt
-    name = str(path).lower().removesuffix(".gz")
+    name = str(path).lower()
+    for suffix in COMPRESSED_SUFFIXES:
+        name = name.removesuffix(suffix)
     suffix = name.rsplit(".", 1)[-1] if "." in name else ""
     aliases = {"json": "jsonl", "ndjson": "jsonl", "pq": "parquet", "text": "txt"}
     suffix = aliases.get(suffix, suffix)
     if suffix not in FORMATS:
         raise DataFileError(
             f"{path}: cannot tell the format from the extension; use one of "
-            f"{', '.join('.' + f for f in FORMATS)} (optionally .gz) or pass the format"
+            f"{', '.join('.' + f for f in FORMATS)} (optionally .gz or .bz2) or pass the format"
         )
     return suffix
 
@@ -87,14 +96,68 @@ def read_table(path: str | Path, fmt: str | None = None) -> Table:
             return _read_delimited(handle, path, fmt)
     except UnicodeDecodeError as err:
         raise DataFileError(f"{path}: not valid UTF-8 ({err})") from err
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
-        raise DataFileError(f"{path}: unreadable ({err})") from err
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+        raise DataFileError(f"{path}: unreadable, truncated or corrupt ({err})") from err
 
 
 def _open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return path.open("r", encoding="utf-8", newline="")
+    # utf-8-sig drops a byte order mark (else it sticks to the first column's name).
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    if suffix == ".bz2":
+        return io.TextIOWrapper(open_bz2(path.open("rb")), encoding="utf-8-sig", newline="")
+    return path.open("r", encoding="utf-8-sig", newline="")
+
+
+def open_bz2(raw: BinaryIO) -> BinaryIO:
+    """Decompress concatenated bz2 streams from ``raw``, strictly.
+
+    Unlike ``bz2.BZ2File``, which silently stops at bytes after the last stream that are not
+    bz2, this raises ``OSError`` for them (they may be the damaged rest of the data); a truncated
+    stream raises ``EOFError``.
+    """
+    return io.BufferedReader(_StrictBz2Reader(raw), buffer_size=_COMPRESSED_CHUNK)
+
+
+class _StrictBz2Reader(io.RawIOBase):
+    """Decompresses concatenated bz2 streams; trailing bytes that are not bz2 are an error."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__()
+        self._raw = raw
+        self._decompressor = bz2.BZ2Decompressor()
+        self._started = False  # the current stream has had input
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while True:
+            if self._decompressor.eof:
+                data = self._decompressor.unused_data or self._raw.read(_COMPRESSED_CHUNK)
+                if not data:
+                    return 0
+                self._decompressor, self._started = bz2.BZ2Decompressor(), False
+            elif self._decompressor.needs_input:
+                data = self._raw.read(_COMPRESSED_CHUNK)
+                if not data:
+                    raise EOFError("bz2 data ended before the end-of-stream marker (truncated)")
+            else:
+                data = b""
+            try:
+                out = self._decompressor.decompress(data, len(buffer))
+            except OSError as err:
+                where = "after the last bz2 stream" if not self._started else "in a bz2 stream"
+                raise OSError(f"invalid data {where} ({err})") from err
+            self._started = self._started or bool(data)
+            if out:
+                buffer[: len(out)] = out
+                return len(out)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def _read_delimited(handle, path: Path, fmt: str) -> Table:
@@ -139,7 +202,12 @@ def _read_parquet(path: Path) -> Table:
         table = pq.read_table(path)
     except Exception as err:  # pyarrow raises several unrelated types for bad files
         raise DataFileError(f"{path}: unreadable Parquet ({err})") from err
-    return Table(str(path), table.column_names, table.to_pylist())
+    try:
+        rows = table.to_pylist()
+    except UnicodeDecodeError as err:
+        reason = f"a string column holds text that is not UTF-8 ({err})"
+        raise DataFileError(f"{path}: {reason}") from err
+    return Table(str(path), table.column_names, rows)
 
 
 def float_column(table: Table, name: str) -> list[float]:
