@@ -42,7 +42,7 @@ import socket
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -216,7 +216,6 @@ class StagedOutput:
     run_id: str
     layout: OutputLayout
     _lock: _Lock | None = None
-    _committed: dict | None = field(default=None, repr=False)
 
     @property
     def attempt(self) -> str:
@@ -270,8 +269,10 @@ class StagedOutput:
         moves = []
         for relative, size in sorted(_sizes(self.attempt).items()):
             parts = relative.split("/")
-            if any(part.startswith(("_", ".", "beam-temp-")) for part in parts):
-                continue  # ledgers and runner temporaries stay in the attempt area
+            if any(
+                part.startswith(("_", ".", "beam-temp-")) for part in parts
+            ) or relative.endswith(".tmp"):
+                continue  # ledgers, retried writers' and runner temporaries stay behind
             moves.append((relative, self.final_name(relative), size))
         entries = [_describe_file(self.path(source), final, size) for source, final, size in moves]
         written = {
@@ -294,7 +295,6 @@ class StagedOutput:
         _delete_quietly([join(self.directory, name) for name in stale])
         _delete_quietly([join(self.directory, STARTED)])
         _clear_attempts(self.directory)
-        self._committed = written
         self.release()
         return written
 
