@@ -27,6 +27,9 @@ from sbert_core.errors import ModelLoadError
 
 # Old BERT checkpoints name LayerNorm parameters as TensorFlow did; transformers renames them.
 _LEGACY_NAMES = ((".gamma", ".weight"), (".beta", ".bias"))
+# Parameters the encoder never uses: it pools ``last_hidden_state``, not the pooler output, and
+# many sentence-transformers checkpoints are saved without the pooler, so it may be missing.
+_UNUSED_PREFIXES = ("pooler.",)
 
 
 def expected_parameters(config) -> tuple[str, dict[str, tuple[int, ...]], set[str], nn.Module]:
@@ -95,7 +98,11 @@ def check_weight_coverage(
                 "described by config.json (weights of another model?)"
             )
     missing = sorted(
-        name for name in parameters if name not in names and not _matches(name, ignored_missing)
+        name
+        for name in parameters
+        if name not in names
+        and not _matches(name, ignored_missing)
+        and not name.startswith(_UNUSED_PREFIXES)
     )
     if missing:
         raise ModelLoadError(
@@ -136,6 +143,8 @@ def check_loaded_model(model: nn.Module, loading_info: dict, source: Path) -> No
     # heads (``cls.*``), which transformers rightly drops.
     for kind in ("missing_keys", "mismatched_keys"):
         keys = sorted(str(key) for key in loading_info.get(kind) or ())
+        if kind == "missing_keys":
+            keys = [key for key in keys if not key.startswith(_UNUSED_PREFIXES)]
         if keys:
             raise ModelLoadError(
                 f"{source}: the weights do not match config.json ({kind.replace('_', ' ')}: "

@@ -116,6 +116,17 @@ def test_a_task_model_checkpoint_still_loads(tiny_st_dir, model_copy, sample_tex
     assert np.abs(loaded - reference).max() <= 1e-6
 
 
+def test_a_checkpoint_without_the_unused_pooler_still_loads(tiny_st_dir, model_copy, sample_texts):
+    # Many sentence-transformers checkpoints drop the pooler: the encoder pools the hidden
+    # states and never runs it, so its absence changes no vector.
+    _rewrite_weights(
+        model_copy, lambda state: {k: v for k, v in state.items() if not k.startswith("pooler.")}
+    )
+    reference = SentenceEncoder.load(tiny_st_dir, device="cpu").encode(sample_texts[:4])
+    loaded = SentenceEncoder.load(model_copy, device="cpu").encode(sample_texts[:4])
+    assert np.abs(loaded - reference).max() <= 1e-6
+
+
 def _shard(model, names_for_shard: dict[str, str]) -> None:
     """Split ``model.safetensors`` into the shard files named by ``names_for_shard``."""
     state = load_file(model / "model.safetensors")
