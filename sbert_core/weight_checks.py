@@ -36,7 +36,8 @@ def expected_parameters(config) -> tuple[str, dict[str, tuple[int, ...]], set[st
     """The architecture's parameters, built on the meta device (nothing allocated).
 
     Returns:
-        ``(base_model_prefix, {name: shape}, buffer names, the meta model)``.
+        ``(base_model_prefix, {name: shape}, buffer names, the meta model)``; tied parameters
+        appear under each of their names.
     """
     from transformers import AutoModel
 
@@ -47,13 +48,22 @@ def expected_parameters(config) -> tuple[str, dict[str, tuple[int, ...]], set[st
         raise ModelLoadError(
             f"config.json describes no model this library can build ({err})"
         ) from err
-    parameters = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    # state_dict() also names tied parameters under each of their names.
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if isinstance(tensor, nn.Parameter):
-            parameters.setdefault(name, tuple(tensor.shape))
+    parameters = {
+        name: tuple(tensor.shape)
+        for name, tensor in model.state_dict(keep_vars=True).items()
+        if isinstance(tensor, nn.Parameter)
+    }
     buffers = {name for name, _ in model.named_buffers()}
     return str(getattr(model, "base_model_prefix", "") or ""), parameters, buffers, model
+
+
+def _tied_names(model: nn.Module) -> dict[str, frozenset[str]]:
+    """Each parameter name -> every name of the same (tied) parameter."""
+    aliases: dict[int, set[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if isinstance(tensor, nn.Parameter):
+            aliases.setdefault(id(tensor), set()).add(name)
+    return {name: frozenset(group) for group in aliases.values() for name in group}
 
 
 def check_weight_coverage(
@@ -97,10 +107,12 @@ def check_weight_coverage(
                 f"{path}: tensor {names[name]!r} is not a parameter of the {architecture} "
                 "described by config.json (weights of another model?)"
             )
+    # A tied parameter (embeddings shared with an output layer) is stored under one name only.
+    tied = _tied_names(model)
     missing = sorted(
         name
         for name in parameters
-        if name not in names
+        if not tied.get(name, frozenset({name})) & names.keys()
         and not _matches(name, ignored_missing)
         and not name.startswith(_UNUSED_PREFIXES)
     )

@@ -213,3 +213,21 @@ def test_a_manifest_missing_model_fields_is_a_mismatch(tiny_st_dir):
             require_compatible(partial, described, "an old manifest and the model")
         with pytest.raises(IncompatibleEmbeddingsError, match=field):
             require_compatible(described, partial, "the model and an old manifest")
+
+
+def test_tied_parameters_are_covered_by_any_of_their_names(tmp_path):
+    # T5 shares one embedding matrix under three names and saves it under one of them.
+    from transformers import T5Config, T5Model
+
+    from sbert_core.artifact import safetensors_tensors
+    from sbert_core.weight_checks import check_weight_coverage
+
+    config = T5Config(d_model=16, d_ff=32, d_kv=8, num_layers=1, num_heads=2, vocab_size=50)
+    T5Model(config).save_pretrained(tmp_path / "t5")
+    weights = tmp_path / "t5" / "model.safetensors"
+    tensors = safetensors_tensors([weights])
+    check_weight_coverage(tensors, config, weights)
+    shared = {"shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
+    without = {name: value for name, value in tensors.items() if name not in shared}
+    with pytest.raises(ModelLoadError, match=r"'decoder\.embed_tokens\.weight' is missing"):
+        check_weight_coverage(without, config, weights)
