@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from queue import Empty
 
 import numpy as np
 
@@ -55,7 +56,7 @@ class Contender:
     method: str
     ranking: str = "first"
     params: dict = field(default_factory=dict)  # k, missing_score
-    radius_below: float | None = None  # star: rep_threshold = threshold - radius_below
+    radius_below: float | None = None  # star, split: rep_threshold = threshold - radius_below
 
 
 CONTENDERS = (
@@ -64,12 +65,17 @@ CONTENDERS = (
     Contender("ranked (central)", "ranked", "central"),
     Contender("star r=T-0.05 (central)", "star", "central", radius_below=0.05),
     Contender("star r=T-0.10 (central)", "star", "central", radius_below=0.10),
+    Contender("star r=T-0.15 (central)", "star", "central", radius_below=0.15),
+    Contender("split r=T-0.05 (central)", "split", "central", radius_below=0.05),
+    Contender("split r=T-0.10 (central)", "split", "central", radius_below=0.10),
+    Contender("split r=T-0.15 (central)", "split", "central", radius_below=0.15),
     Contender("mutual k=1", "mutual", params={"k": 1}),
     Contender("mutual k=3", "mutual", params={"k": 3}),
     Contender("mutual k=5", "mutual", params={"k": 5}),
     Contender("mutual k=10", "mutual", params={"k": 10}),
     Contender("average missing=0", "average", params={"missing_score": 0.0}),
     Contender("average missing=0.5", "average", params={"missing_score": 0.5}),
+    Contender("average missing=0.7", "average", params={"missing_score": 0.7}),
 )
 
 
@@ -116,9 +122,14 @@ def all_pairs(cache: Path | None, dtype: str, vectors: np.ndarray, floor: float)
 
 
 def sweep_contender(
-    contender: Contender, n: int, pairs: IndexedPairs, thresholds: list[float], labelled
+    contender: Contender,
+    n: int,
+    pairs: IndexedPairs,
+    thresholds: list[float],
+    labelled,
+    floor: float,
 ) -> list[LabelPoint]:
-    """The contender's label sweep over ``thresholds``."""
+    """The contender's label sweep over ``thresholds`` (radii never below the pair floor)."""
 
     def rank_at(threshold: float) -> np.ndarray:
         return rank_items(contender.ranking, n, pairs=pairs, threshold=threshold)
@@ -126,10 +137,9 @@ def sweep_contender(
     below = contender.radius_below
     radius: Callable[[float], float] | None = None
     if below is not None:
-        floor = float(pairs.scores.min())
 
         def radius(threshold: float) -> float:
-            return max(round(threshold - below, 6), floor)
+            return min(threshold, max(round(threshold - below, 6), floor))
 
     groupings = sweep_groupings(
         contender.method, n, pairs, thresholds, rank_at, rep_threshold=radius, **contender.params
@@ -137,21 +147,37 @@ def sweep_contender(
     return label_sweep(groupings, labelled)
 
 
-def _child(contender, n, pairs, thresholds, labelled, queue) -> None:
-    start = time.perf_counter()
-    points = sweep_contender(contender, n, pairs, thresholds, labelled)
-    seconds = time.perf_counter() - start
-    queue.put((seconds, [point.to_json() for point in points]))
+def _child(contender, n, pairs, thresholds, labelled, floor, queue) -> None:
+    try:
+        start = time.perf_counter()
+        points = sweep_contender(contender, n, pairs, thresholds, labelled, floor)
+        queue.put((time.perf_counter() - start, [point.to_json() for point in points]))
+    except Exception as err:  # reported by the parent, which must not wait forever
+        queue.put((None, f"{type(err).__name__}: {err}"))
 
 
-def measured(contender, n, pairs, thresholds, labelled) -> tuple[float, float, list[dict]]:
-    """Run one contender's sweep in a forked child: ``(seconds, peak RSS MiB, points)``."""
+def measured(contender, n, pairs, thresholds, labelled, floor) -> tuple[float, float, list[dict]]:
+    """Run one contender's sweep in a forked child: ``(seconds, peak RSS MiB, points)``.
+
+    Raises:
+        RuntimeError: the child failed (its error) or died.
+    """
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_child, args=(contender, n, pairs, thresholds, labelled, queue))
+    child = context.Process(
+        target=_child, args=(contender, n, pairs, thresholds, labelled, floor, queue)
+    )
     child.start()
-    seconds, points = queue.get()
+    while True:
+        try:
+            seconds, points = queue.get(timeout=5)
+            break
+        except Empty:
+            if not child.is_alive():
+                raise RuntimeError(f"{contender.name}: the child died ({child.exitcode})") from None
     _, _, usage = os.wait4(child.pid, 0)
+    if seconds is None:
+        raise RuntimeError(f"{contender.name}: {points}")
     return seconds, usage.ru_maxrss / 1024, points
 
 
@@ -209,7 +235,7 @@ def main() -> None:
     for contender in CONTENDERS:
         if args.only and contender.name not in args.only:
             continue
-        seconds, peak, points = measured(contender, n, pairs, thresholds, labelled)
+        seconds, peak, points = measured(contender, n, pairs, thresholds, labelled, args.floor)
         objects = [_point(p) for p in points]
         best = best_f1(objects)
         bounded = [p for p in objects if p.largest <= args.max_largest]

@@ -443,16 +443,25 @@ class Dendrogram:
     right: np.ndarray  # (M,) int64 a row of the other
     height: np.ndarray  # (M,) float64
     missing_score: float
+    stop: float  # merges were made down to this mean score
 
     def cut(self, threshold: float, rank: np.ndarray, pairs: IndexedPairs) -> Grouping:
         """The clusters of every merge at mean score ``>= threshold`` as a :class:`Grouping`.
 
         Args:
-            threshold: must not lie below the ``stop`` this dendrogram was built down to.
+            threshold: at or above the ``stop`` this dendrogram was built down to.
             rank: the ranking that picks each cluster's representative.
             pairs: the pairs it was built from (for the members' scores).
+
+        Raises:
+            ValueError: ``threshold`` below ``stop`` (those merges were not made), or bad
+                inputs.
         """
         _check_inputs(self.n, pairs, threshold, rank)
+        if np.float32(threshold) < np.float32(self.stop):
+            raise ValueError(
+                f"the dendrogram was built down to {self.stop}; it cannot be cut at {threshold}"
+            )
         # Heights are float64 means; a pair's own score is its float32 value, so comparing
         # with the float32 threshold's value agrees with IndexedPairs.above. The merges at or
         # above the threshold are the prefix before the first one below it.
@@ -538,6 +547,7 @@ def average_linkage(
         right=np.array(right, np.int64),
         height=np.array(height, np.float64),
         missing_score=missing_score,
+        stop=stop,
     )
 
 

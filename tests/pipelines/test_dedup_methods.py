@@ -276,6 +276,8 @@ def test_average_dendrogram_cuts_equal_direct_runs():
         direct = group_items("average", n, pairs, threshold, rank)
         cut = tree.cut(threshold, rank, pairs)
         assert np.array_equal(direct.labels(), cut.labels())
+    with pytest.raises(ValueError, match=r"built down to 0\.6"):
+        tree.cut(0.55, rank, pairs)
 
 
 def test_components_equal_todays_deduplicate():
