@@ -1,4 +1,4 @@
-"""Calibration on labelled pairs (hand-computed P/R/F1) and the text normaliser."""
+"""Calibration on labelled pairs: hand-computed P/R/F1, thresholds, the labels file."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from pipelines.dedup_labels import (
     read_labelled_pairs,
 )
 from pipelines.dedup_methods import group_items, rank_items, sweep_groupings
-from pipelines.text_normal import first_copies, normalize_text, text_key
 from sbert_core.errors import DataFileError
 
 IDS = ["q0", "q1", "q2", "q3", "q4", "q5"]
@@ -116,42 +115,3 @@ def test_labelled_pairs_formats_and_errors(tmp_path):
         label_sweep([group_items("components", 6, PAIRS, 0.8, np.arange(6))], no_positive)
     with pytest.raises(ValueError, match="target precision"):
         for_precision([], 1.5)
-
-
-@pytest.mark.parametrize(
-    ("left", "right"),
-    [
-        ("ﬁnd the ﬂow", "find the flow"),  # NFKC ligatures
-        ("ＷＨＡＴ ＩＳ　ＡＩ？", "what is ai"),  # full-width letters, ideographic space, ？
-        ("Straße", "STRASSE"),  # casefold ß -> ss
-        ("What   is\tX?!...", "what is x"),  # whitespace and punctuation runs, trimmed
-        ("«non-biodegradable» — waste", "non biodegradable waste"),  # quotes and dashes
-        ("café", "cafe\u0301"),  # composed vs combining accent
-        ("①", "1"),
-    ],
-)
-def test_normaliser_merges(left, right):
-    assert normalize_text(left) == normalize_text(right)
-    assert text_key(left) == text_key(right)
-
-
-@pytest.mark.parametrize(
-    ("left", "right"),
-    [("C#", "C"), ("C++", "C"), ("1/2", "1 2"), ("email@x", "email x"), ("cafe", "café")],
-)
-def test_normaliser_keeps_meaningful_characters(left, right):
-    assert text_key(left) != text_key(right)
-
-
-def test_normaliser_is_idempotent_and_rejects_non_text():
-    for text in ("ﬁ Straße  ＡＢＣ?!", "İstanbul", "ǅ", "ΣΑΣ"):
-        once = normalize_text(text)
-        assert normalize_text(once) == once
-    assert normalize_text(" ?! ") == ""
-    with pytest.raises(TypeError, match="expected a str"):
-        normalize_text(None)
-
-
-def test_first_copies():
-    texts = ["What is AI?", "what is ai", "Who?", "WHAT IS AI !"]
-    assert first_copies(texts).tolist() == [0, 0, 2, 0]
