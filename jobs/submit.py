@@ -37,8 +37,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
+
+from sbert_core.config import load_yaml, parse_override
 
 # Job name -> module with ``build_parser()`` and ``run(argv)``; later jobs register here.
 JOBS = {"embed": "jobs.embed"}
@@ -67,13 +68,10 @@ def load_job_config(path: str | Path, overrides: Iterable[str] = ()) -> dict[str
     if not path.is_file():
         raise FileNotFoundError(f"job config {path} does not exist")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise ValueError(f"{path}: invalid YAML{where}: {problem}") from None
-    config = _validate(raw, path)
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read the config ({err})") from None
+    config = _validate(load_yaml(text, str(path), kind="YAML"), path)  # refuses YAML aliases
     for override in overrides:
         _apply_override(config, override)
     return _expand(config, path)
@@ -202,24 +200,16 @@ def _validate(raw: object, path: Path) -> dict[str, Any]:
 
 
 def _apply_override(config: dict[str, Any], override: str) -> None:
-    target, sep, raw_value = override.partition("=")
+    """``SECTION.KEY=VALUE``, the value read by the one ``--set`` rule (scalars kept as text)."""
+    target, sep, _ = override.partition("=")
     section, dot, key = target.partition(".")
     if not sep or not dot or not key or section not in SECTIONS:
         raise ValueError(f"--set expects args.KEY=VALUE or beam.KEY=VALUE, got {override!r}")
-    config[section][key] = _override_value(raw_value)
-
-
-def _override_value(raw: str) -> Any:
-    """Booleans, null and YAML lists/mappings are parsed; anything else stays the exact text.
-
-    Keeping scalars as text preserves values such as ``1.20`` or ``007`` that YAML would
-    turn into other numbers.
-    """
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return raw
-    return value if value is None or isinstance(value, (bool, list, dict)) else raw
+        _, value = parse_override(override)
+    except ValueError as err:
+        raise ValueError(f"--set {override}: {err}") from None
+    config[section][key] = value
 
 
 def expand_variables(values: dict[str, Any], source: str | Path) -> dict[str, Any]:

@@ -57,18 +57,19 @@ def load_config(
 
 
 def read_config_file(path: str | os.PathLike) -> dict:
-    """The mapping in a YAML or JSON file (JSON is read as YAML, which it is a subset of)."""
-    import yaml
+    """The mapping in a YAML or JSON file (JSON is read as YAML, which it is a subset of).
 
+    Raises:
+        ValueError: the file cannot be read, is not valid YAML, uses YAML aliases (see
+            :func:`load_yaml`) or does not hold a mapping; one line naming the file.
+    """
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ValueError(f"{path}: cannot read the config ({err.strerror or err})") from err
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ValueError(f"{path}: invalid YAML/JSON{where}: {err}") from err
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = getattr(err, "strerror", None) or err
+        raise ValueError(f"{path}: cannot read the config ({reason})") from err
+    data = load_yaml(text, str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -76,18 +77,97 @@ def read_config_file(path: str | os.PathLike) -> dict:
     return data
 
 
-def apply_override(data: dict, override: str) -> None:
-    """Set ``key.path=value`` in a nested dict of config values, creating sections as needed."""
+def load_yaml(text: str, where: str, *, kind: str = "YAML/JSON") -> Any:
+    """Parse YAML (or JSON) text safely, refusing aliases; the one YAML loader of configs.
+
+    Aliases are refused before anything is built: PyYAML shares an aliased node instead of
+    copying it, so loading a "billion laughs" file is quick, but every walk over the result
+    (variable expansion, type checks, writing the effective config) visits each value as often
+    as it is referenced: nine nested lines of nine aliases are 10^9 values. Configs need no
+    aliases, and scanning the tokens is linear in the text.
+
+    Args:
+        text: the YAML text.
+        where: what it is, for messages (a file name, ``"the value"``).
+        kind: what the text is said to be in messages about its syntax.
+
+    Raises:
+        ValueError: ``"{where}: line N: YAML aliases (*name) are not accepted ..."`` or
+            ``"{where}: invalid {kind} at line L, column C: ..."``.
+    """
     import yaml
 
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(token, yaml.AliasToken):
+                line = token.start_mark.line + 1
+                raise ValueError(
+                    f"{where}: line {line}: YAML aliases (*{token.value}) are not accepted in "
+                    "configs; write the value out (nested aliases can expand to billions of "
+                    "values)"
+                )
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        position = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ValueError(f"{where}: invalid {kind}{position}: {problem}") from None
+
+
+def parse_override(override: str, where: str = "") -> tuple[list[str], Any]:
+    """Split a ``--set`` value ``key.path=value`` into its key path and its value.
+
+    The one ``--set`` rule of ``sbert run``, ``sbert submit`` and finetune configs: ``null``,
+    ``true``/``false``, ``[a, b]`` lists and ``{k: v}`` mappings are parsed as YAML (aliases
+    refused); any other value stays the exact text, so ``1.20`` or ``007`` reach the option as
+    written. A typed config field then converts the text to its type (:func:`config_from_dict`).
+
+    Args:
+        override: the ``--set`` argument.
+        where: a prefix for messages (``"--set x=1: "``); empty for none.
+
+    Raises:
+        ValueError: no ``=`` or no key (``"override 'x' is not of the form key=value"``), or
+            a list/mapping that is not valid YAML or uses aliases.
+    """
     key, separator, raw = override.partition("=")
     if not separator or not key.strip():
-        raise ValueError(f"override {override!r} is not of the form key=value")
+        raise ValueError(f"{where}override {override!r} is not of the form key=value")
+    return key.strip().split("."), override_value(raw, f"{where}the value")
+
+
+def override_value(raw: str, where: str = "the value") -> Any:
+    """A ``--set`` value: YAML structure parsed, scalars kept as the text that was written.
+
+    ``null``, booleans, lists and mappings are parsed, and so are numbers that read back as
+    written (``2``, ``0.95``); anything else stays the exact text, so ``1.20``, ``007`` or a
+    date reach an option as written, and a typed config field converts the text to its type
+    (``"1.20"`` -> 1.2 for a float field).
+    """
+    text = raw.strip()
+    if not text:
+        return ""
+    if text[0] in "[{":
+        return load_yaml(raw, where)  # a malformed list or mapping is an error, not a string
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    parts = key.strip().split(".")
+        value = load_yaml(raw, where)
+    except ValueError as err:
+        if "YAML aliases" in str(err):
+            raise
+        return raw
+    if value is None or isinstance(value, bool | list | dict):
+        return value
+    if isinstance(value, int | float) and str(value) == text:
+        return value
+    return raw
+
+
+def apply_override(data: dict, override: str) -> None:
+    """Set ``key.path=value`` in a nested dict of config values, creating sections as needed.
+
+    See :func:`parse_override` for how the value is read.
+    """
+    parts, value = parse_override(override)
     node: Any = data
     for position, part in enumerate(parts[:-1]):
         child = _child(node, part, override)
@@ -218,8 +298,11 @@ def _coerce_scalar(kind: Any, value: Any, where: str) -> Any:
     if kind is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
+        text = str(value).strip()
+        # YAML spells the special values .nan / .inf; a value kept as text (--set) keeps that.
+        text = re.sub(r"^([+-]?)\.(inf|nan)$", r"\1\2", text, flags=re.IGNORECASE)
         try:
-            return float(value)  # YAML reads "2e-5" (no dot) as a string
+            return float(text)  # YAML reads "2e-5" (no dot) as a string
         except (TypeError, ValueError):
             raise ValueError(f"{where}: expected a number, got {value!r}") from None
     if kind is str:

@@ -340,6 +340,18 @@ def test_bad_config_is_a_one_line_error(tmp_path: Path, text: str, error, messag
     assert "\n" not in str(err.value)
 
 
+def test_an_alias_bomb_in_a_job_config_is_refused_naming_the_file(tmp_path: Path) -> None:
+    levels = ['  l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, 9):  # 9^9 values once expanded: only a refusal returns at all
+        levels.append(f"  l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9)}]")
+    path = write_config(tmp_path, "job: embed\nbeam:\n" + "\n".join(levels) + "\n")
+    with pytest.raises(ValueError, match=r"job.yaml: line 4: YAML aliases \(\*l0\)") as err:
+        load_job_config(path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"--set beam.x=\[\*a\]: .*YAML aliases \(\*a\)"):
+        load_job_config(DEPLOY / "dataflow" / "embed-cpu.yaml", ["beam.x=[*a]"])
+
+
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_job_config(tmp_path / "nope.yaml")
