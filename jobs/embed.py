@@ -26,7 +26,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from jobs.beam_options import is_local, pipeline_options, runner_name
 from jobs.errors import JobFailedError
-from jobs.model_options import add_model_arguments
+from jobs.model_options import add_model_arguments, encoder_settings
 from pipelines.corpus_reader import (
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_MAX_RECORD_LINES,
@@ -47,15 +47,11 @@ from pipelines.corpus_source import (
 )
 from pipelines.embed_stage import EMBEDDED, Embed
 from pipelines.embeddings_io import count_rows, shard_paths
-from pipelines.model_handler import (
-    ZERO_VECTORS,
-    DeterministicInferenceError,
-    EncoderSettings,
-    SbertModelHandler,
-)
+from pipelines.model_handler import ZERO_VECTORS, DeterministicInferenceError, SbertModelHandler
 from pipelines.output_dir import OutputLayout, StagedOutput, join, prepare_output
 from pipelines.parquet_sinks import WriteEmbeddings, WriteErrors, output_schema
 from sbert_core import __version__
+from sbert_core.encoder_settings import EncoderSettings
 
 logger = logging.getLogger(__name__)
 
@@ -113,12 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", default="float32", choices=["float32", "float16"], help="stored dtype"
     )
     parser.add_argument(
-        "--normalize",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="L2-normalise (default: as the model does)",
-    )
-    parser.add_argument(
         "--max-error-rate",
         type=float,
         default=1.0,
@@ -169,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="publish a run in which every row was rejected (default: such a run fails)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    add_model_arguments(parser, dtype_flag="--compute-dtype")
+    add_model_arguments(parser, dtype_flag="--compute-dtype", normalize=True)
     return parser
 
 
@@ -234,16 +224,7 @@ def _checked(args) -> tuple[CorpusSpec, EncoderSettings]:
         max_record_lines=args.max_record_lines,
         on_bad_file=args.on_bad_file,
     )
-    settings = EncoderSettings(
-        model=args.model,
-        device=args.device,
-        dtype=args.compute_dtype,
-        normalize=args.normalize,
-        max_seq_length=args.max_seq_length,
-        allow_pickle=args.allow_pickle,
-        num_threads=args.threads,
-        token_budget=args.token_budget,
-    )
+    settings = encoder_settings(args)
     settings.validate()
     if args.min_batch_size < 1 or args.max_batch_size < args.min_batch_size:
         raise ValueError(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.model_options import add_model_arguments, encode_kwargs, load_encoder
+from jobs.model_options import add_model_arguments, encoder_settings
 from sbert_core.tabular import read_table, text_column
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
@@ -22,7 +22,7 @@ OUTPUT_SUFFIXES = (".npy", ".parquet")
 def add_parser(subparsers) -> None:
     """Register ``encode`` on the top-level subparsers."""
     parser = subparsers.add_parser("encode", help="embed one file locally", description=__doc__)
-    add_model_arguments(parser)
+    add_model_arguments(parser, normalize=True)
     parser.add_argument(
         "--input", required=True, help="TXT/TSV/CSV/JSONL/Parquet file, gzip allowed"
     )
@@ -33,12 +33,6 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--id-col", default=None, help="column holding ids (default: row number)")
     parser.add_argument(
         "--format", default=None, help="input format if the extension does not tell"
-    )
-    parser.add_argument(
-        "--normalize",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="L2-normalise (default: as the model does)",
     )
     parser.add_argument(
         "--keep-text", action="store_true", help="store the text in the Parquet output"
@@ -62,9 +56,10 @@ def main(args: argparse.Namespace) -> int:
         else [str(i) for i in range(len(texts))]
     )
 
-    encoder = load_encoder(args, normalize=args.normalize)
+    settings = encoder_settings(args)
+    encoder = settings.load()
     start = time.perf_counter()
-    result = encoder.encode_detailed(texts, show_progress=True, **encode_kwargs(args))
+    result = encoder.encode_detailed(texts, show_progress=True, **settings.encode_kwargs())
     seconds = time.perf_counter() - start
 
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from jobs.model_options import add_model_arguments, encode_kwargs, load_encoder
+from jobs.model_options import add_model_arguments, encoder_settings
 from sbert_core.evaluation import SIMILARITIES, SimilarityClassificationEvaluator
 
 
@@ -41,8 +41,9 @@ def main(args: argparse.Namespace) -> int:
         positive_min=args.positive_min,
         fmt=args.format,
     )
-    encoder = load_encoder(args)
-    metrics = evaluator(encoder, **encode_kwargs(args))
+    settings = encoder_settings(args)
+    encoder = settings.load()
+    metrics = evaluator(encoder, **settings.encode_kwargs())
     if args.json:
         print(json.dumps({"model": encoder.model_id, "data": str(args.data), **metrics}, indent=2))
         return 0

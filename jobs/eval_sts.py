@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from jobs.model_options import add_model_arguments, encode_kwargs, load_encoder
+from jobs.model_options import add_model_arguments, encoder_settings
 from sbert_core.evaluation import SIMILARITIES, STSEvaluator
 
 
@@ -31,8 +31,9 @@ def main(args: argparse.Namespace) -> int:
     evaluator = STSEvaluator.from_file(
         args.data, score_col=args.score_col, s1_col=args.s1_col, s2_col=args.s2_col, fmt=args.format
     )
-    encoder = load_encoder(args)
-    metrics = evaluator(encoder, **encode_kwargs(args))
+    settings = encoder_settings(args)
+    encoder = settings.load()
+    metrics = evaluator(encoder, **settings.encode_kwargs())
     if args.json:
         print(json.dumps({"model": encoder.model_id, "data": str(args.data), **metrics}, indent=2))
         return 0

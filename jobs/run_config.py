@@ -43,7 +43,9 @@ from typing import Any, Literal
 
 from sbert_core import DEFAULT_MODEL
 from sbert_core.config import apply_override, config_from_dict, config_to_dict, read_config_file
+from sbert_core.encoder_settings import EncoderSettings
 from sbert_core.errors import ModelLoadError
+from sbert_core.pooling import PoolingMode
 from sbert_core.precision import DTYPE_NAMES
 
 StageName = Literal["finetune", "embed", "index", "cluster", "pairs", "dedup"]
@@ -116,11 +118,13 @@ class EmbedConfig:
 
     dtype: Literal["float32", "float16"] = "float32"
     compute_dtype: str = "float32"
+    pooling: PoolingMode | None = None
     normalize: bool | None = None
     max_error_rate: float = 1.0
     max_seq_length: int | None = None
     device: str | None = None
     threads: int | None = None
+    batch_size: int | None = None
     token_budget: int | None = None
     batching: Literal["auto", "bundle", "grouped"] = "auto"
     allow_pickle: bool = False
@@ -421,17 +425,26 @@ def check_inputs(config: RunConfig) -> CheckedInputs:
     return CheckedInputs(corpus=corpus, model=model, finetune=finetune)
 
 
-def describe_model(model: str, embed: EmbedConfig) -> dict:
-    """The model's identity (id, weights sha256, dim, pooling) as manifests record it."""
-    from sbert_core import inspect_model
+def embed_encoder_settings(model: str, embed: EmbedConfig) -> EncoderSettings:
+    """The encoder settings of the embed stage: what ``sbert embed`` builds from its flags."""
+    return EncoderSettings(
+        model=model,
+        device=embed.device,
+        dtype=embed.compute_dtype,
+        pooling=embed.pooling,
+        normalize=embed.normalize,
+        max_seq_length=embed.max_seq_length,
+        batch_size=embed.batch_size,
+        token_budget=embed.token_budget,
+        num_threads=embed.threads,
+        allow_pickle=embed.allow_pickle,
+    )
 
+
+def describe_model(model: str, embed: EmbedConfig) -> dict:
+    """The model's identity (id, weights sha256, dim, pooling) as the embed manifest records it."""
     try:
-        info = inspect_model(
-            model,
-            allow_pickle=embed.allow_pickle,
-            normalize=embed.normalize,
-            max_seq_length=embed.max_seq_length,
-        )
+        info = embed_encoder_settings(model, embed).inspect()
     except ModelLoadError as err:
         raise ModelLoadError(f"model: {err}") from None
     except ValueError as err:

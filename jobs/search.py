@@ -30,6 +30,7 @@ from pathlib import Path
 import apache_beam as beam
 import numpy as np
 
+from jobs.model_options import add_model_arguments, query_encoder_settings
 from pipelines.embeddings_io import require_compatible
 from pipelines.index_build import prepare_vectors
 from pipelines.index_io import LoadedIndex, open_index
@@ -145,17 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="check the index files' sha256 while loading (a few seconds per GB; default on)",
     )
-    group = parser.add_argument_group("model")
-    group.add_argument(
-        "--model",
-        default=None,
-        help="the query encoder (default: the model recorded in the index manifest)",
-    )
-    group.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if present)")
-    group.add_argument("--threads", type=int, default=None, help="torch threads")
-    group.add_argument(
-        "--allow-pickle", action="store_true", help="accept pytorch_model.bin weights"
-    )
+    add_model_arguments(parser, query_only=True)
     return parser
 
 
@@ -191,15 +182,7 @@ def load_query_encoder(args: argparse.Namespace, loaded: LoadedIndex) -> Sentenc
         IncompatibleEmbeddingsError: ``--model`` is not the model the index was built with.
     """
     embedded = loaded.embeddings_manifest
-    encoder = SentenceEncoder.load(
-        args.model or embedded["model_id"],
-        device=args.device,
-        pooling=embedded.get("pooling"),
-        normalize=embedded.get("normalized"),
-        max_seq_length=embedded.get("max_seq_length"),
-        allow_pickle=args.allow_pickle,
-        num_threads=args.threads,
-    )
+    encoder = query_encoder_settings(args, embedded).load()
     require_compatible(embedded, encoder.describe(), f"the index {args.index} and the query model")
     return encoder
 

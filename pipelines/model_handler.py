@@ -20,8 +20,9 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 from pipelines.corpus_reader import CorpusRecord
 from pipelines.corpus_source import METRICS_NAMESPACE
 from pipelines.vector_checks import non_finite_rows
-from sbert_core import ModelInfo, SentenceEncoder, inspect_model
+from sbert_core import SentenceEncoder
 from sbert_core.encoder import EncodeResult
+from sbert_core.encoder_settings import EncoderSettings
 
 logger = logging.getLogger(__name__)
 
@@ -44,76 +45,6 @@ class DeterministicInferenceError(RuntimeError):
 
 def _signature(err: BaseException) -> tuple[str, str]:
     return type(err).__name__, str(err)
-
-
-@dataclass(frozen=True)
-class EncoderSettings:
-    """Everything a worker needs to load the same encoder as the launcher checked."""
-
-    model: str
-    device: str | None = None
-    dtype: str = "float32"
-    normalize: bool | None = None
-    max_seq_length: int | None = None
-    allow_pickle: bool = False
-    num_threads: int | None = None
-    token_budget: int | None = None
-
-    def validate(self) -> None:
-        """Check device, threads and token budget on the launcher, before any output is touched.
-
-        Raises:
-            ValueError: a device torch does not know or this machine lacks, threads below 1, a
-                token budget below 1; the message names the option.
-        """
-        import torch
-
-        if self.num_threads is not None and self.num_threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {self.num_threads}")
-        if self.token_budget is not None and self.token_budget < 1:
-            raise ValueError(f"--token-budget must be at least 1, got {self.token_budget}")
-        if self.device is None:
-            return
-        try:
-            device = torch.device(self.device)
-        except (RuntimeError, ValueError) as err:
-            raise ValueError(
-                f"--device {self.device!r} is not a device torch knows ({err}); use cpu, cuda "
-                "or cuda:N"
-            ) from None
-        if device.type == "cuda":
-            if not torch.cuda.is_available():
-                raise ValueError(f"--device {self.device}: CUDA is not available on this machine")
-            if device.index is not None and device.index >= torch.cuda.device_count():
-                raise ValueError(
-                    f"--device {self.device}: this machine has {torch.cuda.device_count()} "
-                    "CUDA device(s)"
-                )
-        elif device.type == "mps" and not torch.backends.mps.is_available():
-            raise ValueError(f"--device {self.device}: MPS is not available on this machine")
-        elif device.type not in ("cpu", "cuda", "mps"):
-            raise ValueError(f"--device {self.device}: unsupported device; use cpu or cuda[:N]")
-
-    def inspect(self) -> ModelInfo:
-        """Check the model's files and read its config without loading weights (launcher side)."""
-        return inspect_model(
-            self.model,
-            allow_pickle=self.allow_pickle,
-            normalize=self.normalize,
-            max_seq_length=self.max_seq_length,
-        )
-
-    def load(self) -> SentenceEncoder:
-        """Load the encoder these settings describe."""
-        return SentenceEncoder.load(
-            self.model,
-            device=self.device,
-            dtype=self.dtype,
-            normalize=self.normalize,
-            max_seq_length=self.max_seq_length,
-            allow_pickle=self.allow_pickle,
-            num_threads=self.num_threads,
-        )
 
 
 @dataclass(frozen=True)
@@ -193,7 +124,7 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
         """
         try:
             result = model.encode_detailed(
-                [record.text for record in batch], token_budget=self._settings.token_budget
+                [record.text for record in batch], **self._settings.encode_kwargs()
             )
         except Exception as err:  # any failure of the model code is retried row by row
             return self._one_by_one(batch, model, err)
@@ -212,9 +143,7 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
             try:
                 if position == 0 and len(batch) == 1:
                     raise batch_error  # a batch of one has been tried alone already
-                result = model.encode_detailed(
-                    [record.text], token_budget=self._settings.token_budget
-                )
+                result = model.encode_detailed([record.text], **self._settings.encode_kwargs())
             except Exception as err:  # a row that fails alone becomes a dead letter
                 self._note_failure(_signature(err), signature)
                 reason = f"inference failed: {type(err).__name__}: {str(err)[:300]}"

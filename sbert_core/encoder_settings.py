@@ -1,0 +1,150 @@
+"""One description of how to load and run an encoder, shared by every command and worker.
+
+``sbert embed`` (launcher and Beam workers), ``sbert encode``, ``sbert eval``, ``sbert search``
+and ``sbert run`` all build an :class:`EncoderSettings` and ask it to check the model
+(:meth:`~EncoderSettings.inspect`), load it (:meth:`~EncoderSettings.load`) and encode with it
+(:meth:`~EncoderSettings.encode_kwargs`), so an option given on any of them means the same
+thing everywhere. The fields are plain values: the settings pickle with a Beam pipeline and the
+worker loads the model the launcher checked.
+
+A new encoder option is a field here plus its name in ``_MODEL_FIELDS`` (how the model is
+loaded) or ``_ENCODE_FIELDS`` (how texts are encoded); the command-line side is
+``jobs/model_options.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sbert_core.encoder import ModelInfo, SentenceEncoder, inspect_model
+from sbert_core.pooling import PoolingMode
+
+# Fields that decide which model is loaded and what its vectors are (inspect and load).
+_MODEL_FIELDS = ("allow_pickle", "pooling", "normalize", "max_seq_length")
+# Fields that only decide where and how fast the model runs (load only).
+_RUNTIME_FIELDS = ("device", "dtype", "num_threads")
+# Keyword arguments of ``SentenceEncoder.encode`` / ``encode_detailed``.
+_ENCODE_FIELDS = ("batch_size", "token_budget")
+# What an embeddings manifest records about the encoder (manifest key -> field).
+_MANIFEST_FIELDS = {
+    "model_id": "model",
+    "pooling": "pooling",
+    "normalized": "normalize",
+    "max_seq_length": "max_seq_length",
+}
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    """Everything needed to load an encoder and embed texts with it the same way everywhere.
+
+    ``None`` means "as the model (or the encoder) does by default".
+
+    Args:
+        model: a model directory, ``all-MiniLM-L6-v2`` or a Hugging Face Hub id.
+        device: ``cpu``, ``cuda``, ``cuda:1`` ... (default: CUDA when available).
+        dtype: compute dtype (``float32`` matches sentence-transformers exactly).
+        pooling: override the model's pooling mode.
+        normalize: override whether vectors are L2-normalised.
+        max_seq_length: override the truncation length (at most the model's limit).
+        batch_size: at most this many texts per forward pass.
+        token_budget: at most this many padded tokens per forward pass.
+        num_threads: torch intra-op threads for the process that loads the model.
+        allow_pickle: accept ``pytorch_model.bin`` weights (unpickling can run code).
+
+    Example:
+        >>> settings = EncoderSettings("all-MiniLM-L6-v2", device="cpu", pooling="cls")
+        >>> vectors = settings.load().encode(["a text"], **settings.encode_kwargs())
+    """
+
+    model: str
+    device: str | None = None
+    dtype: str = "float32"
+    pooling: PoolingMode | None = None
+    normalize: bool | None = None
+    max_seq_length: int | None = None
+    batch_size: int | None = None
+    token_budget: int | None = None
+    num_threads: int | None = None
+    allow_pickle: bool = False
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any], **overrides: Any) -> EncoderSettings:
+        """The encoder an embeddings manifest was made with, so that queries embed the same way.
+
+        Args:
+            manifest: an embeddings ``_manifest.json`` (model_id, pooling, normalized,
+                max_seq_length).
+            overrides: other fields (device, threads, ...); ``model=None`` keeps the
+                manifest's model, another value names another copy of it (callers check the
+                copy is the same model with ``require_compatible``).
+        """
+        values = {name: manifest.get(key) for key, name in _MANIFEST_FIELDS.items()}
+        if overrides.get("model") is None:
+            overrides.pop("model", None)
+        return cls(**{**values, **overrides})
+
+    def validate(self) -> None:
+        """Check device, threads and batching on the launcher, before any output is touched.
+
+        Raises:
+            ValueError: a device torch does not know or this machine lacks, threads, a batch
+                size or a token budget below 1; the message names the option.
+        """
+        import torch
+
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {self.num_threads}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ValueError(f"--token-budget must be at least 1, got {self.token_budget}")
+        if self.device is None:
+            return
+        try:
+            device = torch.device(self.device)
+        except (RuntimeError, ValueError) as err:
+            raise ValueError(
+                f"--device {self.device!r} is not a device torch knows ({err}); use cpu, cuda "
+                "or cuda:N"
+            ) from None
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise ValueError(f"--device {self.device}: CUDA is not available on this machine")
+            if device.index is not None and device.index >= torch.cuda.device_count():
+                raise ValueError(
+                    f"--device {self.device}: this machine has {torch.cuda.device_count()} "
+                    "CUDA device(s)"
+                )
+        elif device.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"--device {self.device}: MPS is not available on this machine")
+        elif device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"--device {self.device}: unsupported device; use cpu or cuda[:N]")
+
+    def inspect(self) -> ModelInfo:
+        """Check the model's files and read its config without loading weights (launcher side).
+
+        ``ModelInfo.describe()`` is what manifests record: the pooling, normalisation and
+        length these settings choose, not only the model's defaults.
+        """
+        return inspect_model(self.model, **self._values(_MODEL_FIELDS))
+
+    def load(self) -> SentenceEncoder:
+        """Load the encoder these settings describe."""
+        return SentenceEncoder.load(
+            self.model, **self._values(_MODEL_FIELDS), **self._values(_RUNTIME_FIELDS)
+        )
+
+    def encode_kwargs(self) -> dict[str, Any]:
+        """The batching options that were set, as keyword arguments of ``encode``.
+
+        Options left at ``None`` are left out, so the encoder's own defaults apply.
+        """
+        return {
+            name: value for name, value in self._values(_ENCODE_FIELDS).items() if value is not None
+        }
+
+    def _values(self, names: tuple[str, ...]) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in names}
