@@ -26,9 +26,7 @@ removes the option, ``[a, b]`` gives a list, anything else stays a string.
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
-import json
 import os
 import re
 import shlex
@@ -39,6 +37,7 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from jobs.argv import check_values, option_actions, to_argv
 from sbert_core.config import load_yaml, parse_override
 
 # Job name -> module with ``build_parser()`` and ``run(argv)``; later jobs register here.
@@ -81,7 +80,7 @@ def job_argv(config: Mapping[str, Any]) -> list[str]:
     """The job's own options from ``config["args"]``, checked against the job's parser."""
     parser = job_module(config["job"]).build_parser()
     actions = option_actions(parser)
-    argv = _to_argv("args", config["args"], actions, negative="--no-")
+    argv = to_argv(config["args"], actions, "args")
     given = {token.split("=", 1)[0] for token in argv}
     missing = sorted(
         {
@@ -92,15 +91,22 @@ def job_argv(config: Mapping[str, Any]) -> list[str]:
     )
     if missing:
         raise ValueError(f"job {config['job']!r} needs {', '.join(missing)}")
-    _check_values("args", parser, argv)
+    check_values("args", parser, argv)
     return argv
 
 
 def beam_argv(config: Mapping[str, Any]) -> list[str]:
     """Beam pipeline options from ``config["beam"]``, checked against Beam's own parser."""
     parser = beam_parser()
-    argv = _to_argv("beam", config["beam"], option_actions(parser), negative="--no_")
-    _check_values("beam", parser, argv)
+    argv = to_argv(
+        config["beam"],
+        option_actions(parser),
+        "beam",
+        negative="--no_",
+        repeat_lists=True,  # Beam's list options accumulate: one flag per item
+        allow_mappings=True,
+    )
+    check_values("beam", parser, argv)
     return argv
 
 
@@ -129,13 +135,6 @@ def beam_parser() -> argparse.ArgumentParser:
     # runner options (Dataflow, Spark, Flink, portable) are known exactly as Beam knows them.
     PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
     return parsers[0]
-
-
-def option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    """Every option string of ``parser`` (``--keep-text``, ``--no-normalize``) -> its action."""
-    # argparse offers no public listing of its options; ``_actions`` has been stable for as
-    # long as argparse has existed, and checking names here is what turns typos into errors.
-    return {flag: action for action in parser._actions for flag in action.option_strings}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,68 +256,3 @@ def _expand(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """Replace ``${VAR}`` in every section; report every missing variable at once."""
     sections = expand_variables({section: config[section] for section in SECTIONS}, path)
     return {"job": config["job"], **sections}
-
-
-def _check_values(section: str, parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """Let the parser check choices and types now, as one error instead of a usage dump."""
-    parser.exit_on_error = False
-    try:
-        parser.parse_known_args(argv)
-    except argparse.ArgumentError as err:
-        raise ValueError(f"{section}: {err}") from None
-
-
-def _to_argv(
-    section: str, values: Mapping[str, Any], actions: Mapping[str, argparse.Action], negative: str
-) -> list[str]:
-    argv: list[str] = []
-    for key, value in values.items():
-        flag = f"--{key}"
-        action = actions.get(flag)
-        if action is None:
-            close = difflib.get_close_matches(flag, list(actions), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"{section}.{key}: unknown option {flag}{hint}")
-        argv.extend(_flags(section, key, value, action, actions, negative))
-    return argv
-
-
-def _flags(
-    section: str,
-    key: str,
-    value: Any,
-    action: argparse.Action,
-    actions: Mapping[str, argparse.Action],
-    negative: str,
-) -> list[str]:
-    flag, where = f"--{key}", f"{section}.{key}"
-    is_switch = action.nargs == 0
-    if value is None:
-        return []
-    if isinstance(value, bool):
-        if not is_switch:
-            raise ValueError(f"{where} takes a value, not {str(value).lower()}")
-        if value:
-            return [flag]
-        # A switch with a negative form is written out, so `normalize: false` means off
-        # rather than "whatever the default is".
-        off = f"{negative}{key}"
-        return [off] if off in actions else []
-    if is_switch:
-        raise ValueError(f"{where} is an on/off option: write true or false, not {value!r}")
-    if isinstance(value, dict):
-        if section != "beam":
-            raise ValueError(f"{where}: a mapping is only allowed for Beam options")
-        return [f"{flag}={json.dumps(value)}"]
-    if isinstance(value, list):
-        items = [_scalar(where, item) for item in value]
-        if section == "beam":
-            return [f"{flag}={item}" for item in items]  # Beam's list options accumulate
-        return [f"{flag}={','.join(items)}"] if items else []
-    return [f"{flag}={_scalar(where, value)}"]
-
-
-def _scalar(where: str, value: Any) -> str:
-    if isinstance(value, (list, dict)):
-        raise ValueError(f"{where}: nested lists and mappings are not supported")
-    return str(value).lower() if isinstance(value, bool) else str(value)
