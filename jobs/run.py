@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -50,6 +50,7 @@ from jobs.run_report import REPORT_FILE, write_report
 from jobs.run_stages import (
     JobState,
     StagePlan,
+    StageResult,
     output_identity,
     plan_stages,
     run_stage,
@@ -61,20 +62,6 @@ logger = logging.getLogger(__name__)
 
 # Loggers whose progress lines are shown while a stage runs (unless the user set their level).
 PROGRESS_LOGGERS = ("sbert_core.training", "pipelines")
-
-
-@dataclass
-class StageResult:
-    """How one stage went in this run."""
-
-    name: str
-    status: str  # ran | skipped | not run | failed
-    output: str
-    seconds: float | None = None  # time of this run (ran, failed)
-    recorded_seconds: float | None = None  # time of the run that wrote the output (skipped)
-    line: str | None = None  # the stage's own one-line summary, when it ran
-    facts: dict = field(default_factory=dict)  # key counts from its manifest
-    error: str | None = None
 
 
 @dataclass

@@ -20,7 +20,8 @@ stage needs the stages it reads from (index, cluster and pairs need embed; dedup
 ``model: finetune`` needs finetune). Each stage section holds that stage's parameters, named as
 its command's options with ``_`` for ``-`` (``memory_budget`` is ``sbert index
 --memory-budget``), plus ``options:``, a mapping of any other option of that command spelled as
-on its command line (checked against the command's own parser).
+on its command line (checked against the command's own parser). A parameter left out is the
+command's own default (``--print-config`` shows it), read from the command's parser.
 
 Relative paths are relative to the working directory. ``${VAR}`` in any value is replaced by the
 environment variable VAR (as in ``sbert submit`` configs). Everything is checked before the job
@@ -32,15 +33,15 @@ few lines of nested aliases expand to billions of values ("billion laughs").
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import os
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
+from jobs.run_table import FROM_FINETUNE, STAGE_NAMES, STAGES, finetune_argv, stage_spec
 from sbert_core import DEFAULT_MODEL
 from sbert_core.config import apply_override, config_from_dict, config_to_dict, read_config_file
 from sbert_core.encoder_settings import EncoderSettings
@@ -49,35 +50,13 @@ from sbert_core.pooling import PoolingMode
 from sbert_core.precision import DTYPE_NAMES
 
 StageName = Literal["finetune", "embed", "index", "cluster", "pairs", "dedup"]
-# The order stages run in; each reads only what the ones before it wrote.
-STAGE_ORDER: tuple[str, ...] = typing.get_args(StageName)
+# The order stages run in (the stage table's); each reads only what the ones before it wrote.
+STAGE_ORDER: tuple[str, ...] = STAGE_NAMES
 DEFAULT_STAGES = ("embed", "index", "cluster", "pairs", "dedup")
-# Stage -> the stages whose outputs it reads (embed also reads finetune's with model: finetune).
-STAGE_INPUTS: dict[str, tuple[str, ...]] = {
-    "finetune": (),
-    "embed": (),
-    "index": ("embed",),
-    "cluster": ("embed",),
-    "pairs": ("embed",),
-    "dedup": ("pairs",),
-}
-# Stage -> the module implementing it (``build_parser()``, ``run(argv)``, ``main(argv)``).
-STAGE_MODULES = {name: f"jobs.{name}" for name in STAGE_ORDER}
-# Stage -> its folder under the job directory (the design's names for the outputs).
-STAGE_DIRS = {
-    "finetune": "model",
-    "embed": "embeddings",
-    "index": "index",
-    "cluster": "clusters",
-    "pairs": "pairs",
-    "dedup": "dedup",
-}
 # The job's record of finished stages, in the job directory; its presence marks a job's folder.
 STATE_FILE = "_job_state.json"
 # The effective config (after --set), kept in the job directory next to what it produced.
 CONFIG_COPY = "job.yaml"
-# ``model: finetune`` means the model the finetune stage of the same job writes.
-FROM_FINETUNE = "finetune"
 LOCAL_RUNNER = "local"
 # Runners whose workers run on other machines, which cannot read the submitting machine's disk:
 # their paths need one of the remote schemes.
@@ -131,47 +110,52 @@ class EmbedConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+# Stage sections: a field left out (None) is the stage command's own default, which
+# --print-config and job.yaml show (filled from the command's parser, the one place it is written).
+
+
 @dataclass
 class IndexConfig:
-    """Options of ``sbert index``."""
+    """Options of ``sbert index`` (None: the command's default)."""
 
-    factory: str = "auto"
-    memory_budget: str = "4GB"
-    target_recall: float = 0.95
-    metric: Literal["ip", "l2"] = "ip"
+    factory: str | None = None
+    memory_budget: str | None = None
+    target_recall: float | None = None
+    metric: Literal["ip", "l2"] | None = None
     train_sample: int | None = None
-    queries: int = 1000
+    queries: int | None = None
     # None: built in this process; S: a Beam pipeline fills S shards (and gets the Beam options).
     shards: int | None = None
-    seed: int = 0
+    seed: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class ClusterConfig:
-    """Options of ``sbert cluster``."""
+    """Options of ``sbert cluster`` (None: the command's default)."""
 
-    method: Literal["kmeans", "communities"] = "kmeans"
+    method: Literal["kmeans", "communities"] | None = None
     # Required for kmeans; communities finds its own number of clusters.
     k: int | None = None
     sample: int | None = None
-    iterations: int = 20
-    seed: int = 0
-    threshold: float = 0.75
-    min_size: int = 10
-    representatives: int = 5
-    terms: int = 8
+    iterations: int | None = None
+    seed: int | None = None
+    threshold: float | None = None
+    min_size: int | None = None
+    representatives: int | None = None
+    terms: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class PairsConfig:
-    """Options of ``sbert pairs``."""
+    """Options of ``sbert pairs`` (None: the command's default)."""
 
-    k: int = 10
+    k: int | None = None
     # Pairs at or above this cosine are written; dedup can only group pairs that were written.
+    # The job's own default: the command writes no pairs/ without one.
     threshold: float = 0.8
-    method: Literal["exact", "clustered", "auto"] = "auto"
+    method: Literal["exact", "clustered", "auto"] | None = None
     clusters: int | None = None
     nprobe: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
@@ -179,12 +163,13 @@ class PairsConfig:
 
 @dataclass
 class DedupConfig:
-    """Options of ``sbert dedup``."""
+    """Options of ``sbert dedup`` (None: the command's default)."""
 
+    # The job's own default: the command requires one.
     threshold: float = 0.9
-    keep: Literal["first", "longest", "central"] = "first"
+    keep: Literal["first", "longest", "central"] | None = None
     # Also write the deduplicated corpus (``--corpus INPUT --apply``).
-    apply: bool = False
+    apply: bool | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -247,11 +232,38 @@ def load_run_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> R
             raise ValueError(f"--set {override}: {err}") from None
     data = _expand_variables(data, path)
     try:
-        config = config_from_dict(RunConfig, data)
+        config = with_command_defaults(config_from_dict(RunConfig, data))
         validate(config)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     return config
+
+
+def with_command_defaults(config: RunConfig) -> RunConfig:
+    """``config`` with every stage-section field left out (None) set to its command's default.
+
+    The stage commands' parsers are the one place their defaults are written; a stage that is
+    not installed and not listed keeps its Nones.
+
+    Raises:
+        ValueError: a listed stage is not installed.
+    """
+    filled = {}
+    for spec in STAGES:
+        section = getattr(config, spec.name)
+        try:
+            parser = spec.load().build_parser()
+        except ValueError:
+            if config.enabled(spec.name):
+                raise
+            continue
+        defaults = {
+            item.name: parser.get_default(item.name)
+            for item in dataclasses.fields(section)
+            if item.name != "options" and getattr(section, item.name) is None
+        }
+        filled[spec.name] = dataclasses.replace(section, **defaults)
+    return dataclasses.replace(config, **filled)
 
 
 def config_as_dict(config: RunConfig) -> dict:
@@ -267,7 +279,7 @@ def validate(config: RunConfig) -> None:
     if repeated:
         raise ValueError(f"stages: {', '.join(repeated)} listed more than once")
     for stage in config.stages:
-        missing = [need for need in STAGE_INPUTS[stage] if need not in config.stages]
+        missing = [need for need in stage_spec(stage).inputs if need not in config.stages]
         if missing:
             raise ValueError(
                 f"stages: {stage} reads the output of {', '.join(missing)}; add it to stages"
@@ -315,7 +327,8 @@ def _validate_stage_values(config: RunConfig) -> None:
     check_in_range("embed.max_error_rate", config.embed.max_error_rate, 0.0, 1.0)
     check_in_range("index.target_recall", config.index.target_recall, 0.0, 1.0, low_open=True)
     try:
-        parse_size(config.index.memory_budget)
+        if config.index.memory_budget is not None:
+            parse_size(config.index.memory_budget)
     except ValueError as err:
         raise ValueError(f"index.memory_budget: {err}") from None
     _check_positive("index.queries", config.index.queries)
@@ -343,7 +356,7 @@ def _validate_stage_values(config: RunConfig) -> None:
 
 
 def check_in_range(
-    key: str, value: float, low: float, high: float, *, low_open: bool = False
+    key: str, value: float | None, low: float, high: float, *, low_open: bool = False
 ) -> None:
     """Refuse ``value`` outside ``[low, high]`` (``(low, high]`` with ``low_open``), and NaN.
 
@@ -353,6 +366,8 @@ def check_in_range(
     Raises:
         ValueError: ``"{key}: must be in [low, high], got value"``.
     """
+    if value is None:  # the command's default, of a stage that is not installed
+        return
     inside = (low < value <= high) if low_open else (low <= value <= high)
     if not inside:
         bracket = "(" if low_open else "["
@@ -372,20 +387,8 @@ def _expand_variables(data: dict, path: Path) -> dict:
 
 
 def stage_module(stage: str) -> ModuleType:
-    """The module of ``stage``.
-
-    Raises:
-        ValueError: the stage's module is not installed (a stage of a newer version).
-    """
-    try:
-        return importlib.import_module(STAGE_MODULES[stage])
-    except ModuleNotFoundError as err:
-        if err.name != STAGE_MODULES[stage]:
-            raise
-        raise ValueError(
-            f"stages: {stage} is not available in this installation ({STAGE_MODULES[stage]} "
-            "is missing); remove it from stages"
-        ) from None
+    """The module of ``stage`` (see :meth:`jobs.run_table.StageSpec.load`)."""
+    return stage_spec(stage).load()
 
 
 @dataclass(frozen=True)
@@ -522,11 +525,3 @@ def _finetune_settings(resolved: Any) -> dict:
         values.pop(key, None)
     values.get("training", {}).pop("checkpoint_dir", None)
     return values
-
-
-def finetune_argv(config: RunConfig) -> list[str]:
-    """``sbert finetune`` arguments of the finetune stage (``--overwrite`` is added on reruns)."""
-    from pipelines.output_dir import join
-
-    output = join(config.job_dir, STAGE_DIRS["finetune"])
-    return ["--config", config.finetune.config, *config.finetune.overrides, "--output", output]

@@ -32,21 +32,12 @@ from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
-from jobs.run_config import (
-    FROM_FINETUNE,
-    STAGE_DIRS,
-    STAGE_INPUTS,
-    STATE_FILE,
-    CheckedInputs,
-    RunConfig,
-    finetune_argv,
-    stage_module,
-)
-from pipelines.output_dir import MANIFEST, join, write_json
+from jobs.argv import check_values, option_actions, to_argv
+from jobs.run_config import STATE_FILE, CheckedInputs, RunConfig
+from jobs.run_table import StageSpec, stage_folders, stage_spec
+from pipelines.output_dir import join, write_json
 
 STATE_FORMAT = 1
-# The file whose bytes identify a finished output: written last, only on success.
-FINETUNE_MANIFEST = "sbert_manifest.json"
 # Options the job sets itself; a stage's ``options:`` may not set them.
 _JOB_OWNED = {
     "--input",
@@ -61,8 +52,6 @@ _JOB_OWNED = {
     "--print-config",
     "--dry-run",
 }
-# Input-section fields and the ``sbert embed`` options they become.
-_INPUT_FIELDS = ("format", "text_field", "id_field", "keep_fields", "keep_text", "max_record_bytes")
 
 
 @dataclass(frozen=True)
@@ -92,11 +81,29 @@ class StagePlan:
         extra = ["--overwrite"] if overwrite else []
         return [*self.argv, *extra, *self.beam_argv]
 
+    @property
+    def spec(self) -> StageSpec:
+        """The stage's descriptor in the stage table."""
+        return stage_spec(self.name)
+
+
+@dataclass
+class StageResult:
+    """How one stage went in this run."""
+
+    name: str
+    status: str  # ran | skipped | not run | failed
+    output: str
+    seconds: float | None = None  # time of this run (ran, failed)
+    recorded_seconds: float | None = None  # time of the run that wrote the output (skipped)
+    line: str | None = None  # the stage's own one-line summary, when it ran
+    facts: dict = field(default_factory=dict)  # key counts from its manifest
+    error: str | None = None
+
 
 def _manifest_bytes(plan: StagePlan) -> bytes | None:
     """The bytes of the stage output's manifest; None when the output is not complete."""
-    name = FINETUNE_MANIFEST if plan.name == "finetune" else MANIFEST
-    path = join(plan.output, name)
+    path = join(plan.output, plan.spec.manifest)
     if not FileSystems.exists(path):
         return None
     with FileSystems.open(path) as handle:
@@ -136,137 +143,48 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
         ValueError: an option the stage's command does not have, or a value it refuses; the
             message names the config key.
     """
-    job_dir = config.job_dir
-    out = {stage: join(job_dir, folder) for stage, folder in STAGE_DIRS.items()}
+    out = stage_folders(config.job_dir)
     plans = []
     for stage in config.ordered_stages():
-        parser = stage_module(stage).build_parser()
-        actions = _option_actions(parser)
-        beam: list[str] = []
-        inputs: dict = {}
-        upstream = STAGE_INPUTS[stage]
-        if stage == "finetune":
-            argv = finetune_argv(config)
-            inputs = checked.finetune or {}
-        elif stage == "embed":
-            model = out["finetune"] if config.model == FROM_FINETUNE else config.model
-            argv = ["--input", config.input.path, "--output", out["embed"], "--model", model]
-            input_values = {name: getattr(config.input, name) for name in _INPUT_FIELDS}
-            argv += _flags(input_values, actions, "input")
-            argv += _section_flags(config.embed, actions, "embed")
-            inputs = {"corpus": [asdict(f) for f in checked.corpus], "model": checked.model}
-            if config.model == FROM_FINETUNE:
-                upstream = ("finetune",)
-            beam = list(beam_argv)
-        elif stage == "index":
-            argv = ["--embeddings", out["embed"], "--output", out["index"]]
-            argv += _section_flags(config.index, actions, "index")
-            _check_factory(config, checked)
-            # The index is built in this process unless it is sharded over Beam workers.
-            beam = list(beam_argv) if config.index.shards is not None else []
-        elif stage == "cluster":
-            argv = ["--embeddings", out["embed"], "--output", out["cluster"]]
-            argv += _section_flags(config.cluster, actions, "cluster")
-            if not config.input.keep_text:
-                argv += ["--text-from", config.input.path]
-            beam = list(beam_argv)
-        elif stage == "pairs":
-            argv = ["--embeddings", out["embed"], "--output", out["pairs"]]
-            argv += _section_flags(config.pairs, actions, "pairs")
-            beam = list(beam_argv)
-        else:
-            # The corpus gives dedup the corpus order (keep: first), texts for the report and,
-            # with apply, the rows to write. Dedup runs in this process: no Beam options.
-            argv = ["--pairs", out["pairs"], "--output", out["dedup"]]
-            argv += ["--corpus", config.input.path]
-            argv += _section_flags(config.dedup, actions, "dedup")
-        _check_values(stage, parser, argv)
+        spec = stage_spec(stage)
+        parser = spec.load().build_parser()
+        actions = option_actions(parser)
+        argv = spec.head(config, out)
+        for name in spec.sections:
+            argv += _section_flags(spec, name, getattr(config, name), actions)
+        argv += spec.tail(config)
+        if spec.check is not None:
+            spec.check(config, checked)
+        check_values(stage, parser, argv)
+        beam = list(beam_argv) if spec.beam(config) else []
+        inputs = spec.external(config, checked)
+        upstream = spec.upstream(config)
         plans.append(StagePlan(stage, out[stage], tuple(argv), tuple(beam), inputs, upstream))
     return plans
 
 
-def _check_factory(config: RunConfig, checked: CheckedInputs) -> None:
-    """A FAISS factory string is checked now, for the model's dimension, not after embedding."""
-    from pipelines.index_build import new_index
-
-    model = checked.model or (checked.finetune or {}).get("base_model") or {}
-    if config.index.factory == "auto" or "dim" not in model:
-        return
-    try:
-        new_index(config.index.factory, int(model["dim"]), config.index.metric)
-    except ValueError as err:
-        raise ValueError(f"index.factory: {err}") from None
-
-
-def _section_values(section: Any) -> dict[str, Any]:
-    values = asdict(section)
-    values.pop("options", None)
-    return values
-
-
-def _section_flags(section: Any, actions: dict[str, argparse.Action], where: str) -> list[str]:
-    """A stage section's typed fields, then its ``options:``, as command-line flags."""
-    argv = _flags(_section_values(section), actions, where)
-    typed = {f"--{name.replace('_', '-')}" for name in _section_values(section)}
-    for key in section.options:
-        if f"--{key.replace('_', '-')}" in typed:
-            raise ValueError(f"{where}.options.{key}: set it as {where}.{key.replace('-', '_')}")
-    return argv + _flags(section.options, actions, f"{where}.options", extra=True)
-
-
-def _flags(
-    values: dict[str, Any],
-    actions: dict[str, argparse.Action],
-    where: str,
-    *,
-    extra: bool = False,
+def _section_flags(
+    spec: StageSpec, where: str, section: Any, actions: dict[str, argparse.Action]
 ) -> list[str]:
-    """``{name: value}`` as flags: None leaves an option out, booleans switch it, lists join."""
-    argv: list[str] = []
-    for key, value in values.items():
-        flag = f"--{str(key).replace('_', '-')}"
-        action = actions.get(flag)
-        if action is None or (extra and flag in _JOB_OWNED):
-            reason = "is set by sbert run" if action is not None else "is not an option of"
-            raise ValueError(f"{where}.{key}: {flag} {reason} this stage's command")
-        if value is None:
-            continue
-        is_switch = action.nargs == 0
-        if isinstance(value, bool):
-            if not is_switch:
-                raise ValueError(f"{where}.{key}: takes a value, not {str(value).lower()}")
-            negative = f"--no-{flag[2:]}"
-            argv += [flag] if value else ([negative] if negative in actions else [])
-        elif is_switch:
-            raise ValueError(f"{where}.{key}: an on/off option; write true or false")
-        elif isinstance(value, dict):
-            raise ValueError(f"{where}.{key}: expected a single value or a list, got a mapping")
-        elif isinstance(value, list):
-            if value:
-                argv.append(f"{flag}={','.join(str(item) for item in value)}")
-        else:
-            argv.append(f"{flag}={value}")
-    return argv
-
-
-def _option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    from jobs.submit import option_actions
-
-    return option_actions(parser)
-
-
-def _check_values(stage: str, parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """Let the stage's parser check types and choices now, before any stage runs."""
-    parser.exit_on_error = False
-    try:
-        parser.parse_known_args(argv)
-    except argparse.ArgumentError as err:
-        raise ValueError(f"{stage}: {err}") from None
+    """A config section's typed fields, then its ``options:``, as the stage's flags."""
+    values = asdict(section)
+    extra = values.pop("options", {})
+    for key in spec.head_keys:
+        head_section, _, name = key.partition(".")
+        if head_section == where:
+            values.pop(name, None)
+    command = "this stage's command"
+    argv = to_argv(values, actions, where, dashes=True, command=command)
+    for key in extra:
+        if key.replace("-", "_") in values:
+            raise ValueError(f"{where}.options.{key}: set it as {where}.{key.replace('-', '_')}")
+    owned = {"owned": _JOB_OWNED, "owner": "sbert run"}
+    return argv + to_argv(extra, actions, f"{where}.options", dashes=True, command=command, **owned)
 
 
 def run_stage(plan: StagePlan, *, overwrite: bool) -> Any:
     """Run one stage through its command's ``run``; returns that command's summary."""
-    return stage_module(plan.name).run(plan.command(overwrite=overwrite))
+    return plan.spec.load().run(plan.command(overwrite=overwrite))
 
 
 @dataclass
@@ -366,22 +284,4 @@ def stage_facts(plan: StagePlan) -> dict[str, Any]:
     same numbers as the run that wrote it.
     """
     manifest = read_stage_manifest(plan)
-    if manifest is None:
-        return {}
-    if plan.name == "finetune":
-        return {"steps": manifest.get("training", {}).get("steps")}
-    if plan.name == "embed":
-        counts = manifest.get("counts", {})
-        return {key: counts.get(key) for key in ("read", "embedded", "rejected")}
-    if plan.name == "index":
-        return {
-            "vectors": manifest.get("ntotal"),
-            "factory": manifest.get("factory"),
-            "recall@10": manifest.get("recall_at_10"),
-        }
-    if plan.name == "cluster":
-        return {"clusters": manifest.get("k"), "items": manifest.get("counts", {}).get("items")}
-    if plan.name == "pairs":
-        return {"pairs": manifest.get("counts", {}).get("pairs"), "method": manifest.get("method")}
-    counts = manifest.get("counts", {})
-    return {key: counts.get(key) for key in ("groups", "removed", "kept")}
+    return {} if manifest is None else plan.spec.facts(manifest)

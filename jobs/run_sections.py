@@ -1,0 +1,289 @@
+"""The stage sections of ``report.html`` (``sbert run``), and the page's HTML helpers.
+
+Each function renders one stage's part of the report from that stage's output folder; the stage
+table (``jobs/run_table.py``) says which stage shows which. Every text from the data is
+HTML-escaped, and every link is relative to the job directory.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.cluster_summary import REPORT_TEXT_CHARS, size_histogram_svg
+from pipelines.output_dir import join
+
+# How much of each kind the page lists; everything else is one link away.
+SHOWN_GROUPS = 10
+SHOWN_MEMBERS = 8
+SHOWN_CLUSTERS = 8
+SIMILARITY_BINS = 40
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What a stage's report section is rendered from."""
+
+    # The job's RunConfig: jobs/run_config.py builds on the stage table, which builds on this
+    # module, so the type is not imported here.
+    config: Any
+    job_dir: str
+    outputs: dict[str, str]  # stage -> its output folder, for the stages of this job
+
+
+def cluster_sections(context: ReportContext) -> list[str]:
+    """The cluster-size histogram and the largest clusters."""
+    folder = context.outputs["cluster"]
+    return [_cluster_sizes(folder), _clusters(context.job_dir, folder)]
+
+
+def pairs_sections(context: ReportContext) -> list[str]:
+    """The histogram of the similar pairs' scores, with the dedup threshold when dedup runs."""
+    config = context.config
+    threshold = config.dedup.threshold if "dedup" in context.outputs else None
+    return [_similarity(context.outputs["pairs"], config.pairs.threshold, threshold)]
+
+
+def dedup_sections(context: ReportContext) -> list[str]:
+    """The largest duplicate groups side by side."""
+    folder, embeddings = context.outputs["dedup"], context.outputs.get("embed")
+    return [_duplicate_groups(context.job_dir, folder, embeddings)]
+
+
+def _cluster_sizes(cluster_dir: str) -> str:
+    sizes = _read_column(join(cluster_dir, "summary.parquet"), "size")
+    if sizes is None:
+        return ""
+    if len(sizes) == 0:
+        return "<h2>Cluster sizes</h2><p>No clusters.</p>"
+    return (
+        f"<h2>Cluster sizes</h2><p>{len(sizes)} clusters, {int(sizes.sum())} items clustered; "
+        f"smallest {int(sizes.min())}, largest {int(sizes.max())}.</p>{size_histogram_svg(sizes)}"
+    )
+
+
+def _similarity(pairs_dir: str, low: float, dedup_threshold: float | None) -> str:
+    """Histogram of the similar pairs' scores, streamed (bounded memory), with the dedup cut."""
+    edges = np.linspace(low, 1.0, SIMILARITY_BINS + 1)
+    counts = np.zeros(SIMILARITY_BINS, np.int64)
+    above = 0
+    # Compared in float32, as the pairs and dedup stages compare scores with thresholds.
+    cut_at = np.float32(dedup_threshold if dedup_threshold is not None else np.inf)
+    for path in _parquet_files(join(pairs_dir, "pairs")):
+        with FileSystems.open(path) as handle:
+            for batch in pq.ParquetFile(handle).iter_batches(columns=["score"]):
+                scores = batch.column("score").to_numpy(zero_copy_only=False)
+                counts += np.histogram(np.clip(scores, low, 1.0), bins=edges)[0]
+                above += int(np.count_nonzero(scores >= cut_at))
+    cut = ""
+    if dedup_threshold is not None:
+        cut = (
+            f" The dashed line marks the dedup threshold {dedup_threshold:g}: {above} pairs are "
+            "at or above it."
+        )
+    return (
+        f"<h2>Pair similarity</h2><p>{int(counts.sum())} pairs with cosine similarity "
+        f">= {low:g}.{cut}</p>"
+        + histogram_svg(counts, edges, "cosine similarity", "pairs", marker=dedup_threshold)
+    )
+
+
+def histogram_svg(
+    counts: np.ndarray,
+    edges: np.ndarray,
+    x_label: str,
+    y_label: str,
+    *,
+    marker: float | None = None,
+    width: int = 640,
+    height: int = 260,
+) -> str:
+    """An SVG bar chart of binned counts, axes labelled, with an optional vertical marker."""
+    left, right, top, bottom = 56, 16, 16, 44
+    plot_w, plot_h = width - left - right, height - top - bottom
+    tallest = max(int(np.max(counts, initial=0)), 1)
+    low, high = float(edges[0]), float(edges[-1])
+    span = (high - low) or 1.0
+
+    def x_of(value: float) -> float:
+        return left + plot_w * (value - low) / span
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{escape(y_label)} by {escape(x_label)}">',
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
+        'stroke="#333"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>',
+    ]
+    for i, count in enumerate(counts):
+        x0, x1 = x_of(float(edges[i])), x_of(float(edges[i + 1]))
+        bar_h = plot_h * int(count) / tallest
+        parts.append(
+            f'<rect x="{x0 + 0.5:.1f}" y="{top + plot_h - bar_h:.1f}" '
+            f'width="{max(x1 - x0 - 1, 0.5):.1f}" height="{bar_h:.1f}" fill="#4c78a8">'
+            f"<title>{edges[i]:.3f}-{edges[i + 1]:.3f}: {int(count)}</title></rect>"
+        )
+    for value in np.linspace(low, high, 5):
+        parts.append(
+            f'<text x="{x_of(value):.1f}" y="{top + plot_h + 16}" font-size="11" '
+            f'text-anchor="middle">{value:.2f}</text>'
+        )
+    if marker is not None and low <= marker <= high:
+        x = x_of(marker)
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + plot_h}" stroke="#c62828" '
+            'stroke-width="2" stroke-dasharray="5,3"/>'
+            f'<text x="{x - 4:.1f}" y="{top + 10}" font-size="11" fill="#c62828" '
+            f'text-anchor="end">threshold {marker:g}</text>'
+        )
+    parts += [
+        f'<text x="{left - 6}" y="{top + 10}" font-size="11" text-anchor="end">{tallest}</text>',
+        f'<text x="{left - 6}" y="{top + plot_h}" font-size="11" text-anchor="end">0</text>',
+        f'<text x="{left + plot_w / 2}" y="{height - 8}" font-size="12" text-anchor="middle">'
+        f"{escape(x_label)}</text>",
+        f'<text x="14" y="{top + plot_h / 2}" font-size="12" text-anchor="middle" '
+        f'transform="rotate(-90 14 {top + plot_h / 2})">{escape(y_label)}</text>',
+        "</svg>",
+    ]
+    return "\n".join(parts)
+
+
+def _duplicate_groups(job_dir: str, dedup_dir: str, embed_dir: str | None) -> str:
+    """The largest groups side by side: members with texts, the kept one first and marked."""
+    path = join(dedup_dir, "groups.parquet")
+    if not FileSystems.exists(path):
+        return ""
+    with FileSystems.open(path) as handle:
+        table = pq.read_table(handle, columns=["id", "group", "is_representative", "score"])
+    if table.num_rows == 0:
+        return "<h2>Largest duplicate groups</h2><p>No duplicate groups at this threshold.</p>"
+    sizes = pc.value_counts(table["group"])
+    order = np.lexsort((sizes.field("values").to_numpy(), -sizes.field("counts").to_numpy()))[
+        :SHOWN_GROUPS
+    ]
+    chosen = [sizes.field("values")[int(i)].as_py() for i in order]
+    members = table.filter(pc.is_in(table["group"], value_set=pa.array(chosen, pa.int64())))
+    texts = _texts(embed_dir, set(members["id"].to_pylist()))
+    cards = []
+    for group in chosen:
+        rows = members.filter(pc.equal(members["group"], group)).to_pylist()
+        rows.sort(key=lambda row: (not row["is_representative"], -(row["score"] or 0), row["id"]))
+        items = []
+        for row in rows[:SHOWN_MEMBERS]:
+            text = _member(row["id"], texts.get(row["id"]))
+            if row["is_representative"]:
+                items.append(f'<li class="keep">{text} <span class="tag">kept</span></li>')
+            else:
+                score = "" if row["score"] is None else f"{row['score']:.3f} "
+                items.append(f'<li><span class="score">{score}</span>{text}</li>')
+        hidden = len(rows) - SHOWN_MEMBERS
+        more = f"<p class=meta>and {hidden} more</p>" if hidden > 0 else ""
+        cards.append(
+            f'<div class="group"><h3>group {group} · {len(rows)} items</h3>'
+            f"<ol>{''.join(items)}</ol>{more}</div>"
+        )
+    return (
+        f"<h2>Largest duplicate groups</h2><p>The {len(chosen)} largest groups; the kept "
+        "member first, the others with their similarity to it (blank: joined through another "
+        f"member). All groups: {link(relative(job_dir, dedup_dir), 'groups.parquet')}; the dedup "
+        f"stage's own report: {link(relative(job_dir, dedup_dir), 'report.html')}.</p>"
+        f'<div class="groups">{"".join(cards)}</div>'
+    )
+
+
+def _clusters(job_dir: str, cluster_dir: str) -> str:
+    """The largest clusters with their distinctive terms and the members nearest the centre."""
+    path = join(cluster_dir, "summary.parquet")
+    if not FileSystems.exists(path):
+        return ""
+    with FileSystems.open(path) as handle:
+        rows = pq.read_table(handle).to_pylist()
+    rows.sort(key=lambda row: (-row["size"], row["cluster"]))
+    body = []
+    for row in rows[:SHOWN_CLUSTERS]:
+        members = "".join(
+            f'<li><span class="score">{score:.3f}</span> {_member(id_, text)}</li>'
+            for id_, score, text in zip(
+                row["representative_ids"],
+                row["representative_scores"],
+                row["representative_texts"],
+                strict=True,
+            )
+        )
+        body.append(
+            f"<tr><td class=num>{row['cluster']}</td><td class=num>{row['size']}</td>"
+            f"<td>{escape(', '.join(row['terms']))}</td><td><ol>{members}</ol></td></tr>"
+        )
+    return (
+        f"<h2>Largest clusters</h2><p>{min(len(rows), SHOWN_CLUSTERS)} of {len(rows)} clusters; "
+        f"all of them: {link(relative(job_dir, cluster_dir), 'report.html')}.</p>"
+        "<table><tr><th>cluster</th><th>size</th><th>distinctive terms</th>"
+        f"<th>members nearest the centre (cosine)</th></tr>{''.join(body)}</table>"
+    )
+
+
+def link(*parts: str) -> str:
+    """A relative link to a file of the job directory, showing its path."""
+    target = escape("/".join(parts))
+    return f'<a href="{target}">{target}</a>'
+
+
+def _texts(embed_dir: str | None, wanted: set[str]) -> dict[str, str]:
+    """Texts of the wanted ids from the embeddings (when they were kept), else none."""
+    from pipelines.cluster_summary import texts_from_embeddings
+    from pipelines.embeddings_io import EmbeddingsDataset
+
+    if embed_dir is None or not wanted:
+        return {}
+    try:
+        dataset = EmbeddingsDataset.open(embed_dir)
+    except (FileNotFoundError, ValueError):
+        return {}
+    return texts_from_embeddings([dataset], wanted)
+
+
+def _read_column(path: str, column: str) -> np.ndarray | None:
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as handle:
+        return pq.read_table(handle, columns=[column]).column(column).to_numpy()
+
+
+def _parquet_files(directory: str) -> list[str]:
+    if not FileSystems.exists(directory):
+        return []
+    pattern = join(directory, "*.parquet")
+    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+
+
+def _member(id_: str, text: str | None) -> str:
+    """A member's text (cut to REPORT_TEXT_CHARS) with its id, or its id alone."""
+    label = f'<code title="id">{escape(id_)}</code>'
+    if text is None:
+        return label
+    if len(text) > REPORT_TEXT_CHARS:
+        text = text[: REPORT_TEXT_CHARS - 1] + "\u2026"
+    return f"{escape(text)} {label}"
+
+
+def relative(job_dir: str, path: str) -> str:
+    """``path`` relative to the job directory, with ``/`` separators (a link target)."""
+    base = job_dir.rstrip("/") + "/"
+    if path.startswith(base):
+        return path[len(base) :]
+    if "://" not in path:
+        return os.path.relpath(path, job_dir).replace(os.sep, "/")
+    return path
+
+
+def escape(text: str) -> str:
+    return html.escape(str(text), quote=True)
