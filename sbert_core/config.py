@@ -44,8 +44,9 @@ def load_config(
     """Build a config dataclass from a YAML/JSON file and ``key=value`` overrides.
 
     Nested sections are addressed with dots (``training.epochs=4``), list items by position
-    (``test.0.path=...``). Values are read as YAML (``null``, ``true``, ``[a, b]``) and converted
-    to the field's declared type; a comma-separated string fills a tuple field.
+    (``test.0.path=...``). Values are read by :func:`override_value` (``null``, ``true``,
+    ``[a, b]`` parsed; other scalars kept as written) and converted to the field's declared
+    type; a comma-separated string fills a tuple field.
 
     Raises:
         ValueError: unreadable file, unknown key, or a value of the wrong type, naming the key.
