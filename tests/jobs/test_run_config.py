@@ -360,3 +360,73 @@ def test_cluster_job_configs_give_options_beam_knows(monkeypatch, name, runner) 
     else:
         assert "--sdk_container_image=" + REMOTE_ENV["WORKER_IMAGE"] in argv
         assert config.embed.device == "cuda"
+
+
+def test_the_stage_table_describes_every_stage_once() -> None:
+    from typing import get_args
+
+    from jobs.run_config import StageName
+    from jobs.run_table import STAGES
+
+    assert get_args(StageName) == tuple(spec.name for spec in STAGES) == STAGE_ORDER
+    assert len({spec.folder for spec in STAGES}) == len(STAGES)
+    config = RunConfig()
+    for position, spec in enumerate(STAGES):
+        assert hasattr(config, spec.name), spec.name  # its config section
+        assert all(STAGE_ORDER.index(need) < position for need in spec.inputs), spec.name
+        assert spec.load().build_parser().prog == f"sbert {spec.name}"
+
+
+def test_section_defaults_are_the_commands_own(tmp_path, corpus, capsys, monkeypatch) -> None:
+    from jobs.run_config import ClusterConfig, DedupConfig, IndexConfig, PairsConfig
+
+    # The config holds no copy of a command's defaults (the job's own thresholds aside) ...
+    for section in (IndexConfig(), ClusterConfig(), PairsConfig(), DedupConfig()):
+        values = {k: v for k, v in vars(section).items() if k not in {"options", "threshold"}}
+        assert set(values.values()) == {None}, values
+    # ... so --print-config shows what the command's parser says, whatever that is.
+    build = index.build_parser
+
+    def changed_default():
+        parser = build()
+        parser.set_defaults(queries=77)
+        return parser
+
+    monkeypatch.setattr(index, "build_parser", changed_default)
+    assert run_main([str(minimal(tmp_path, corpus, "all-MiniLM-L6-v2")), "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["index"]["queries"] == 77
+    assert printed["cluster"]["iterations"] == cluster.build_parser().get_default("iterations")
+    assert printed["dedup"]["keep"] == dedup.build_parser().get_default("keep")
+
+
+def test_set_keeps_scalars_as_written_as_sbert_submit_does(tmp_path, corpus, tiny_st_dir):
+    plans = plans_for(tmp_path, corpus, tiny_st_dir, overrides=["input.text_field=1.20"])
+    assert "--text-field=1.20" in plans["embed"].argv  # YAML would have read 1.2
+
+
+def test_run_modules_import_each_other_without_cycles() -> None:
+    """Every import counts, inside functions and under TYPE_CHECKING too."""
+    import ast
+
+    names = ["run", "run_report", "run_sections", "run_stages", "run_table", "run_config"]
+    names += ["argv", "submit"]
+    edges: dict[str, set[str]] = {}
+    for name in names:
+        tree = ast.parse((ROOT / "jobs" / f"{name}.py").read_text(encoding="utf-8"))
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+                found |= {f"{node.module}.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        edges[name] = {other for other in names if f"jobs.{other}" in found and other != name}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(
+            other == goal or (other not in seen and reaches(other, goal, seen | {other}))
+            for other in edges[start]
+        )
+
+    assert [name for name in names if reaches(name, name, {name})] == []
