@@ -251,17 +251,20 @@ def with_command_defaults(config: RunConfig) -> RunConfig:
     filled = {}
     for spec in STAGES:
         section = getattr(config, spec.name)
+        left_out = [
+            item.name
+            for item in dataclasses.fields(section)
+            if item.name != "options" and getattr(section, item.name) is None
+        ]
+        if not left_out:
+            continue  # nothing to look up: its module need not even be imported
         try:
             parser = spec.load().build_parser()
         except ValueError:
             if config.enabled(spec.name):
                 raise
             continue
-        defaults = {
-            item.name: parser.get_default(item.name)
-            for item in dataclasses.fields(section)
-            if item.name != "options" and getattr(section, item.name) is None
-        }
+        defaults = {name: parser.get_default(name) for name in left_out}
         filled[spec.name] = dataclasses.replace(section, **defaults)
     return dataclasses.replace(config, **filled)
 
