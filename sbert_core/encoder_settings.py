@@ -7,9 +7,10 @@ and ``sbert run`` all build an :class:`EncoderSettings` and ask it to check the 
 thing everywhere. The fields are plain values: the settings pickle with a Beam pipeline and the
 worker loads the model the launcher checked.
 
-A new encoder option is a field here plus its name in ``_MODEL_FIELDS`` (how the model is
-loaded) or ``_ENCODE_FIELDS`` (how texts are encoded); the command-line side is
-``jobs/model_options.py``.
+A new encoder option is a field here plus its name in one group: ``_MODEL_FIELDS`` (what the
+vectors are: inspect and load), ``_RUNTIME_FIELDS`` (where the model runs: load) or
+``_ENCODE_FIELDS`` (how texts are batched: encode); tests/jobs/test_embed_settings.py fails
+while a field is in none. The command-line side is ``jobs/model_options.py``.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class EncoderSettings:
         Args:
             manifest: an embeddings ``_manifest.json`` (model_id, pooling, normalized,
                 max_seq_length).
-            overrides: other fields (device, threads, ...); ``model=None`` keeps the
+            overrides: other fields (device, num_threads, ...); ``model=None`` keeps the
                 manifest's model, another value names another copy of it (callers check the
                 copy is the same model with ``require_compatible``).
         """
