@@ -141,7 +141,8 @@ def override_value(raw: str, where: str = "the value") -> Any:
     """A ``--set`` value: YAML structure parsed, scalars kept as the text that was written.
 
     ``null``, booleans, lists and mappings are parsed, and so are numbers that read back as
-    written (``2``, ``0.95``); anything else stays the exact text, so ``1.20``, ``007`` or a
+    written (``2``, ``0.95``) and quoted strings (their quotes removed); anything else stays
+    the exact text, so ``1.20``, ``007`` or a
     date reach an option as written, and a typed config field converts the text to its type
     (``"1.20"`` -> 1.2 for a float field).
     """
@@ -160,6 +161,8 @@ def override_value(raw: str, where: str = "the value") -> Any:
         return value
     if isinstance(value, int | float) and str(value) == text:
         return value
+    if isinstance(value, str) and text[0] in "\"'":
+        return value  # a quoted scalar means the text inside the quotes (``output="a b"``)
     return raw
 
 

@@ -66,6 +66,8 @@ def test_set_values_keep_their_text_and_typed_fields_convert_it():
         ("[a, 1]", ["a", 1]),
         ("{k: v}", {"k": "v"}),
         ("plain text", "plain text"),
+        ('"/tmp/a b/model"', "/tmp/a b/model"),  # what `sbert finetune --output` passes
+        ("'1.20'", "1.20"),
         ("", ""),
     ],
 )
