@@ -29,7 +29,8 @@ setup(
         "safetensors>=0.4",
         "huggingface_hub>=0.24",
         "numpy>=1.26",
-        # Compiled kernels of the all-pairs scan and exact rescoring (pipelines/tile_scan.py).
+        # Compiled kernels of the all-pairs scan and exact rescoring
+        # (pipelines/vectors/tile_scan.py).
         "numba>=0.60",
         "scipy>=1.11",
         "pyarrow>=14,<26",

@@ -71,7 +71,7 @@ def _peak_rss_mb() -> float:
 
 
 def _ours(vectors: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    from pipelines.kmeans import assign, fit_spherical_kmeans
+    from pipelines.vectors.kmeans import assign, fit_spherical_kmeans
 
     size = min(len(vectors), max(SAMPLE_PER_CLUSTER * k, MIN_SAMPLE))
     rows = np.random.default_rng(seed).choice(len(vectors), size=size, replace=False)
@@ -100,7 +100,7 @@ def _faiss_kmeans(vectors: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, n
 CONTENDERS = {
     "minibatch_kmeans": (_minibatch_kmeans, "sklearn.cluster"),
     "faiss_kmeans": (_faiss_kmeans, "faiss"),
-    "ours": (_ours, "pipelines.kmeans"),
+    "ours": (_ours, "pipelines.vectors.kmeans"),
 }
 
 

@@ -62,7 +62,7 @@ def main() -> None:
 
     from sentence_transformers.util import community_detection
 
-    from pipelines.communities import detect_communities
+    from pipelines.vectors.communities import detect_communities
 
     torch.set_num_threads(args.threads)
     vectors = planted_groups(args.n, args.dim, args.seed)

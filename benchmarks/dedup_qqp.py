@@ -1,10 +1,10 @@
 """Dedup methods on real question duplicates: Quora Question Pairs dev, human labels.
 
 Embeds the 158,678 dev questions with all-MiniLM-L6-v2 (or reads them from ``--cache``), finds
-every pair at or above ``--floor`` exactly (:func:`pipelines.allpairs.self_pairs_above`), then
-sweeps the threshold for each dedup method (:mod:`pipelines.dedup_methods`) and scores
+every pair at or above ``--floor`` exactly (:func:`pipelines.vectors.allpairs.self_pairs_above`),
+then sweeps the threshold for each dedup method (:mod:`pipelines.dedup.methods`) and scores
 "both questions end in one group" on the 116,306 labelled pairs
-(:mod:`pipelines.dedup_labels`). Each method runs in a forked child process, so its time and
+(:mod:`pipelines.dedup.labels`). Each method runs in a forked child process, so its time and
 peak memory (the child's peak RSS, which includes the pairs it shares with the parent) are its
 own.
 
@@ -33,8 +33,8 @@ from queue import Empty
 import numpy as np
 
 from benchmarks.common import DATA_DIR, read_tsv, write_result
-from pipelines.dedup import IndexedPairs, sweep_thresholds
-from pipelines.dedup_labels import (
+from pipelines.dedup.groups import IndexedPairs, sweep_thresholds
+from pipelines.dedup.labels import (
     LabelColumns,
     LabelPoint,
     PairCounts,
@@ -44,7 +44,7 @@ from pipelines.dedup_labels import (
     pr_curve,
     read_labelled_pairs,
 )
-from pipelines.dedup_methods import rank_items, sweep_groupings
+from pipelines.dedup.methods import rank_items, sweep_groupings
 from sbert_core.pair_metrics import best_f1 as pair_best_f1
 
 
@@ -114,7 +114,7 @@ def all_pairs(cache: Path | None, dtype: str, vectors: np.ndarray, floor: float)
     if cache is not None and (cache / name).exists():
         data = np.load(cache / name)
         return IndexedPairs(data["a"], data["b"], data["score"])
-    from pipelines.allpairs import self_pairs_above
+    from pipelines.vectors.allpairs import self_pairs_above
 
     start = time.perf_counter()
     a, b, s = self_pairs_above(vectors, floor)

@@ -2,9 +2,9 @@
 
 Contenders, on the same vectors, the same queries and the same threads:
 
-- ours: ``pipelines.index_planner`` picks the factory for N, d and ``--budget``; when HNSW and
-  IVF-Flat both fit, ``pipelines.index_trial`` builds both on a sample and keeps the one
-  predicted faster at the target (timed as part of our build); ``pipelines.index_build``
+- ours: ``pipelines.index.planner`` picks the factory for N, d and ``--budget``; when HNSW and
+  IVF-Flat both fit, ``pipelines.index.trial`` builds both on a sample and keeps the one
+  predicted faster at the target (timed as part of our build); ``pipelines.index.build``
   trains on a sample, adds in batches, and tunes nprobe/efSearch to the smallest value
   reaching ``--target`` recall@10 on held-out rows (all timed).
 - ``HNSW32``: ``faiss.index_factory(d, "HNSW32", METRIC_INNER_PRODUCT)``, add, efSearch 16.
@@ -36,7 +36,7 @@ import faiss
 import numpy as np
 
 from benchmarks.common import interleaved_medians, write_result
-from pipelines.index_build import (
+from pipelines.index.build import (
     ArraySource,
     BuildSettings,
     build_index,
@@ -45,8 +45,9 @@ from pipelines.index_build import (
     set_search_params,
     tune_search_parameter,
 )
-from pipelines.index_planner import format_size, parse_size, plan_index
-from pipelines.index_trial import choose_by_trial
+from pipelines.index.planner import plan_index
+from pipelines.index.trial import choose_by_trial
+from pipelines.io.sizes import format_size, parse_size
 
 K = 10
 BASELINES = ("HNSW32", "IVF4096,Flat")
@@ -69,7 +70,7 @@ def planted_vectors(
 
 def real_vectors(directory: str, n_queries: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """An ``sbert embed`` output, normalised, split into corpus and held-out query rows."""
-    from pipelines.embeddings_io import EmbeddingsDataset
+    from pipelines.io.embeddings import EmbeddingsDataset
 
     _, vectors = EmbeddingsDataset.open(directory).load()
     faiss.normalize_L2(vectors)

@@ -53,7 +53,7 @@ def _unit(rows: np.ndarray) -> np.ndarray:
 
 def write_planted(directory: Path, n: int, dim: int, topics: int, pairs: int, seed: int) -> dict:
     """Generate the planted dataset into ``directory`` (embeddings shards + manifest + pairs)."""
-    from pipelines.schemas import embeddings_table
+    from pipelines.io.schemas import embeddings_table
 
     rng = np.random.default_rng(seed)
     centres = _unit(rng.standard_normal((topics, dim)))
@@ -142,8 +142,8 @@ def run_job(argv: list[str]) -> tuple[str, float, int]:
 
 
 def _time_exact(directory: str, rows: int, queue) -> None:
-    from pipelines.allpairs import self_topk
-    from pipelines.embeddings_io import EmbeddingsDataset
+    from pipelines.io.embeddings import EmbeddingsDataset
+    from pipelines.vectors.allpairs import self_topk
 
     _, vectors = EmbeddingsDataset.open(directory).load()
     start = time.perf_counter()

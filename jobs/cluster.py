@@ -35,33 +35,31 @@ from apache_beam.io.filesystems import FileSystems
 
 from jobs.beam_options import is_local, pipeline_options, runner_name
 from jobs.errors import JobFailedError
-from pipelines.cluster_stage import (
+from pipelines.cluster.assign import (
     ASSIGNMENTS,
-    CENTROIDS,
     AssignClusters,
-    all_shards,
     read_assignments,
     sample_embeddings,
-    save_centroids,
     write_assignments,
 )
-from pipelines.cluster_summary import (
+from pipelines.cluster.summary import (
     ClusterProfile,
     nearest_members,
     report_html,
     summarize,
     text_sample,
-    texts_from_corpus,
-    texts_from_embeddings,
     write_summary,
-    write_text,
 )
-from pipelines.communities import detect_communities
-from pipelines.corpus_reader import CorpusSpec
-from pipelines.corpus_source import match_corpus
-from pipelines.embeddings_io import MODEL_FIELDS, EmbeddingsDataset
-from pipelines.kmeans import fit_spherical_kmeans, lloyd_pass, normalize_rows
-from pipelines.output_dir import MANIFEST, OutputLayout, join, prepare_output
+from pipelines.io.centroids import CENTROIDS, save_centroids
+from pipelines.io.corpus_files import match_corpus
+from pipelines.io.corpus_reader import CorpusSpec
+from pipelines.io.embeddings import MODEL_FIELDS, EmbeddingsDataset, all_shards
+from pipelines.io.html import write_text
+from pipelines.io.output_dir import MANIFEST, OutputLayout, join, prepare_output
+from pipelines.io.texts import texts_from_corpus, texts_from_embeddings
+from pipelines.vectors.communities import detect_communities
+from pipelines.vectors.kmeans import fit_spherical_kmeans, lloyd_pass
+from pipelines.vectors.precision import normalize_rows
 from sbert_core import __version__
 
 logger = logging.getLogger(__name__)

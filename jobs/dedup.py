@@ -48,9 +48,27 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.errors import JobFailedError
-from pipelines.cluster_summary import texts_from_embeddings, write_text
-from pipelines.corpus_reader import CorpusSpec
-from pipelines.dedup import (
+from pipelines.dedup.corpus import (
+    REJECTED_FILE,
+    CorpusScan,
+    scan_corpus,
+    write_deduplicated_corpus,
+)
+from pipelines.dedup.files import (
+    GROUPS_FILE,
+    ID_LIST_ENCODING,
+    KEPT_FILE,
+    REMOVED_FILE,
+    PairColumns,
+    PairsOutput,
+    embed_error_ids,
+    embedding_ids,
+    groups_table,
+    open_embeddings,
+    write_id_list,
+    write_table,
+)
+from pipelines.dedup.groups import (
     KEEP_POLICIES,
     DuplicateGroups,
     Histogram,
@@ -66,29 +84,12 @@ from pipelines.dedup import (
     sweep_thresholds,
     threshold_sweep,
 )
-from pipelines.dedup_corpus import (
-    REJECTED_FILE,
-    CorpusScan,
-    scan_corpus,
-    write_deduplicated_corpus,
-)
-from pipelines.dedup_io import (
-    GROUPS_FILE,
-    ID_LIST_ENCODING,
-    KEPT_FILE,
-    REMOVED_FILE,
-    PairColumns,
-    PairsOutput,
-    embed_error_ids,
-    embedding_ids,
-    groups_table,
-    open_embeddings,
-    write_id_list,
-    write_table,
-)
-from pipelines.dedup_report import GroupView, group_views, report_html
-from pipelines.embeddings_io import MODEL_FIELDS, EmbeddingsDataset
-from pipelines.output_dir import OutputLayout, join, prepare_output
+from pipelines.dedup.report import GroupView, group_views, report_html
+from pipelines.io.corpus_reader import CorpusSpec
+from pipelines.io.embeddings import MODEL_FIELDS, EmbeddingsDataset
+from pipelines.io.html import write_text
+from pipelines.io.output_dir import OutputLayout, join, prepare_output
+from pipelines.io.texts import texts_from_embeddings
 from sbert_core import __version__
 from sbert_core.tabular import FORMATS
 

@@ -7,10 +7,10 @@
 
 Every row read is either embedded or written to ``OUTPUT/errors/`` with a reason, and
 ``_manifest.json`` (written last, only on success) records read == embedded + rejected. The run
-writes into ``OUTPUT/_attempts/<run id>/`` and publishes in one step (``pipelines/output_dir.py``),
-so a failed or killed run leaves the previous output as it was. A run in which every row is
-rejected fails (nothing is published) unless ``--allow-all-rejected`` is given.
-"""
+writes into ``OUTPUT/_attempts/<run id>/`` and publishes in one step
+(``pipelines/io/output_dir.py``), so a failed or killed run leaves the previous output as it was. A
+run in which every row is rejected fails (nothing is published) unless ``--allow-all-rejected`` is
+given. """
 
 from __future__ import annotations
 
@@ -27,14 +27,12 @@ from apache_beam.metrics.metric import MetricsFilter
 from jobs.beam_options import is_local, pipeline_options, runner_name
 from jobs.errors import JobFailedError
 from jobs.model_options import add_model_arguments, encoder_settings
-from pipelines.corpus_reader import (
-    DEFAULT_MAX_RECORD_BYTES,
-    DEFAULT_MAX_RECORD_LINES,
-    ON_BAD_FILE_CHOICES,
-    CorpusSpec,
+from pipelines.embed.model_handler import (
+    ZERO_VECTORS,
+    DeterministicInferenceError,
+    SbertModelHandler,
 )
-from pipelines.corpus_source import (
-    METRICS_NAMESPACE,
+from pipelines.embed.read_corpus import (
     READ_LEDGER,
     READS,
     RECORDS,
@@ -45,11 +43,17 @@ from pipelines.corpus_source import (
     read_ledger,
     refuse_output_inside_input,
 )
-from pipelines.embed_stage import EMBEDDED, Embed
-from pipelines.embeddings_io import count_rows, shard_paths
-from pipelines.model_handler import ZERO_VECTORS, DeterministicInferenceError, SbertModelHandler
-from pipelines.output_dir import OutputLayout, StagedOutput, join, prepare_output
-from pipelines.parquet_sinks import WriteEmbeddings, WriteErrors, output_schema
+from pipelines.embed.sinks import WriteEmbeddings, WriteErrors, output_schema
+from pipelines.embed.transform import EMBEDDED, Embed
+from pipelines.io.corpus_reader import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_MAX_RECORD_LINES,
+    ON_BAD_FILE_CHOICES,
+    CorpusSpec,
+)
+from pipelines.io.counters import METRICS_NAMESPACE
+from pipelines.io.embeddings import count_rows, shard_paths
+from pipelines.io.output_dir import OutputLayout, StagedOutput, join, prepare_output
 from sbert_core import __version__
 from sbert_core.encoder_settings import EncoderSettings
 

@@ -72,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             import pyarrow.parquet as pq
 
-            from pipelines.schemas import embeddings_table
+            from pipelines.io.schemas import embeddings_table
 
             texts_out = texts if args.keep_text else None
             pq.write_table(

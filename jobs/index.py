@@ -7,8 +7,8 @@
         [Beam options, with --shards: --runner, --direct_num_workers, ...]
 
 ``auto`` picks Flat, HNSW, IVF-Flat or OPQ+IVF-PQ for the corpus size and budget (see
-``pipelines/index_planner.py``); when both HNSW and IVF-Flat fit, both are tried on a sample and
-the one predicted faster at the target recall is built (``pipelines/index_trial.py``). The
+``pipelines/index/planner.py``); when both HNSW and IVF-Flat fit, both are tried on a sample and
+the one predicted faster at the target recall is built (``pipelines/index/trial.py``). The
 index is trained on a sample, filled in batches read as a stream, and its search parameter
 (nprobe / efSearch) is set to the smallest value whose recall@10 against exact search on
 held-out vectors reaches ``--target-recall``. Without ``--shards`` everything runs in this
@@ -30,8 +30,7 @@ import faiss
 
 from jobs.beam_options import pipeline_options, runner_name
 from jobs.errors import JobFailedError
-from pipelines.embeddings_io import EmbeddingsDataset
-from pipelines.index_build import (
+from pipelines.index.build import (
     POINTS_PER_CENTROID,
     BuildSettings,
     BuiltIndex,
@@ -40,7 +39,7 @@ from pipelines.index_build import (
     min_train_points,
     new_index,
 )
-from pipelines.index_io import (
+from pipelines.index.files import (
     IDS_FILE,
     INDEX_FILE,
     FileDigest,
@@ -50,26 +49,22 @@ from pipelines.index_io import (
     write_ids,
     write_index_file,
 )
-from pipelines.index_planner import (
-    IndexPlan,
-    estimate_for_factory,
-    format_size,
-    parse_size,
-    plan_index,
-)
-from pipelines.index_stage import (
+from pipelines.index.planner import IndexPlan, estimate_for_factory, plan_index
+from pipelines.index.sharded import (
     BuildIndexShards,
     IncompleteShardsError,
     finish_sharded_build,
     prepare_sharded_build,
 )
-from pipelines.index_trial import TrialChoice, choose_by_trial
-from pipelines.output_dir import OutputLayout, prepare_output
+from pipelines.index.trial import TrialChoice, choose_by_trial
+from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.output_dir import OutputLayout, prepare_output
+from pipelines.io.sizes import format_size, parse_size
 from sbert_core import __version__
 
 logger = logging.getLogger(__name__)
 
-# What an index run writes (see pipelines/index_io.py).
+# What an index run writes (see pipelines/index/files.py).
 LAYOUT = OutputLayout(files=(INDEX_FILE, IDS_FILE, "shards/*.faiss"))
 
 

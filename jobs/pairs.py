@@ -7,16 +7,16 @@
         [--shards S] [--sample N] [--seed S] [--precision auto|bfloat16|float32]
         [--overwrite] [Beam options]
 
-exact: every vector against every vector (``pipelines.allpairs``: float32 inner products summed in
-float64 and rounded to float32, so the answer is brute force's ``X @ X.T`` to within 1e-6).
-Query rows are cut into ``--ranges`` ranges searched by Beam workers; every worker holds all
+exact: every vector against every vector (``pipelines.vectors.allpairs``: float32 inner products
+summed in float64 and rounded to float32, so the answer is brute force's ``X @ X.T`` to within
+1e-6). Query rows are cut into ``--ranges`` ranges searched by Beam workers; every worker holds all
 vectors, ``n * d * 4`` bytes (twice that while loading), so the job refuses exact mode when
 that does not fit ``--worker-memory``.
 
 clustered (SemDeDup-style): spherical k-means with ``C`` centroids (default ``2 sqrt(N)``) is
 fitted on a sample, every vector joins the blocks of its ``P`` nearest centroids, each block is
 searched exactly, and an item's candidate lists from its blocks are merged (the pipeline is
-described in ``pipelines/pairs_stage.py``). Without ``--nprobe``, ``P`` is the smallest value
+described in ``pipelines/pairs/transforms.py``). Without ``--nprobe``, ``P`` is the smallest value
 whose recall@k, predicted exactly on ``--tune-sample`` queries, reaches ``--target-recall``
 (default 0.95; it stops where the blocks would cost a quarter of the exact search). Clusters
 whose block would exceed ``--max-block`` vectors are split. The recall@k of the result against
@@ -52,24 +52,20 @@ from apache_beam.io.filesystems import FileSystems
 
 from jobs.beam_options import is_local, pipeline_options, runner_name
 from jobs.errors import JobFailedError
-from pipelines.cluster_blocks import (
-    BlockPlan,
-    SampleTruth,
-    Tuning,
-    default_clusters,
-    group_blocks,
-    plan_blocks,
-    recall_at_k,
+from pipelines.io.centroids import CENTROIDS, save_centroids
+from pipelines.io.embeddings import (
+    MODEL_FIELDS,
+    EmbeddingsDataset,
+    all_shards,
+    count_rows,
+    shard_paths,
 )
-from pipelines.cluster_stage import CENTROIDS, all_shards, save_centroids
-from pipelines.embeddings_io import MODEL_FIELDS, EmbeddingsDataset, count_rows, shard_paths
-from pipelines.index_planner import format_size, parse_size
-from pipelines.output_dir import OutputLayout, join, prepare_output
-from pipelines.pairs_io import (
+from pipelines.io.output_dir import OutputLayout, join, prepare_output
+from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from pipelines.io.sizes import format_size, parse_size
+from pipelines.pairs.files import (
     NEIGHBORS,
-    NEIGHBORS_SCHEMA,
     PAIRS,
-    PAIRS_SCHEMA,
     Scan,
     VectorReader,
     needs_normalizing,
@@ -78,13 +74,22 @@ from pipelines.pairs_io import (
     read_pairs,
     write_table,
 )
-from pipelines.pairs_stage import (
+from pipelines.pairs.transforms import (
     WORK_DIR,
     ClusterBlockedPairs,
     ExactPairs,
     PairsSettings,
     plan_ranges,
     read_reports,
+)
+from pipelines.vectors.cluster_blocks import (
+    BlockPlan,
+    SampleTruth,
+    Tuning,
+    default_clusters,
+    group_blocks,
+    plan_blocks,
+    recall_at_k,
 )
 from sbert_core import __version__
 

@@ -9,7 +9,7 @@ the runner and its Beam options, the job directory and the stages with their par
 checked whole before the job directory is touched, including every stage's own option values
 (device, threads, token budget, ranges, paths in ``options:``), so a bad value for a late stage
 fails the job before an earlier stage runs. Each stage publishes its folder in one step
-(``pipelines/output_dir.py``): a stage that fails leaves its previous output as it was.
+(``pipelines/io/output_dir.py``): a stage that fails leaves its previous output as it was.
 
 Each stage writes a folder in the job directory (``model/``, ``embeddings/``, ``index/``,
 ``clusters/``, ``pairs/``, ``dedup/``) through its own command (``sbert embed`` ...). A rerun
@@ -56,7 +56,7 @@ from jobs.run_stages import (
     run_stage,
     stage_facts,
 )
-from pipelines.output_dir import join
+from pipelines.io.output_dir import join
 
 logger = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ def _beam_argv(config: RunConfig) -> list[str]:
 
 def _has_content(directory: str) -> bool:
     """Whether a stage output folder exists with anything in it (then it is replaced)."""
-    from pipelines.output_dir import list_files
+    from pipelines.io.output_dir import list_files
 
     return bool(list_files(directory))
 

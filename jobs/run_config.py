@@ -319,7 +319,7 @@ def _validate_runner(config: RunConfig) -> None:
 
 def _validate_stage_values(config: RunConfig) -> None:
     """Value checks that would otherwise fail only when the stage starts, after earlier ones ran."""
-    from pipelines.index_planner import parse_size
+    from pipelines.io.sizes import parse_size
 
     if config.embed.compute_dtype not in DTYPE_NAMES:
         raise ValueError(
@@ -474,7 +474,7 @@ def _check_job_dir(job_dir: str) -> None:
     """Refuse a job directory that holds something other than a job of ours."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipelines.output_dir import join, list_files
+    from pipelines.io.output_dir import join, list_files
 
     if not job_dir.startswith(_REMOTE_SCHEMES) and Path(job_dir).is_file():
         raise ValueError(f"job_dir: {job_dir} is a file, not a directory")

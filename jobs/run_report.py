@@ -24,8 +24,8 @@ from jobs.run_sections import ReportContext, link, relative
 from jobs.run_sections import escape as _e
 from jobs.run_stages import StagePlan, StageResult
 from jobs.run_table import STAGES
-from pipelines.cluster_summary import write_text
-from pipelines.output_dir import list_files
+from pipelines.io.html import write_text
+from pipelines.io.output_dir import list_files
 
 REPORT_FILE = "report.html"
 # How many files of a stage output the page lists; everything else is one link away.

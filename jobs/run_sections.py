@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.cluster_summary import REPORT_TEXT_CHARS, size_histogram_svg
-from pipelines.output_dir import join
+from pipelines.io.html import REPORT_TEXT_CHARS, size_histogram_svg
+from pipelines.io.output_dir import join
 
 # How much of each kind the page lists; everything else is one link away.
 SHOWN_GROUPS = 10
@@ -239,8 +239,8 @@ def link(*parts: str) -> str:
 
 def _texts(embed_dir: str | None, wanted: set[str]) -> dict[str, str]:
     """Texts of the wanted ids from the embeddings (when they were kept), else none."""
-    from pipelines.cluster_summary import texts_from_embeddings
-    from pipelines.embeddings_io import EmbeddingsDataset
+    from pipelines.io.embeddings import EmbeddingsDataset
+    from pipelines.io.texts import texts_from_embeddings
 
     if embed_dir is None or not wanted:
         return {}

@@ -35,7 +35,7 @@ from apache_beam.io.filesystems import FileSystems
 from jobs.argv import check_values, option_actions, to_argv
 from jobs.run_config import STATE_FILE, CheckedInputs, RunConfig
 from jobs.run_table import StageSpec, stage_folders, stage_spec
-from pipelines.output_dir import join, write_json
+from pipelines.io.output_dir import join, write_json
 
 STATE_FORMAT = 1
 # Options the job sets itself; a stage's ``options:`` may not set them.

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from jobs.run_sections import ReportContext, cluster_sections, dedup_sections, pairs_sections
-from pipelines.output_dir import MANIFEST, join
+from pipelines.io.output_dir import MANIFEST, join
 
 # ``model: finetune`` means the model the finetune stage of the same job writes.
 FROM_FINETUNE = "finetune"
@@ -156,7 +156,7 @@ def _index_beam(config: Any) -> bool:
 
 def _index_check(config: Any, checked: Any) -> None:
     """A FAISS factory string is checked now, for the model's dimension, not after embedding."""
-    from pipelines.index_build import new_index
+    from pipelines.index.build import new_index
 
     model = checked.model or (checked.finetune or {}).get("base_model") or {}
     if config.index.factory == "auto" or "dim" not in model:

@@ -31,9 +31,9 @@ import apache_beam as beam
 import numpy as np
 
 from jobs.model_options import add_model_arguments, query_encoder_settings
-from pipelines.embeddings_io import require_compatible
-from pipelines.index_build import prepare_vectors
-from pipelines.index_io import LoadedIndex, open_index
+from pipelines.index.build import prepare_vectors
+from pipelines.index.files import LoadedIndex, open_index
+from pipelines.io.embeddings import require_compatible
 from sbert_core import SentenceEncoder
 from sbert_core.errors import DataFileError
 

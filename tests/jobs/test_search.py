@@ -7,7 +7,7 @@ from testdata import build_st_dir, build_tiny_bert
 
 from jobs import embed, index
 from jobs.search import main, run
-from pipelines.embeddings_io import IncompatibleEmbeddingsError
+from pipelines.io.embeddings import IncompatibleEmbeddingsError
 from sbert_core.errors import DataFileError
 
 

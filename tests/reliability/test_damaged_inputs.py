@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.cli import main as sbert
-from pipelines.corpus_reader import (
+from pipelines.io.corpus_reader import (
     CorpusRecord,
     CorpusSpec,
     DamagedFileError,

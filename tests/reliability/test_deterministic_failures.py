@@ -17,8 +17,7 @@ from garbage_helpers import embed_argv, texts, write_txt
 from jobs.cli import main as cli
 from jobs.embed import run as embed
 from jobs.errors import JobFailedError
-from pipelines.corpus_reader import CorpusRecord
-from pipelines.model_handler import (
+from pipelines.embed.model_handler import (
     DETERMINISTIC_ROWS,
     DeterministicInferenceError,
     Embedding,
@@ -26,6 +25,7 @@ from pipelines.model_handler import (
     InferenceFailure,
     SbertModelHandler,
 )
+from pipelines.io.corpus_reader import CorpusRecord
 from sbert_core import SentenceEncoder
 from sbert_core.encoder import EncodeResult
 

@@ -21,7 +21,7 @@ from jobs.cli import main as cli
 from jobs.embed import run as embed
 from jobs.index import run as index
 from jobs.search import run as search
-from pipelines.embeddings_io import IncompatibleEmbeddingsError, require_compatible
+from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
 from sbert_core import ModelLoadError, SentenceEncoder, inspect_model
 
 

@@ -20,14 +20,14 @@ from jobs.cluster import run as cluster
 from jobs.embed import run as embed
 from jobs.index import run as index
 from jobs.pairs import run as pairs
-from pipelines.communities import detect_communities
-from pipelines.dedup import index_pairs
-from pipelines.embeddings_io import EmbeddingsDataset
-from pipelines.index_build import ArraySource
-from pipelines.index_stage import ShardTask, read_row_range
-from pipelines.kmeans import fit_spherical_kmeans
-from pipelines.model_handler import NON_FINITE_REASON
-from pipelines.vector_checks import NonFiniteEmbeddingError, require_finite
+from pipelines.dedup.groups import index_pairs
+from pipelines.embed.model_handler import NON_FINITE_REASON
+from pipelines.index.build import ArraySource
+from pipelines.index.sharded import ShardTask, read_row_range
+from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.vectors.checks import NonFiniteEmbeddingError, require_finite
+from pipelines.vectors.communities import detect_communities
+from pipelines.vectors.kmeans import fit_spherical_kmeans
 from sbert_core import SentenceEncoder
 from sbert_core.encoder import EncodeResult
 

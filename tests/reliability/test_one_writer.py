@@ -15,8 +15,8 @@ import pytest
 from output_folders_helpers import embed_argv, start_cli, texts, write_txt
 
 from jobs.embed import run as embed
-from pipelines.embeddings_io import EmbeddingsDataset
-from pipelines.output_dir import OutputLayout, OutputLockedError, prepare_output
+from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.output_dir import OutputLayout, OutputLockedError, prepare_output
 
 
 def test_a_second_run_on_a_held_folder_is_refused_naming_the_holder(tmp_path, tiny_st_dir):

@@ -14,8 +14,8 @@ from output_folders_helpers import embed_argv, snapshot, texts, write_txt
 
 from jobs.embed import run as embed
 from jobs.index import run as index
-from pipelines.embeddings_io import EmbeddingsDataset
-from pipelines.output_dir import OutputExistsError
+from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.output_dir import OutputExistsError
 
 
 def _user_folder(path):
@@ -60,7 +60,7 @@ def test_overwrite_writes_next_to_foreign_files_and_never_deletes_them(
 ):
     folder = tmp_path / "D"
     _user_folder(folder)
-    with caplog.at_level(logging.WARNING, logger="pipelines.output_dir"):
+    with caplog.at_level(logging.WARNING, logger="pipelines.io.output_dir"):
         embed(embed_argv(corpus, folder, tiny_st_dir, "--overwrite"))
     assert "did not write" in caplog.text and "left as they are" in caplog.text
     first_parts = sorted(p.name for p in folder.glob("part-*.parquet"))

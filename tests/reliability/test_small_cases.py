@@ -10,8 +10,8 @@ import pytest
 
 from jobs.run_config import check_in_range, load_run_config
 from jobs.search import Hit, QueryHits, SearchSummary, spreadsheet_safe
-from pipelines.corpus_reader import CorpusSpec
-from pipelines.dedup import sweep_thresholds
+from pipelines.dedup.groups import sweep_thresholds
+from pipelines.io.corpus_reader import CorpusSpec
 
 FLOAT_RANGES = [
     "embed.max_error_rate",

@@ -16,13 +16,13 @@ import time
 import pytest
 from output_folders_helpers import embed_argv, snapshot, start_cli, texts, write_txt
 
-import pipelines.output_dir as output_dir
+import pipelines.io.output_dir as output_dir
 from jobs.embed import run as embed
 from jobs.errors import JobFailedError
 from jobs.index import run as index
-from pipelines.embeddings_io import EmbeddingsDataset
-from pipelines.index_io import open_index
-from pipelines.output_dir import CorruptOutputError
+from pipelines.index.files import open_index
+from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.output_dir import CorruptOutputError
 
 
 @pytest.fixture(scope="module")

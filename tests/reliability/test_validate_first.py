@@ -20,7 +20,7 @@ from jobs.errors import JobFailedError
 from jobs.index import run as index
 from jobs.run import StageFailedError
 from jobs.run import run as sbert_run
-from pipelines.embeddings_io import EmbeddingsDataset
+from pipelines.io.embeddings import EmbeddingsDataset
 
 BAD_ENCODER_VALUES = [
     (["--device", "tpu9"], r"--device 'tpu9' is not a device"),

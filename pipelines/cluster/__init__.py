@@ -1,0 +1,1 @@
+"""The cluster stage: embeddings/ -> clusters/ (k-means or communities)."""

@@ -1,0 +1,1 @@
+"""The dedup stage: pairs/ -> dedup/ (groups, kept/removed ids, report)."""

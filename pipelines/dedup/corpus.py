@@ -1,0 +1,326 @@
+"""The corpus side of dedup: where each embedded id sits in the corpus, and the corpus without
+its removed rows (Beam-free; files on any Beam filesystem).
+
+The corpus is read with :func:`~pipelines.io.corpus_reader.read_corpus_file` and the spec the embed
+job used, so that ids (also the derived ``file:row`` ids) come out the same. Every row read is
+one of:
+
+* a row the embed job did not embed: rejected when read (bad JSON, empty text, ...), a later
+  row with an id seen before (the embed job keeps the first in file, row order), or a row the
+  embed stage rejected (listed in its ``errors/``). These are not written to the deduplicated
+  corpus (nothing is known about their duplicates) and are listed in ``corpus_rejected.parquet``;
+* an embedded row that is kept (a singleton or a group's representative): written;
+* an embedded row that is removed (a duplicate of its group's representative): not written.
+
+so ``rows read == written + removed + not embedded``. Kept rows are written in their file's
+format to the same relative path under the output folder: JSONL and text lines byte for byte,
+CSV and TSV as the header plus the kept rows' fields (CSV re-quoted as needed), Parquet as the
+kept rows with the file's schema; ``.gz`` and ``.bz2`` files are written compressed the same way.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import io
+import posixpath
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.io.corpus_files import match_corpus, open_decompressed
+from pipelines.io.corpus_reader import (
+    CorpusRecord,
+    CorpusSpec,
+    RejectedRow,
+    excerpt,
+    raw_rows,
+    read_corpus_file,
+)
+from pipelines.io.schemas import ERRORS_SCHEMA
+from sbert_core.tabular import detect_format
+
+REJECTED_FILE = "corpus_rejected.parquet"
+NOT_EMBEDDED_REASON = "not embedded: rejected by the embed stage (see the embeddings' errors/)"
+
+
+@dataclass
+class CorpusScan:
+    """Where every embedded id was found in the corpus, and the texts that were asked for."""
+
+    pattern: str
+    spec: CorpusSpec
+    files: list[tuple[str, str, int]]  # (path, id prefix, size), as match_corpus gives them
+    positions: np.ndarray  # (n, 2) int64: (file number, row) of each embedded id's row
+    texts: dict[str, str]
+    rows: int  # rows read: records + rejections
+    not_embedded: int  # rows that are not among the embeddings
+
+
+def scan_corpus(
+    pattern: str,
+    spec: CorpusSpec,
+    index: dict[str, int],
+    want_text: np.ndarray,
+    rejected_ids: Callable[[], set[str]],
+) -> CorpusScan:
+    """Read the corpus once: each embedded id's row, and the texts of the wanted items.
+
+    Args:
+        pattern: the corpus glob.
+        spec: how the embed job read it (format, text and id fields).
+        index: ``{id: item row}`` of every embedded id.
+        want_text: ``(n,)`` bool, items whose text to keep.
+        rejected_ids: gives the ids the embed jobs rejected (read only if needed).
+
+    Raises:
+        FileNotFoundError: nothing matches ``pattern``.
+        ValueError: the corpus does not match the embeddings: an embedded id is not in it, or
+            it has rows the embed job neither embedded nor rejected.
+    """
+    files = match_corpus(pattern)
+    positions = np.full((len(index), 2), -1, np.int64)
+    texts: dict[str, str] = {}
+    rows = not_embedded = 0
+    unexplained: list[str] = []
+    known_rejections: set[str] | None = None
+    for number, (path, prefix, _) in enumerate(files):
+        with open_decompressed(path) as stream:
+            for item in read_corpus_file(stream, path, spec, prefix):
+                rows += 1
+                if isinstance(item, RejectedRow):
+                    not_embedded += 1
+                    continue
+                row = index.get(item.id)
+                if row is not None and positions[row, 0] < 0:
+                    positions[row] = (number, _row_number(item.source))
+                    if want_text[row]:
+                        texts[item.id] = item.text
+                    continue
+                not_embedded += 1
+                if row is None:
+                    if known_rejections is None:
+                        known_rejections = rejected_ids()
+                    if item.id not in known_rejections:
+                        unexplained.append(f"{item.source} (id {item.id!r})")
+    described = f"{pattern} read with {_describe(spec)}"
+    missing = np.flatnonzero(positions[:, 0] < 0)
+    if len(missing):
+        ids = list(index)
+        first = ", ".join(repr(ids[row]) for row in missing[:3])
+        raise ValueError(
+            f"{len(missing)} of the {len(index)} embedded ids are not in the corpus {described} "
+            f"(first: {first}); pass the corpus the embeddings were made from, with the same "
+            "--id-field (or, for derived file:row ids, the same glob)"
+        )
+    if unexplained:
+        raise ValueError(
+            f"the corpus {described} has {len(unexplained)} rows that the embed job neither "
+            f"embedded nor rejected (first: {unexplained[0]}); the corpus changed after it was "
+            "embedded, or it is another corpus"
+        )
+    return CorpusScan(pattern, spec, files, positions, texts, rows, not_embedded)
+
+
+@dataclass
+class ApplyCounts:
+    """What writing the deduplicated corpus did."""
+
+    rows: int = 0  # rows read
+    written: int = 0  # embedded rows kept
+    removed: int = 0  # embedded rows removed as duplicates
+    not_embedded: int = 0  # rows not among the embeddings (listed in corpus_rejected.parquet)
+    files: list[dict] = field(default_factory=list)  # per input file: path, output, counts
+
+    def to_json(self) -> dict:
+        """For the manifest."""
+        return {
+            "rows_read": self.rows,
+            "written": self.written,
+            "removed": self.removed,
+            "not_embedded": self.not_embedded,
+            "files": self.files,
+        }
+
+
+def write_deduplicated_corpus(
+    scan: CorpusScan,
+    index: dict[str, int],
+    kept: np.ndarray,
+    directory: str,
+    rejected_path: str,
+) -> ApplyCounts:
+    """Write the kept rows of every corpus file under ``directory``, and the rows that were not
+    embedded to ``rejected_path`` (``errors/`` schema).
+
+    Args:
+        scan: the corpus as scanned (same files and spec).
+        index: ``{id: item row}`` of every embedded id.
+        kept: ``(n,)`` bool, items to keep.
+        directory: output folder; each file goes to its path relative to the glob.
+        rejected_path: the Parquet file listing rows not embedded, with the reason.
+
+    Raises:
+        ValueError: two input files would be written to the same output path.
+    """
+    outputs = [join_relative(directory, prefix) for _, prefix, _ in scan.files]
+    if len(set(outputs)) != len(outputs):
+        raise ValueError(
+            f"the corpus {scan.pattern} has files with the same relative name; they cannot be "
+            f"written side by side under {directory}"
+        )
+    counts = ApplyCounts()
+    rejected: list[dict] = []
+    for number, ((path, prefix, _), output) in enumerate(zip(scan.files, outputs, strict=True)):
+        before = (counts.rows, counts.written, counts.removed, counts.not_embedded)
+
+        def decide(item, number=number) -> bool:
+            counts.rows += 1
+            reason = _not_embedded_reason(item, number, scan, index)
+            if reason is not None:
+                counts.not_embedded += 1
+                rejected.append(_rejection(item, reason))
+                return False
+            if kept[index[item.id]]:
+                counts.written += 1
+                return True
+            counts.removed += 1
+            return False
+
+        _filter_file(path, prefix, scan.spec, output, decide)
+        after = (counts.rows, counts.written, counts.removed, counts.not_embedded)
+        delta = [a - b for a, b in zip(after, before, strict=True)]
+        counts.files.append(
+            {
+                "path": path,
+                "output": output,
+                "rows": delta[0],
+                "written": delta[1],
+                "removed": delta[2],
+                "not_embedded": delta[3],
+            }
+        )
+    with FileSystems.create(rejected_path) as handle:
+        pq.write_table(pa.Table.from_pylist(rejected, schema=ERRORS_SCHEMA), handle)
+    return counts
+
+
+def join_relative(directory: str, relative: str) -> str:
+    """``directory/relative`` for a relative path with ``/`` separators, on any filesystem."""
+    parts = [part for part in posixpath.normpath(relative).split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:
+        raise ValueError(f"cannot place the corpus file {relative!r} under {directory}")
+    return FileSystems.join(directory, *parts)
+
+
+def _not_embedded_reason(item, number: int, scan: CorpusScan, index: dict[str, int]):
+    if isinstance(item, RejectedRow):
+        return item.reason
+    row = index.get(item.id)
+    if row is None:
+        return NOT_EMBEDDED_REASON
+    file_number, line = scan.positions[row]
+    if (file_number, line) != (number, _row_number(item.source)):
+        first = f"{scan.files[file_number][0]}:{line}"
+        return f"duplicate id (first seen at {first})"
+    return None
+
+
+def _rejection(item: CorpusRecord | RejectedRow, reason: str) -> dict:
+    if isinstance(item, RejectedRow):
+        return item.to_dict()
+    return {"id": item.id, "source": item.source, "reason": reason, "excerpt": excerpt(item.text)}
+
+
+def _filter_file(
+    path: str, prefix: str, spec: CorpusSpec, output: str, decide: Callable[[object], bool]
+) -> None:
+    """Copy the rows of one file for which ``decide(item)`` is True to ``output``.
+
+    The file is read twice side by side: once parsed into items, once as raw rows, matched by
+    row number (the number in each item's ``source``).
+    """
+    fmt = detect_format(path, spec.fmt)
+    with open_decompressed(path) as parsed_stream, open_decompressed(path) as raw_stream:
+        items = read_corpus_file(parsed_stream, path, spec, prefix)
+        if fmt == "parquet":
+            _filter_parquet(raw_stream, items, output, decide)
+            return
+        with _compressed_writer(output) as sink:
+            raw = raw_rows(raw_stream, path, spec)
+            header = next(raw)
+            if header is not None:
+                sink.write(_encode(header, fmt))
+            wanted = _wanted_rows(items, decide)
+            target = next(wanted, None)
+            for number, values in raw:
+                while target is not None and target < number:
+                    target = next(wanted, None)
+                if target == number and values is not None:
+                    sink.write(_encode(values, fmt))
+            for _ in wanted:  # decide() on the rest too, so every row is counted
+                pass
+
+
+def _wanted_rows(items: Iterator, decide: Callable[[object], bool]) -> Iterator[int]:
+    for item in items:
+        keep = decide(item)
+        if keep:
+            yield _row_number(item.source)
+
+
+def _encode(values, fmt: str) -> bytes:
+    if fmt in ("txt", "jsonl"):
+        return values.encode("utf-8", "surrogateescape")  # the line as read, with its ending
+    if fmt == "tsv":
+        return ("\t".join(values) + "\n").encode("utf-8", "surrogateescape")
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(values)
+    return buffer.getvalue().encode("utf-8", "surrogateescape")
+
+
+def _filter_parquet(raw_stream: BinaryIO, items, output: str, decide) -> None:
+    parquet = pq.ParquetFile(raw_stream)
+    keep = np.fromiter((decide(item) for item in items), bool)
+    with FileSystems.create(output) as handle:
+        writer = pq.ParquetWriter(handle, parquet.schema_arrow)
+        start = 0
+        for batch in parquet.iter_batches(batch_size=8192):
+            mask = keep[start : start + batch.num_rows]
+            start += batch.num_rows
+            writer.write_table(pa.Table.from_batches([batch.filter(pa.array(mask))]))
+        writer.close()
+
+
+@contextmanager
+def _compressed_writer(path: str):
+    """A binary writer to ``path`` that compresses for ``.gz`` / ``.bz2`` names."""
+    raw = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    try:
+        if path.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as sink:
+                yield sink
+        elif path.endswith(".bz2"):
+            with bz2.BZ2File(raw, mode="wb") as sink:
+                yield sink
+        else:
+            yield raw
+    finally:
+        raw.close()
+
+
+def _row_number(source: str) -> int:
+    return int(source.rpartition(":")[2])
+
+
+def _describe(spec: CorpusSpec) -> str:
+    id_field = f"--id-field {spec.id_field}" if spec.id_field else "derived file:row ids"
+    return f"--text-field {spec.text_field}, {id_field}"

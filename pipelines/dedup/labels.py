@@ -1,0 +1,321 @@
+"""Dedup measured on human-labelled pairs: pair precision / recall / F1 and threshold calibration.
+
+A labelled pair ``(x, y, label)`` says whether two items are duplicates. A grouping predicts
+"duplicate" for the pair when both items end in the same group (a removed item belongs to its
+representative's group; an item in no group is alone). On the labelled pairs only:
+
+* ``precision = TP / (TP + FP)``, ``recall = TP / (TP + FN)``, ``F1 = 2 P R / (P + R)``, with
+  0 where a denominator is 0 (no predicted or no labelled duplicates).
+
+Labels are partial: pairs nobody labelled do not count either way, so these numbers say how a
+method agrees with the labels, not how many unlabelled duplicates it finds.
+
+A sweep evaluates one method at many thresholds (:func:`label_sweep`); :func:`best_f1` picks the
+F1-maximising threshold and :func:`for_precision` the threshold with the highest recall whose
+precision reaches a target. :func:`pr_curve` gives the precision-recall points for a report.
+
+Example:
+    >>> labelled = match_labels(read_labelled_pairs("pairs.tsv"), ids)
+    >>> points = label_sweep("components", groupings, labelled)
+    >>> best_f1(points).threshold
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.dedup.methods import Grouping
+from sbert_core.errors import DataFileError
+from sbert_core.tabular import read_table
+
+_TRUE = {"1", "true", "yes"}
+_FALSE = {"0", "false", "no"}
+
+
+@dataclass(frozen=True)
+class LabelColumns:
+    """Which columns of a labelled-pairs file hold the two ids and the 0/1 label."""
+
+    id_a: str = "qid1"
+    id_b: str = "qid2"
+    label: str = "is_duplicate"
+
+
+@dataclass(frozen=True)
+class RawLabels:
+    """Labelled pairs as read: two id columns (strings) and a bool label per row."""
+
+    path: str
+    id_a: list[str]
+    id_b: list[str]
+    label: np.ndarray  # (R,) bool
+
+
+def read_labelled_pairs(
+    path: str | Path, columns: LabelColumns = LabelColumns(), fmt: str | None = None
+) -> RawLabels:
+    """Read labelled pairs from TSV (quoting off), CSV, JSONL or Parquet, optionally ``.gz``.
+
+    Ids are compared as strings (``23`` and ``"23"`` are the same id). A label is ``0``/``1``,
+    ``true``/``false`` or ``yes``/``no`` (any case), or a JSON/Parquet bool or 0/1 number.
+
+    Raises:
+        DataFileError: unreadable file, a missing column, an empty id or a label that is not
+            0/1 (naming the file, row and column).
+    """
+    table = read_table(path, fmt)
+    table.require([columns.id_a, columns.id_b, columns.label])
+    ids = []
+    for name in (columns.id_a, columns.id_b):
+        values = []
+        for number, value in enumerate(table.column(name), start=1):
+            text = _id_text(value)
+            if text is None:
+                raise DataFileError(
+                    f"{table.path}: row {number}, column {name!r}: expected an id, got {value!r}"
+                )
+            values.append(text)
+        ids.append(values)
+    labels = np.empty(len(table.rows), bool)
+    for number, value in enumerate(table.column(columns.label), start=1):
+        flag = _label(value)
+        if flag is None:
+            raise DataFileError(
+                f"{table.path}: row {number}, column {columns.label!r}: expected a 0/1 label, "
+                f"got {value!r}"
+            )
+        labels[number - 1] = flag
+    return RawLabels(table.path, ids[0], ids[1], labels)
+
+
+def _id_text(value) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else None
+    text = str(value)
+    return text if text.strip() else None
+
+
+def _label(value) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    return None
+
+
+@dataclass(frozen=True)
+class LabelledPairs:
+    """Labelled pairs as item rows, and what could not be used.
+
+    ``read == len(a) + unknown + same_item``: every labelled row is either evaluated or
+    counted as left out.
+    """
+
+    a: np.ndarray  # (L,) int64 item row
+    b: np.ndarray  # (L,) int64 item row
+    label: np.ndarray  # (L,) bool
+    read: int  # labelled rows read
+    unknown: int  # rows naming an id that is not among the items (left out)
+    same_item: int  # rows pairing an item with itself (left out)
+
+    @property
+    def positives(self) -> int:
+        """Labelled duplicates evaluated."""
+        return int(self.label.sum())
+
+    def to_json(self) -> dict:
+        """For the manifest."""
+        return {
+            "read": self.read,
+            "evaluated": len(self.a),
+            "duplicates": self.positives,
+            "unknown_ids": self.unknown,
+            "same_item": self.same_item,
+        }
+
+
+def match_labels(raw: RawLabels, ids: pa.Array | Sequence[str]) -> LabelledPairs:
+    """Map labelled pairs to item rows; pairs naming an unknown id are counted and left out.
+
+    Args:
+        raw: as read by :func:`read_labelled_pairs`.
+        ids: every item's id, unique; row ``i`` is item ``i``.
+    """
+    ids = ids if isinstance(ids, pa.Array) else pa.array(list(ids), pa.string())
+    if ids.type != pa.string():
+        ids = ids.cast(pa.string())
+    rows = []
+    for column in (raw.id_a, raw.id_b):
+        found = pc.index_in(pa.array(column, pa.string()), value_set=ids)
+        rows.append(found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64))
+    a, b = rows
+    known = (a >= 0) & (b >= 0)
+    distinct = known & (a != b)
+    return LabelledPairs(
+        a=a[distinct],
+        b=b[distinct],
+        label=raw.label[distinct],
+        read=len(raw.label),
+        unknown=int(np.sum(~known)),
+        same_item=int(np.sum(known & (a == b))),
+    )
+
+
+@dataclass(frozen=True)
+class PairCounts:
+    """Confusion counts of "same group" on labelled pairs, and the scores they give."""
+
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+
+    @property
+    def precision(self) -> float:
+        """``TP / (TP + FP)``, 0 when nothing is predicted duplicate."""
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
+
+    @property
+    def recall(self) -> float:
+        """``TP / (TP + FN)``, 0 when no pair is labelled duplicate."""
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0
+
+    @property
+    def f1(self) -> float:
+        """Harmonic mean of precision and recall, 0 when both are 0."""
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+
+def pair_counts(labels: np.ndarray, labelled: LabelledPairs) -> PairCounts:
+    """Counts for a partition ``labels`` (``(n,)``, equal value = same group) on labelled pairs.
+
+    Use :meth:`pipelines.dedup.methods.Grouping.labels` for a grouping's partition.
+    """
+    same = labels[labelled.a] == labels[labelled.b]
+    duplicate = labelled.label
+    return PairCounts(
+        tp=int(np.sum(same & duplicate)),
+        fp=int(np.sum(same & ~duplicate)),
+        fn=int(np.sum(~same & duplicate)),
+        tn=int(np.sum(~same & ~duplicate)),
+    )
+
+
+@dataclass(frozen=True)
+class LabelPoint:
+    """One method at one threshold: agreement with the labels and what it would remove."""
+
+    method: str
+    threshold: float
+    counts: PairCounts
+    groups: int
+    largest: int
+    removed: int
+
+    @property
+    def precision(self) -> float:
+        """Pair precision."""
+        return self.counts.precision
+
+    @property
+    def recall(self) -> float:
+        """Pair recall."""
+        return self.counts.recall
+
+    @property
+    def f1(self) -> float:
+        """Pair F1."""
+        return self.counts.f1
+
+    def to_json(self) -> dict:
+        """For the manifest and the benchmark."""
+        return {
+            "method": self.method,
+            "threshold": self.threshold,
+            "precision": round(self.precision, 6),
+            "recall": round(self.recall, 6),
+            "f1": round(self.f1, 6),
+            "tp": self.counts.tp,
+            "fp": self.counts.fp,
+            "fn": self.counts.fn,
+            "groups": self.groups,
+            "largest": self.largest,
+            "removed": self.removed,
+        }
+
+
+def evaluate(grouping: Grouping, labelled: LabelledPairs) -> LabelPoint:
+    """One grouping on the labelled pairs."""
+    return LabelPoint(
+        method=grouping.method,
+        threshold=grouping.threshold,
+        counts=pair_counts(grouping.labels(), labelled),
+        groups=grouping.n_groups,
+        largest=grouping.largest,
+        removed=grouping.n_removed,
+    )
+
+
+def label_sweep(groupings: Iterable[Grouping], labelled: LabelledPairs) -> list[LabelPoint]:
+    """Evaluate a method's groupings (e.g. one per threshold) on the labelled pairs.
+
+    Raises:
+        ValueError: the labels hold no duplicate pair (recall and F1 are undefined).
+    """
+    if not labelled.positives:
+        raise ValueError(
+            f"none of the {len(labelled.a)} usable labelled pairs is a duplicate; "
+            "recall and F1 are undefined"
+        )
+    return [evaluate(grouping, labelled) for grouping in groupings]
+
+
+def best_f1(points: Sequence[LabelPoint]) -> LabelPoint:
+    """The point with the highest F1; of equal F1 the higher threshold (it removes less).
+
+    Raises:
+        ValueError: no points.
+    """
+    if not points:
+        raise ValueError("no sweep points to choose from")
+    return max(points, key=lambda point: (point.f1, point.threshold))
+
+
+def for_precision(points: Sequence[LabelPoint], target: float) -> LabelPoint | None:
+    """The point of highest recall whose precision is ``>= target`` (ties: higher threshold);
+    None when no threshold reaches the target.
+
+    Raises:
+        ValueError: ``target`` outside ``[0, 1]``.
+    """
+    if not 0.0 <= target <= 1.0:
+        raise ValueError(f"target precision must lie in [0, 1], got {target}")
+    reached = [point for point in points if point.counts.tp and point.precision >= target]
+    if not reached:
+        return None
+    return max(reached, key=lambda point: (point.recall, point.threshold))
+
+
+def pr_curve(points: Sequence[LabelPoint]) -> dict[str, list[float]]:
+    """Precision-recall points of one method's sweep, by threshold ascending (for a report)."""
+    ordered = sorted(points, key=lambda point: point.threshold)
+    return {
+        "threshold": [point.threshold for point in ordered],
+        "precision": [round(point.precision, 6) for point in ordered],
+        "recall": [round(point.recall, 6) for point in ordered],
+    }

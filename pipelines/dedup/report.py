@@ -1,0 +1,316 @@
+"""``report.html`` of the dedup stage: one self-contained page (no network, no scripts).
+
+It shows the key counts, a histogram of the pair similarities with the threshold marked, the
+threshold sweep (how many rows each threshold would remove) as a plot and a table, and the
+largest groups side by side: the kept representative next to the removed members with their
+similarity to it. Plots are inline SVG; every id and text is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipelines.dedup.groups import Histogram, SweepPoint
+from pipelines.io.html import REPORT_TEXT_CHARS
+
+_WIDTH, _HEIGHT = 680, 280
+_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 16, 44
+_MARK = "#d62728"  # the chosen threshold
+_BAR = "#4c78a8"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member of a group as the report shows it."""
+
+    id: str
+    text: str | None  # None: unknown (the id is shown instead)
+    kept: bool
+    score: float | None  # similarity to the representative; None: itself or under the threshold
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One group as the report shows it: the representative first, then (some) other members."""
+
+    group: int
+    size: int
+    members: list[Member]
+
+
+def report_html(
+    facts: dict,
+    histogram: Histogram,
+    threshold: float,
+    sweep: Sequence[SweepPoint],
+    groups: Sequence[GroupView],
+    *,
+    total_groups: int,
+    notes: Sequence[str] = (),
+) -> str:
+    """The whole report page.
+
+    Args:
+        facts: ``{label: value}`` shown at the top.
+        histogram: pair similarities.
+        threshold: the threshold used (marked in both plots and the table).
+        sweep: the threshold sweep, ascending.
+        groups: the groups to show, largest first.
+        total_groups: how many groups there are in all.
+        notes: warnings shown under the facts (e.g. pairs limited to the top k).
+    """
+    fact_rows = "".join(
+        f"<tr><th>{_text(label)}</th><td>{_text(value)}</td></tr>" for label, value in facts.items()
+    )
+    note_items = "".join(f"<li>{_text(note)}</li>" for note in notes)
+    note_list = f'<ul class="notes">{note_items}</ul>' if notes else ""
+    shown = (
+        f"<p>The {len(groups)} largest of {total_groups} groups; all are in "
+        "<code>groups.parquet</code>.</p>"
+        if len(groups) < total_groups
+        else ""
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Duplicate groups</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 80em; }}
+table {{ border-collapse: collapse; }}
+td, th {{ border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left;
+          vertical-align: top; }}
+td.num, th.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
+tr.chosen {{ background: #fde0dd; font-weight: bold; }}
+.groups td {{ width: 50%; }}
+.groups ul {{ margin: 0; padding-left: 1.2em; }}
+.score {{ color: #777; font-size: 85%; }}
+.id {{ color: #777; font-size: 80%; font-family: monospace; }}
+.notes {{ color: #8a3b00; }}
+</style></head><body>
+<h1>Duplicate groups</h1>
+<table>{fact_rows}</table>
+{note_list}
+<h2>Pair similarities</h2>
+{histogram_svg(histogram, threshold)}
+<h2>Threshold sweep</h2>
+{sweep_svg(sweep, threshold)}
+{sweep_table(sweep, threshold)}
+<h2>Largest groups</h2>
+{shown}
+{groups_table(groups)}
+<p>Generated {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}.</p>
+</body></html>
+"""
+
+
+def histogram_svg(histogram: Histogram, threshold: float) -> str:
+    """Bars of pair counts per similarity bin, the threshold as a vertical line."""
+    counts, edges = histogram.counts, histogram.edges
+    plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
+    tallest = max(int(counts.max()) if len(counts) else 0, 1)
+    low, high = float(edges[0]), float(edges[-1])
+    bar_w = plot_w / max(len(counts), 1)
+    parts = [_svg_open("histogram of pair similarities"), *_axes(plot_w, plot_h)]
+    for i, count in enumerate(counts.tolist()):
+        bar_h = plot_h * count / tallest
+        x, y = _LEFT + i * bar_w, _TOP + plot_h - bar_h
+        label = f"{edges[i]:.2f} to {edges[i + 1]:.2f}: {count} pairs"
+        parts.append(
+            f'<rect x="{x + 0.5:.1f}" y="{y:.1f}" width="{max(bar_w - 1, 0.5):.1f}" '
+            f'height="{bar_h:.1f}" fill="{_BAR}"><title>{label}</title></rect>'
+        )
+    if low <= threshold <= high:
+        x = _LEFT + plot_w * (threshold - low) / (high - low)
+        parts.append(_marker(x, plot_h, f"threshold {threshold:g}"))
+    parts += _x_labels([(low, _LEFT), (high, _LEFT + plot_w)], plot_h, "{:.2f}")
+    parts += _y_labels(tallest, plot_h)
+    parts += _axis_titles(plot_w, plot_h, "pair similarity (cosine)", "pairs")
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def sweep_svg(sweep: Sequence[SweepPoint], threshold: float) -> str:
+    """Rows removed against the threshold, the chosen threshold marked."""
+    plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
+    parts = [_svg_open("rows removed at each threshold"), *_axes(plot_w, plot_h)]
+    if not sweep:
+        parts.append("</svg>")
+        return "\n".join(parts)
+    low, high = sweep[0].threshold, sweep[-1].threshold
+    span = high - low or 1.0
+    tallest = max(max(point.removed for point in sweep), 1)
+
+    def position(point: SweepPoint) -> tuple[float, float]:
+        x = _LEFT + plot_w * (point.threshold - low) / span if high > low else _LEFT + plot_w / 2
+        return x, _TOP + plot_h - plot_h * point.removed / tallest
+
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in map(position, sweep))
+    parts.append(f'<polyline points="{line}" fill="none" stroke="{_BAR}" stroke-width="2"/>')
+    for point in sweep:
+        x, y = position(point)
+        chosen = point.threshold == threshold
+        parts.append(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{4 if chosen else 3}" '
+            f'fill="{_MARK if chosen else _BAR}"><title>{point.threshold:g}: '
+            f"{point.removed} removed, {point.groups} groups</title></circle>"
+        )
+    if low <= threshold <= high:
+        x = _LEFT + plot_w * (threshold - low) / span if high > low else _LEFT + plot_w / 2
+        parts.append(_marker(x, plot_h, f"threshold {threshold:g}"))
+    parts += _x_labels([(low, _LEFT), (high, _LEFT + plot_w)], plot_h, "{:g}")
+    parts += _y_labels(tallest, plot_h)
+    parts += _axis_titles(plot_w, plot_h, "threshold", "rows removed")
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def sweep_table(sweep: Sequence[SweepPoint], threshold: float) -> str:
+    """The sweep as a table, the chosen threshold's row highlighted."""
+    rows = []
+    for point in sweep:
+        chosen = ' class="chosen"' if point.threshold == threshold else ""
+        cells = (
+            f"{point.threshold:g}",
+            point.pairs,
+            point.groups,
+            point.removed,
+            point.kept,
+            point.largest,
+        )
+        rows.append(
+            f"<tr{chosen}>" + "".join(f'<td class="num">{_text(c)}</td>' for c in cells) + "</tr>"
+        )
+    header = "".join(
+        f'<th class="num">{name}</th>'
+        for name in ("threshold", "pairs", "groups", "removed", "kept", "largest group")
+    )
+    return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
+
+
+def groups_table(groups: Sequence[GroupView]) -> str:
+    """Each group as one row: the kept member on the left, the removed ones on the right."""
+    if not groups:
+        return "<p>No duplicate groups at this threshold.</p>"
+    rows = []
+    for view in groups:
+        kept = [member for member in view.members if member.kept]
+        removed = [member for member in view.members if not member.kept]
+        hidden = view.size - len(view.members)
+        more = f"<li>\u2026 and {hidden} more</li>" if hidden > 0 else ""
+        removed_items = "".join(f"<li>{_member(member)}</li>" for member in removed)
+        rows.append(
+            f"<tr><td><b>group {view.group}</b> <span class=score>({view.size} rows)</span><br>"
+            f"{''.join(_member(member) for member in kept)}</td>"
+            f"<td><ul>{removed_items}{more}</ul></td></tr>"
+        )
+    return (
+        '<table class="groups"><tr><th>kept</th><th>removed (similarity to the kept row)</th>'
+        f"</tr>{''.join(rows)}</table>"
+    )
+
+
+def _member(member: Member) -> str:
+    if member.kept:
+        score = ""
+    elif member.score is None:
+        score = (
+            '<span class=score title="its pair with the kept row is under the threshold; it '
+            'joined the group through other members">linked</span> '
+        )
+    else:
+        score = f"<span class=score>{member.score:.3f}</span> "
+    ident = f"<span class=id>{html.escape(member.id)}</span>"
+    if member.text is None:
+        return f"{score}{ident}"
+    text = member.text
+    if len(text) > REPORT_TEXT_CHARS:
+        text = text[: REPORT_TEXT_CHARS - 1] + "\u2026"
+    return f"{score}{html.escape(text)} {ident}"
+
+
+def _text(value) -> str:
+    return html.escape(str(value))
+
+
+def _svg_open(label: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" '
+        f'viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" aria-label="{label}">'
+    )
+
+
+def _axes(plot_w: float, plot_h: float) -> list[str]:
+    return [
+        f'<line x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_LEFT + plot_w}" y2="{_TOP + plot_h}" '
+        'stroke="#333"/>',
+        f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + plot_h}" stroke="#333"/>',
+    ]
+
+
+def _marker(x: float, plot_h: float, label: str) -> str:
+    return (
+        f'<line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{_TOP + plot_h}" stroke="{_MARK}" '
+        f'stroke-width="2" stroke-dasharray="5,3"><title>{label}</title></line>'
+        f'<text x="{x + 4:.1f}" y="{_TOP + 12}" font-size="11" fill="{_MARK}">{label}</text>'
+    )
+
+
+def _x_labels(ticks: list[tuple[float, float]], plot_h: float, fmt: str) -> list[str]:
+    return [
+        f'<text x="{x:.1f}" y="{_TOP + plot_h + 16}" font-size="11" text-anchor="middle">'
+        f"{fmt.format(value)}</text>"
+        for value, x in ticks
+    ]
+
+
+def _y_labels(tallest: int, plot_h: float) -> list[str]:
+    return [
+        f'<text x="{_LEFT - 6}" y="{_TOP + 10}" font-size="11" text-anchor="end">{tallest}</text>',
+        f'<text x="{_LEFT - 6}" y="{_TOP + plot_h}" font-size="11" text-anchor="end">0</text>',
+    ]
+
+
+def _axis_titles(plot_w: float, plot_h: float, x_title: str, y_title: str) -> list[str]:
+    middle = _TOP + plot_h / 2
+    return [
+        f'<text x="{_LEFT + plot_w / 2}" y="{_HEIGHT - 8}" font-size="12" text-anchor="middle">'
+        f"{x_title}</text>",
+        f'<text x="14" y="{middle}" font-size="12" text-anchor="middle" '
+        f'transform="rotate(-90 14 {middle})">{y_title}</text>',
+    ]
+
+
+def group_views(
+    ids: Sequence[str] | np.ndarray,
+    members: Sequence[np.ndarray],
+    kept: np.ndarray,
+    scores: np.ndarray,
+    texts: dict[str, str],
+    group_numbers: Sequence[int],
+    sizes: Sequence[int],
+) -> list[GroupView]:
+    """Views of some groups.
+
+    Args:
+        ids: item ids (indexable by row).
+        members: per shown group, the rows to show (representative first).
+        kept: ``(n,)`` bool.
+        scores: ``(n,)`` similarity to the representative (NaN: unknown or itself).
+        texts: ``{id: text}`` where known.
+        group_numbers, sizes: the shown groups' numbers and full sizes.
+    """
+    views = []
+    for rows, number, size in zip(members, group_numbers, sizes, strict=True):
+        shown = []
+        for row in rows.tolist():
+            item = str(ids[row])
+            score = float(scores[row])
+            shown.append(
+                Member(item, texts.get(item), bool(kept[row]), None if math.isnan(score) else score)
+            )
+        views.append(GroupView(int(number), int(size), shown))
+    return views

@@ -1,0 +1,1 @@
+"""The embed stage: corpus -> embeddings/ (+ errors/), in Beam."""

@@ -1,0 +1,212 @@
+"""Beam ``ModelHandler`` around the SBERT core encoder.
+
+The encoder is loaded in ``load_model`` (once per worker process; once per machine on GPU
+workers, where ``share_model_across_processes`` is on), never pickled with the pipeline.
+Batches from ``BatchElements`` are large; inside each, the encoder sorts by token length and
+forms token-budget sub-batches, so padding stays small (smart batching at pipeline level).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+from pipelines.io.corpus_reader import CorpusRecord
+from pipelines.io.counters import METRICS_NAMESPACE
+from pipelines.vectors.checks import non_finite_rows
+from sbert_core import SentenceEncoder
+from sbert_core.encoder import EncodeResult
+from sbert_core.encoder_settings import EncoderSettings
+
+logger = logging.getLogger(__name__)
+
+NON_FINITE_REASON = "non-finite embedding"
+# Counter of embedded rows whose vector is all zeros (recorded in the embed manifest).
+ZERO_VECTORS = "zero_vectors"
+# Before any row has embedded in a worker: this many rows in a row failing alone with their
+# batch's exception mean the failure is not the rows' (one row could be bad by chance; several
+# different texts failing identically while nothing ever worked are not). Fewer rows than this
+# all failing are dead letters, and the job's all-rejected check fails the run.
+DETERMINISTIC_ROWS = 4
+# After rows have embedded: this many rows in a row failing alone with one exception (a device
+# lost mid-run). Row-specific failures are rarely consecutive once records are shuffled.
+CONSECUTIVE_FAILURES = 256
+
+
+class DeterministicInferenceError(RuntimeError):
+    """Inference fails the same way whatever the text: the job stops, nothing is published."""
+
+
+def _signature(err: BaseException) -> tuple[str, str]:
+    return type(err).__name__, str(err)
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """The inference part of a ``PredictionResult``: one vector and its token accounting."""
+
+    vector: np.ndarray  # (d,) float32
+    n_tokens: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class InferenceFailure:
+    """The inference part of a ``PredictionResult`` for a text the encoder failed on."""
+
+    reason: str
+
+
+class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEncoder]):
+    """Runs ``SentenceEncoder.encode_detailed`` on batches of corpus records.
+
+    Args:
+        settings: how to load the encoder on the worker.
+        min_batch_size, max_batch_size: bounds for Beam's adaptive ``BatchElements``.
+        share_across_processes: one model per machine instead of per process (GPU workers).
+    """
+
+    def __init__(
+        self,
+        settings: EncoderSettings,
+        *,
+        min_batch_size: int = 4096,
+        max_batch_size: int = 8192,
+        share_across_processes: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self._settings = settings
+        self._batching = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
+        device = settings.device or ""
+        self._share = (
+            device.startswith("cuda") if share_across_processes is None else share_across_processes
+        )
+        self._embedded = 0
+        self._started = 0.0
+        self._last_log = 0.0
+        # Per worker: whether any row ever embedded, and the current run of rows failing alone
+        # with one exception (type, message); see run_inference.
+        self._succeeded = False
+        self._failure_signature: tuple[str, str] | None = None
+        self._failure_run = 0
+        self._zero_vectors = Metrics.counter(METRICS_NAMESPACE, ZERO_VECTORS)
+
+    def load_model(self) -> SentenceEncoder:
+        """Load the encoder on the worker (called once per process or machine)."""
+        encoder = self._settings.load()
+        logger.info("loaded %s on %s (%s)", encoder.model_id, encoder.device, encoder.dtype)
+        return encoder
+
+    def run_inference(
+        self,
+        batch: Sequence[CorpusRecord],
+        model: SentenceEncoder,
+        inference_args: dict | None = None,
+    ) -> Iterable[PredictionResult]:
+        """Encode a batch; one ``PredictionResult`` per record, in order.
+
+        If the batch fails, each record is retried alone, so one bad text cannot take its
+        neighbours down; a record that fails alone gets an ``InferenceFailure`` (dead letter), as
+        does a record whose embedding holds NaN or infinite values.
+
+        Raises:
+            DeterministicInferenceError: the failure is not about the rows: the first
+                ``DETERMINISTIC_ROWS`` rows retried alone failed with the same exception as
+                their batch before any row ever succeeded in this worker, or
+                ``CONSECUTIVE_FAILURES`` rows in a row did (a model that cannot run on its
+                device, a bad token budget, ...). The job stops instead of rejecting every row.
+        """
+        try:
+            result = model.encode_detailed(
+                [record.text for record in batch], **self._settings.encode_kwargs()
+            )
+        except Exception as err:  # any failure of the model code is retried row by row
+            return self._one_by_one(batch, model, err)
+        return self._results(batch, result)
+
+    def _one_by_one(
+        self, batch: Sequence[CorpusRecord], model: SentenceEncoder, batch_error: Exception
+    ) -> list[PredictionResult]:
+        if len(batch) > 1:
+            logger.warning(
+                "a batch of %d failed (%s); retrying one by one", len(batch), batch_error
+            )
+        signature = _signature(batch_error)
+        outputs: list[PredictionResult] = []
+        for position, record in enumerate(batch):
+            try:
+                if position == 0 and len(batch) == 1:
+                    raise batch_error  # a batch of one has been tried alone already
+                result = model.encode_detailed([record.text], **self._settings.encode_kwargs())
+            except Exception as err:  # a row that fails alone becomes a dead letter
+                self._note_failure(_signature(err), signature)
+                reason = f"inference failed: {type(err).__name__}: {str(err)[:300]}"
+                outputs.append(PredictionResult(record, InferenceFailure(reason)))
+                continue
+            outputs.extend(self._results([record], result))
+        return outputs
+
+    def _note_failure(self, signature: tuple[str, str], batch_signature: tuple[str, str]) -> None:
+        """Count rows failing alone with one exception; raise once it cannot be the rows' fault."""
+        if signature != self._failure_signature:
+            self._failure_signature, self._failure_run = signature, 0
+        self._failure_run += 1
+        limit = CONSECUTIVE_FAILURES if self._succeeded else DETERMINISTIC_ROWS
+        if signature == batch_signature and self._failure_run >= limit:
+            raise DeterministicInferenceError(
+                f"inference fails the same way whatever the text ({self._failure_run} different "
+                "texts in a row, each tried alone), so the model or its settings are at fault, "
+                f"not the rows: {signature[0]}: {signature[1][:500]}"
+            )
+
+    def _results(self, batch: Sequence[CorpusRecord], result: EncodeResult) -> list:
+        """Embeddings for the finite rows, dead letters for rows with NaN or infinite values."""
+        self._succeeded = True
+        self._failure_signature, self._failure_run = None, 0
+        bad = non_finite_rows(result.embeddings)
+        zero = ~bad & ~result.embeddings.any(axis=1)
+        self._zero_vectors.inc(int(zero.sum()))  # also at 0, so the manifest says 0, not null
+        self._log_progress(len(batch))
+        return [
+            PredictionResult(
+                record,
+                InferenceFailure(NON_FINITE_REASON)
+                if bad[i]
+                else Embedding(
+                    result.embeddings[i], int(result.n_tokens[i]), bool(result.truncated[i])
+                ),
+            )
+            for i, record in enumerate(batch)
+        ]
+
+    def get_num_bytes(self, batch: Sequence[CorpusRecord]) -> int:
+        """Text bytes in a batch (Beam's default pickles the batch just to measure it)."""
+        return sum(len(record.text) for record in batch)
+
+    def get_metrics_namespace(self) -> str:
+        """Namespace of RunInference's own metrics."""
+        return "sbert"
+
+    def batch_elements_kwargs(self) -> dict:
+        """Large batches: the encoder re-batches them by token length inside."""
+        return dict(self._batching)
+
+    def share_model_across_processes(self) -> bool:
+        """One model per machine on GPU workers, one per process elsewhere."""
+        return self._share
+
+    def _log_progress(self, n: int) -> None:
+        now = time.monotonic()
+        if not self._started:
+            self._started = self._last_log = now
+        self._embedded += n
+        if now - self._last_log >= 10:
+            self._last_log = now
+            rate = self._embedded / max(now - self._started, 1e-9)
+            logger.info("embedded %d texts in this worker (%.0f/s)", self._embedded, rate)

@@ -1,0 +1,1 @@
+"""The index stage: embeddings/ -> index/ (FAISS), planned under a budget."""

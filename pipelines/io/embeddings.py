@@ -1,0 +1,174 @@
+"""Reading ``embeddings/`` datasets back: manifest checks, row counts, streamed or whole.
+
+Every later stage (index, clusters, pairs) starts here, so a half-written directory or one
+embedded by another model is refused the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.io.output_dir import join, listed_parts, read_manifest
+from pipelines.vectors.checks import require_finite
+
+# Manifest fields that must agree for two sets of vectors to be comparable.
+MODEL_FIELDS = ("model_id", "weights_sha256", "dim", "pooling", "normalized", "max_seq_length")
+
+
+class IncompatibleEmbeddingsError(ValueError):
+    """Embeddings (or an index and a query encoder) come from different models or settings."""
+
+
+def shard_paths(directory: str, prefix: str = "part") -> list[str]:
+    """The Parquet shards ``{prefix}-*.parquet`` directly in ``directory``, sorted."""
+    pattern = join(directory, f"{prefix}-*.parquet")
+    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+
+
+def count_rows(paths: list[str]) -> int:
+    """Total rows of Parquet files, from their footers (no data is read)."""
+    total = 0
+    for path in paths:
+        with FileSystems.open(path) as handle:
+            total += pq.ParquetFile(handle).metadata.num_rows
+    return total
+
+
+def embedding_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A fixed-size-list embedding column as a float32 ``(N, d)`` array, without Python loops."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    dim = column.type.list_size
+    flat = column.flatten().to_numpy(zero_copy_only=False)
+    return flat.reshape(-1, dim).astype(np.float32, copy=False)
+
+
+def require_compatible(expected: dict, actual: dict, what: str) -> None:
+    """Raise ``IncompatibleEmbeddingsError`` naming every model field on which two manifests differ.
+
+    A model is its weights (``weights_sha256``) and settings, not where it was loaded from: an
+    identical copy of a model folder elsewhere is the same model, so ``model_id`` (a path or
+    name) is recorded but not compared. A field missing (or null) on either side is a
+    difference: an unknown model is not assumed to match.
+
+    Args:
+        expected, actual: manifests (or ``SentenceEncoder.describe()`` dicts).
+        what: how to name the pair in the message, e.g. ``"index vs query encoder"``.
+    """
+    differences = [
+        f"{field}: {expected.get(field, 'missing')!r} vs {actual.get(field, 'missing')!r}"
+        for field in MODEL_FIELDS
+        if field != "model_id"
+        and (expected.get(field) is None or expected.get(field) != actual.get(field))
+    ]
+    if differences:
+        raise IncompatibleEmbeddingsError(
+            f"{what} come from different models or settings ({'; '.join(differences)})"
+        )
+
+
+@dataclass(frozen=True)
+class EmbeddingsDataset:
+    """A complete ``embeddings/`` directory: its manifest and shards.
+
+    Example:
+        >>> data = EmbeddingsDataset.open("out/embeddings")
+        >>> for ids, vectors in data.batches(65536):  # bounded memory
+        ...     ...
+        >>> ids, vectors = data.load()  # everything, (N, d) float32
+    """
+
+    directory: str
+    manifest: dict
+    shards: tuple[str, ...]
+
+    @classmethod
+    def open(cls, directory: str) -> EmbeddingsDataset:
+        """Open a finished embed output: exactly the shards its manifest lists.
+
+        Raises:
+            FileNotFoundError: no manifest (missing, or its run did not finish).
+            CorruptOutputError: the manifest is unreadable or the files disagree with it.
+        """
+        manifest = read_manifest(directory)
+        if manifest.get("kind", "embeddings") != "embeddings":
+            raise ValueError(f"{directory} holds {manifest.get('kind')!r}, not embeddings")
+        listed = listed_parts(directory, manifest)
+        shards = tuple(listed if listed is not None else shard_paths(directory))
+        return cls(directory, manifest, shards)
+
+    @classmethod
+    def open_many(cls, directories: list[str]) -> list[EmbeddingsDataset]:
+        """Open several directories and check that one model made them all."""
+        datasets = [cls.open(directory) for directory in directories]
+        for other in datasets[1:]:
+            require_compatible(
+                datasets[0].manifest,
+                other.manifest,
+                f"{datasets[0].directory} and {other.directory}",
+            )
+        return datasets
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension."""
+        return int(self.manifest["dim"])
+
+    @property
+    def count(self) -> int:
+        """Number of embedded rows (from the Parquet footers)."""
+        return count_rows(list(self.shards))
+
+    @property
+    def has_text(self) -> bool:
+        """Whether the shards carry the ``text`` column."""
+        return bool(self.manifest.get("keep_text"))
+
+    def batches(
+        self, batch_size: int = 65536, columns: tuple[str, ...] = ()
+    ) -> Iterator[tuple[list[str], np.ndarray] | tuple[list[str], np.ndarray, pa.RecordBatch]]:
+        """Stream ``(ids, vectors)`` (plus the record batch when ``columns`` asks for more)."""
+        wanted = ["id", "embedding", *columns]
+        for path in self.shards:
+            with FileSystems.open(path) as handle:
+                for batch in pq.ParquetFile(handle).iter_batches(
+                    batch_size=batch_size, columns=wanted
+                ):
+                    ids = batch.column("id").to_pylist()
+                    vectors = embedding_matrix(batch.column("embedding"))
+                    require_finite(vectors, ids, where=path)
+                    yield (ids, vectors, batch) if columns else (ids, vectors)
+
+    def load(self) -> tuple[list[str], np.ndarray]:
+        """All ids and vectors in memory: ``(ids, (N, d) float32)``."""
+        ids: list[str] = []
+        parts: list[np.ndarray] = []
+        for batch_ids, vectors in self.batches():
+            ids.extend(batch_ids)
+            parts.append(vectors)
+        matrix = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+        return ids, matrix
+
+    def texts(self) -> dict[str, str]:
+        """``{id: text}`` when the embeddings were written with ``--keep-text``, else empty."""
+        if not self.has_text:
+            return {}
+        out: dict[str, str] = {}
+        for path in self.shards:
+            with FileSystems.open(path) as handle:
+                table = pq.read_table(handle, columns=["id", "text"])
+            out.update(
+                zip(table.column("id").to_pylist(), table.column("text").to_pylist(), strict=True)
+            )
+        return out
+
+
+def all_shards(datasets: Sequence[EmbeddingsDataset]) -> list[str]:
+    """Every embeddings shard of the inputs, in input order."""
+    return [path for dataset in datasets for path in dataset.shards]

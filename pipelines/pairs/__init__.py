@@ -1,0 +1,1 @@
+"""The pairs stage: embeddings/ -> pairs/ (top-k lists, pairs above T)."""

@@ -1,0 +1,260 @@
+"""The pairs stage's files: ``neighbors/`` and ``pairs/`` Parquet, and the vectors it reads.
+
+Output (DESIGN.md ``pairs/``), each folder a set of ``part-SSSSS-of-NNNNN.parquet`` shards:
+
+- ``neighbors/``: ``id``, ``neighbor_ids`` (list of ids, most similar first, equal scores by id),
+  ``scores`` (their cosine similarities, float32); one row per embedded item.
+- ``pairs/``: ``id_a < id_b`` (ids compared as strings, i.e. by code point), ``score``; each
+  pair once.
+
+Ids are the embeddings' ids, never positions. Reading side: :func:`open_pairs_output`,
+:func:`read_neighbors`, :func:`read_pairs` (later stages such as dedup start here).
+
+Vectors: :class:`VectorReader` streams the embeddings shards (L2-normalising when the
+embeddings manifest does not promise unit float32 rows), :meth:`VectorReader.scan` checks the
+launcher's preconditions in one pass (ids unique, values finite) and picks sample rows on the
+way, and :meth:`VectorReader.load_sorted` is what an exact-mode worker holds: every vector, in
+id order, so that "ties by index" in the maths is "ties by id" in the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.io.embeddings import embedding_matrix, shard_paths
+from pipelines.io.output_dir import join, read_manifest
+from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from pipelines.vectors.checks import require_finite
+from pipelines.vectors.precision import normalize_rows
+
+NEIGHBORS = "neighbors"
+PAIRS = "pairs"
+
+
+def part_path(output: str, folder: str, index: int, count: int) -> str:
+    """``OUTPUT/folder/part-SSSSS-of-NNNNN.parquet``."""
+    return join(output, folder, f"part-{index:05d}-of-{count:05d}.parquet")
+
+
+def neighbors_table(
+    ids: pa.Array, rows: np.ndarray, indices: np.ndarray, scores: np.ndarray
+) -> pa.Table:
+    """A ``neighbors/`` table from positions: row ``rows[i]`` has neighbours ``indices[i]``.
+
+    Args:
+        ids: the id of every position (of the block or of all vectors).
+        rows: ``(m,)`` positions of the items.
+        indices: ``(m, k)`` neighbour positions (``k`` may be 0).
+        scores: ``(m, k)`` float32.
+    """
+    m, k = indices.shape
+    offsets = pa.array(np.arange(m + 1, dtype=np.int32) * np.int32(k))
+    neighbor_ids = pa.ListArray.from_arrays(offsets, ids.take(pa.array(indices.reshape(-1))))
+    values = pa.array(np.ascontiguousarray(scores, dtype=np.float32).reshape(-1), pa.float32())
+    return pa.Table.from_arrays(
+        [
+            ids.take(pa.array(np.asarray(rows, np.int64))),
+            neighbor_ids,
+            pa.ListArray.from_arrays(offsets, values),
+        ],
+        schema=NEIGHBORS_SCHEMA,
+    )
+
+
+def pairs_table(ids: pa.Array, a: np.ndarray, b: np.ndarray, scores: np.ndarray) -> pa.Table:
+    """A ``pairs/`` table from positions ``a < b`` into ascending ids (so ``id_a < id_b``)."""
+    return pa.Table.from_arrays(
+        [
+            ids.take(pa.array(np.asarray(a, np.int64))),
+            ids.take(pa.array(np.asarray(b, np.int64))),
+            pa.array(np.asarray(scores, np.float32), pa.float32()),
+        ],
+        schema=PAIRS_SCHEMA,
+    )
+
+
+def write_table(path: str, table: pa.Table) -> None:
+    """Write one table to a Parquet file on any Beam filesystem (used for empty outputs)."""
+    with FileSystems.create(path) as handle:
+        pq.write_table(table, handle)
+
+
+def open_pairs_output(directory: str) -> dict:
+    """The manifest of a finished ``sbert pairs`` output.
+
+    Raises:
+        FileNotFoundError: no manifest (missing or unfinished run).
+        ValueError: the directory holds another stage's output.
+    """
+    manifest = read_manifest(directory)
+    if manifest.get("kind") != "pairs":
+        raise ValueError(f"{directory} holds {manifest.get('kind')!r}, not sbert pairs output")
+    return manifest
+
+
+def read_neighbors(directory: str, ids: Iterable[str] | None = None) -> pa.Table:
+    """The ``neighbors/`` rows of a pairs output (all, or only those of ``ids``)."""
+    wanted = None if ids is None else pa.array(sorted(set(ids)), pa.string())
+    return _read_parts(join(directory, NEIGHBORS), NEIGHBORS_SCHEMA, "id", wanted)
+
+
+def read_pairs(directory: str, min_score: float | None = None) -> pa.Table:
+    """The ``pairs/`` rows of a pairs output, optionally only those with ``score >= min_score``."""
+    table = _read_parts(join(directory, PAIRS), PAIRS_SCHEMA, None, None)
+    if min_score is not None:
+        table = table.filter(pc.greater_equal(table["score"], pa.scalar(min_score, pa.float32())))
+    return table
+
+
+def _read_parts(folder: str, schema: pa.Schema, key: str | None, wanted) -> pa.Table:
+    tables = []
+    for path in shard_paths(folder):
+        with FileSystems.open(path) as handle:
+            table = pq.read_table(handle, schema=schema)
+        if wanted is not None:
+            table = table.filter(pc.is_in(table[key], value_set=wanted))
+        tables.append(table)
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def needs_normalizing(manifest: dict) -> bool:
+    """Whether rows must be L2-normalised here: unless the embed stage wrote unit float32 rows.
+
+    Rows stored as float16 are re-normalised too: rounding leaves their norms ~1e-3 off 1.
+    """
+    return not (manifest.get("normalized") and manifest.get("dtype", "float32") == "float32")
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What one launcher pass over the embeddings found.
+
+    Attributes:
+        count: rows read.
+        picked: for each name asked for, ``(row numbers, ids, (m, d) vectors)`` of the rows
+            chosen, in row order (vectors prepared as the workers prepare them).
+    """
+
+    count: int
+    picked: dict[str, tuple[np.ndarray, list[str], np.ndarray]]
+
+
+@dataclass(frozen=True)
+class VectorReader:
+    """The embeddings shards of a pairs job, read the same way in the launcher and the workers.
+
+    Rows are numbered across all shards in order (input directories, then shards); a plain
+    value, so a worker can carry it.
+    """
+
+    shards: tuple[str, ...]
+    dim: int
+    normalize: bool
+    batch_size: int = 65536
+
+    def batches(self) -> Iterator[tuple[pa.Array, np.ndarray]]:
+        """``(ids, (b, d) float32 vectors)`` per record batch, in row order."""
+        for path in self.shards:
+            yield from self.read_shard(path)
+
+    def read_shard(self, path: str) -> Iterator[tuple[pa.Array, np.ndarray]]:
+        """``(ids, vectors)`` batches of one shard."""
+        with FileSystems.open(path) as handle:
+            for batch in pq.ParquetFile(handle).iter_batches(
+                batch_size=self.batch_size, columns=["id", "embedding"]
+            ):
+                ids = _plain(batch.column("id"))
+                yield ids, self.prepare(embedding_matrix(batch.column("embedding")))
+
+    def prepare(self, vectors: np.ndarray) -> np.ndarray:
+        """float32 rows, L2-normalised when the embeddings are not unit float32 rows already."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if self.normalize:
+            return normalize_rows(vectors)
+        # Arrow hands out read-only views; torch wants arrays it may write to.
+        return vectors if vectors.flags.writeable else vectors.copy()
+
+    def scan(self, picks: dict[str, np.ndarray]) -> Scan:
+        """Check every row and collect the rows ``picks`` name (sorted row numbers per name).
+
+        Raises:
+            ValueError: an id occurs twice (results name items by id, so ids must be unique),
+                a null id, or a vector with NaN or infinite values; the message names one.
+        """
+        seen: list[pa.Array] = []
+        found: dict[str, tuple[list, list, list]] = {name: ([], [], []) for name in picks}
+        offset = 0
+        for ids, vectors in self.batches():
+            if ids.null_count:
+                raise ValueError(f"row {offset + _first(ids.is_null())}: the id is null")
+            require_finite(vectors, ids)
+            for name, rows in picks.items():
+                lo, hi = np.searchsorted(rows, [offset, offset + len(ids)])
+                local = rows[lo:hi] - offset
+                found[name][0].append(rows[lo:hi])
+                found[name][1].extend(ids.take(pa.array(local)).to_pylist())
+                found[name][2].append(vectors[local])
+            seen.append(ids)
+            offset += len(ids)
+        _require_unique(seen)
+        picked = {
+            name: (
+                np.concatenate(rows) if rows else np.zeros(0, np.int64),
+                names,
+                np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32),
+            )
+            for name, (rows, names, parts) in found.items()
+        }
+        return Scan(offset, picked)
+
+    def load_sorted(self) -> tuple[pa.Array, np.ndarray]:
+        """Every id (ascending) and its vector: ``(ids, (n, d) float32)``.
+
+        Memory: ``n * d * 4`` bytes for the vectors, twice that for a moment while they are put
+        in id order, plus the ids.
+        """
+        ids, parts = [], []
+        for batch_ids, vectors in self.batches():
+            ids.append(batch_ids)
+            parts.append(vectors)
+        if not ids:
+            return pa.array([], pa.string()), np.zeros((0, self.dim), np.float32)
+        all_ids = pa.concat_arrays(ids)
+        vectors = np.concatenate(parts)
+        del parts
+        order = pc.sort_indices(all_ids).to_numpy()
+        return all_ids.take(pa.array(order)), vectors[order]
+
+
+def _plain(ids: pa.Array) -> pa.Array:
+    """Ids as ``string`` (Parquet may hand back ``large_string`` or dictionary arrays)."""
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    return ids.cast(pa.string()) if ids.type != pa.string() else ids
+
+
+def _first(mask: pa.Array) -> int:
+    return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
+
+
+def _require_unique(parts: Sequence[pa.Array]) -> None:
+    if not parts:
+        return
+    ids = pa.concat_arrays(list(parts))
+    if len(pc.unique(ids)) == len(ids):
+        return
+    counts = pc.value_counts(ids)
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+    example = repeated[0]["values"].as_py()
+    raise ValueError(
+        f"{len(repeated)} ids occur more than once in the embeddings (e.g. {example!r}); "
+        "pairs name items by id, so ids must be unique (re-embed with distinct ids, or do not "
+        "pass the same embeddings twice)"
+    )

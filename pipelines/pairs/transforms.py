@@ -1,0 +1,457 @@
+"""The pairs stage's Beam transforms: exact search by query ranges, or by cluster blocks.
+
+:class:`ExactPairs` (every vector against every vector)::
+
+    ListRanges -> SpreadRanges -> SearchRanges
+
+One element per range of query rows. Each worker loads every vector once (``DoFn.setup``, in
+id order: ``n * d * 4`` bytes, twice that while sorting) and writes, per range, the
+``neighbors/`` and ``pairs/`` shards of those rows. Ranges are contiguous in id order, so the
+shards are too.
+
+:class:`ClusterBlockedPairs` (SemDeDup-style, see ``pipelines.vectors.cluster_blocks``)::
+
+    ListShards -> SpreadShards -> RouteToBlocks -> GroupBlockFiles -> SearchBlocks
+        -> GroupByOutputShard -> MergeAndWrite
+
+Each embeddings shard is read by one worker, which assigns every vector to the blocks of its
+``nprobe`` nearest centroids and writes the rows by *block group* (blocks packed into groups
+of bounded size) to ``_work/blocks/group-G/from-S.parquet``. One worker per group reads the
+group's files, searches each of its blocks exactly, and writes every item's candidate list
+(and the pairs, by ``id_a``) to ``_work/{neighbors,pairs}/shard-O/group-G.parquet`` for the
+output shard its id hashes to. One worker per output shard merges its candidates and writes
+the final shard, with a small JSON report of rows and blocks for the launcher. Vectors and
+lists move through files, so Beam carries only ``(key, file)`` elements and a worker holds at
+most one group of blocks, whatever N; the launcher removes ``_work/`` at the end.
+
+Both pipelines are single chains with one leaf and no tagged outputs, and every file is
+written under a temporary name and renamed to a deterministic one, so a retried element
+replaces its own files; they run the same on the FnApiRunner, Dataflow, Spark, Flink and Dask.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from pipelines.io.atomic import write_parquet_replacing
+from pipelines.io.centroids import load_centroids
+from pipelines.io.embeddings import embedding_matrix
+from pipelines.io.output_dir import join, write_json
+from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from pipelines.io.shards import stable_bucket
+from pipelines.pairs.files import (
+    NEIGHBORS,
+    PAIRS,
+    VectorReader,
+    neighbors_table,
+    pairs_table,
+    part_path,
+)
+from pipelines.pairs.merge import merge_neighbors, merge_pairs
+from pipelines.vectors.cluster_blocks import nearest_centroids, search_block
+from pipelines.vectors.precision import Precision
+
+logger = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "sbert_pairs"
+WORK_DIR = "_work"
+
+
+@dataclass(frozen=True)
+class PairsSettings:
+    """What every worker needs, all plain values (pickled into the pipeline)."""
+
+    output: str
+    reader: VectorReader
+    k: int
+    threshold: float | None
+    precision: Precision = "auto"
+
+
+def report_path(output: str, shard: int) -> str:
+    """The report an output shard's writer leaves for the launcher."""
+    return join(output, WORK_DIR, f"shard-{shard:05d}.json")
+
+
+def read_reports(output: str) -> list[dict]:
+    """Every writer report of a clustered run, in shard order."""
+    pattern = join(output, WORK_DIR, "shard-*.json")
+    reports = []
+    for path in sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list):
+        with FileSystems.open(path) as handle:
+            reports.append(json.loads(handle.read().decode("utf-8")))
+    return reports
+
+
+def plan_ranges(n: int, count: int) -> list[tuple[int, int]]:
+    """``count`` contiguous query ranges of near-equal size covering ``[0, n)`` (fewer if n is)."""
+    count = max(1, min(count, n))
+    bounds = np.linspace(0, n, count + 1).round().astype(np.int64)
+    return [(int(lo), int(hi)) for lo, hi in pairwise(bounds)]
+
+
+def _write(path: str, table: pa.Table, schema: pa.Schema) -> int:
+    return write_parquet_replacing(path, iter([table]), schema)
+
+
+class _SearchRangeFn(beam.DoFn):
+    """``(index, (start, stop))`` -> ``neighbors/`` (and ``pairs/``) shard ``index``."""
+
+    def __init__(self, settings: PairsSettings, count: int) -> None:
+        self._settings = settings
+        self._count = count
+        self._ids: pa.Array | None = None
+        self._vectors: np.ndarray | None = None
+        self._searched = Metrics.counter(METRICS_NAMESPACE, "rows_searched")
+
+    def setup(self) -> None:
+        self._ids, self._vectors = self._settings.reader.load_sorted()
+
+    def process(self, item: tuple[int, tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
+        index, (start, stop) = item
+        s = self._settings
+        result = search_block(
+            self._vectors, s.k, threshold=s.threshold, rows=(start, stop), precision=s.precision
+        )
+        rows = np.arange(start, stop)
+        table = neighbors_table(self._ids, rows, result.indices, result.scores)
+        _write(part_path(s.output, NEIGHBORS, index, self._count), table, NEIGHBORS_SCHEMA)
+        pairs = 0
+        if s.threshold is not None:
+            found = pairs_table(self._ids, result.pair_a, result.pair_b, result.pair_scores)
+            pairs = _write(part_path(s.output, PAIRS, index, self._count), found, PAIRS_SCHEMA)
+        self._searched.inc(stop - start)
+        yield index, table.num_rows, pairs
+
+
+class ExactPairs(beam.PTransform):
+    """Exact top-k (and pairs above the threshold) of every vector, by ranges of query rows.
+
+    Args:
+        settings: output, vectors, k, threshold.
+        ranges: ``(start, stop)`` query rows in id order, one output shard each
+            (:func:`plan_ranges`).
+
+    Emits ``(shard, neighbour rows, pairs)`` per range.
+    """
+
+    def __init__(self, settings: PairsSettings, ranges: list[tuple[int, int]]) -> None:
+        super().__init__()
+        self._ranges = list(ranges)
+        self._fn = _SearchRangeFn(settings, len(self._ranges))
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListRanges" >> beam.Create(list(enumerate(self._ranges)))
+            # Spread ranges over workers; Create alone would keep them on one.
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "SearchRanges" >> beam.ParDo(self._fn)
+        )
+
+
+def routed_schema(dim: int) -> pa.Schema:
+    """Rows sent to a block: block number, output shard of the id, id, vector."""
+    return pa.schema(
+        [
+            pa.field("block", pa.int32(), nullable=False),
+            pa.field("shard", pa.int32(), nullable=False),
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("embedding", pa.list_(pa.float32(), dim), nullable=False),
+        ]
+    )
+
+
+def routed_path(output: str, group: int, shard: int) -> str:
+    """Where embeddings shard ``shard`` leaves its rows for block group ``group``."""
+    return join(output, WORK_DIR, "blocks", f"group-{group:05d}", f"from-{shard:05d}.parquet")
+
+
+def candidates_path(output: str, folder: str, shard: int, group: int) -> str:
+    """Where block group ``group`` leaves its results for output shard ``shard``."""
+    return join(output, WORK_DIR, folder, f"shard-{shard:05d}", f"group-{group:05d}.parquet")
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """What a searched block group tells the writer of one output shard.
+
+    ``blocks`` (``(block, size)`` pairs) is filled in exactly one of a group's elements, so
+    that every block is reported once.
+    """
+
+    group: int
+    has_candidates: bool
+    blocks: tuple[tuple[int, int], ...] = ()
+
+
+class _StagedWriters:
+    """Parquet files written under temporary names and renamed together when all are done."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self._schema = schema
+        self._open: dict[str, tuple[str, object, pq.ParquetWriter]] = {}
+
+    def write(self, path: str, table: pa.Table) -> None:
+        if path not in self._open:
+            staging = f"{path}.{uuid.uuid4().hex}.tmp"
+            handle = FileSystems.create(staging)
+            self._open[path] = (staging, handle, pq.ParquetWriter(handle, self._schema))
+        self._open[path][2].write_table(table)
+
+    def close(self) -> list[str]:
+        """Close every file and move it to its final name; returns the final names."""
+        for _, handle, writer in self._open.values():
+            writer.close()
+            handle.close()
+        finals = sorted(self._open)
+        for final in finals:
+            if FileSystems.exists(final):  # a retry of the same element: same rows, replace
+                FileSystems.delete([final])
+            FileSystems.rename([self._open[final][0]], [final])
+        self._open.clear()
+        return finals
+
+
+class _RouteFn(beam.DoFn):
+    """``(index, embeddings shard)`` -> its rows, written by block group; ``(group, file)``."""
+
+    def __init__(
+        self, settings: PairsSettings, centroids_path: str, nprobe: int, groups, n_shards: int
+    ) -> None:
+        self._settings = settings
+        self._centroids_path = centroids_path
+        self._nprobe = nprobe
+        self._groups = np.asarray(groups, np.int64)
+        self._n_shards = n_shards
+        self._centroids: np.ndarray | None = None
+        self._routed = Metrics.counter(METRICS_NAMESPACE, "rows_routed")
+
+    def setup(self) -> None:
+        self._centroids = load_centroids(self._centroids_path)
+
+    def process(self, item: tuple[int, str]) -> Iterator[tuple[int, str]]:
+        index, path = item
+        reader = self._settings.reader
+        writers = _StagedWriters(routed_schema(reader.dim))
+        for ids, vectors in reader.read_shard(path):
+            probes = nearest_centroids(vectors, self._centroids, self._nprobe)  # (b, nprobe)
+            blocks = probes.reshape(-1)
+            rows = np.repeat(np.arange(len(vectors)), self._nprobe)
+            groups = self._groups[blocks]
+            order = np.lexsort((rows, blocks, groups))
+            blocks, rows, groups = blocks[order], rows[order], groups[order]
+            shards = np.fromiter(
+                (stable_bucket(i, self._n_shards) for i in ids.to_pylist()), np.int32, len(ids)
+            )
+            cuts = np.flatnonzero(np.diff(groups)) + 1
+            for members in np.split(np.arange(len(rows)), cuts):
+                picked = rows[members]
+                flat = pa.array(vectors[picked].reshape(-1), pa.float32())
+                table = pa.Table.from_arrays(
+                    [
+                        pa.array(blocks[members].astype(np.int32)),
+                        pa.array(shards[picked]),
+                        ids.take(pa.array(picked)),
+                        pa.FixedSizeListArray.from_arrays(flat, reader.dim),
+                    ],
+                    schema=routed_schema(reader.dim),
+                )
+                writers.write(
+                    routed_path(self._settings.output, int(groups[members[0]]), index), table
+                )
+            self._routed.inc(len(vectors))
+        for final in writers.close():
+            yield int(final.rsplit("group-", 1)[1][:5]), final
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One block's rows, in id order: ids, vectors, and each id's output shard."""
+
+    ids: pa.Array
+    vectors: np.ndarray
+    shards: np.ndarray
+
+
+class _SearchGroupFn(beam.DoFn):
+    """``(group, routed files)`` -> every block of the group searched exactly; its lists and
+    pairs written per output shard; ``(output shard, GroupResult)``."""
+
+    def __init__(self, settings: PairsSettings, n_shards: int, max_block: int) -> None:
+        self._settings = settings
+        self._n_shards = n_shards
+        self._max_block = max_block
+        self._searched = Metrics.counter(METRICS_NAMESPACE, "block_rows_searched")
+        self._over_cap = Metrics.counter(METRICS_NAMESPACE, "blocks_over_cap")
+
+    def process(self, item: tuple[int, Iterable[str]]) -> Iterator[tuple[int, GroupResult]]:
+        group, paths = item
+        s = self._settings
+        schema = routed_schema(s.reader.dim)
+        tables = []
+        for path in sorted(set(paths)):
+            with FileSystems.open(path) as handle:
+                tables.append(pq.read_table(handle, schema=schema))
+        table = pa.concat_tables(tables).combine_chunks()
+        del tables
+        # Arrival order depends on the runner; (block, id) order makes every block, and the
+        # ties within it, the same on every run.
+        table = table.take(pc.sort_indices(table, [("block", "ascending"), ("id", "ascending")]))
+        blocks = table["block"].to_numpy()
+        shards = table["shard"].to_numpy()
+        ids = table["id"].combine_chunks()
+        vectors = embedding_matrix(table["embedding"])
+        neighbors = _StagedWriters(NEIGHBORS_SCHEMA)
+        pairs = _StagedWriters(PAIRS_SCHEMA)
+        sizes = []
+        starts = np.flatnonzero(np.diff(blocks, prepend=-1))
+        for lo, hi in pairwise([*starts.tolist(), len(blocks)]):
+            sizes.append((int(blocks[lo]), hi - lo))
+            block = _Block(ids.slice(lo, hi - lo), vectors[lo:hi], shards[lo:hi])
+            self._search(group, block, neighbors, pairs)
+        del table, vectors
+        written = {int(path.rsplit("shard-", 1)[1][:5]) for path in neighbors.close()}
+        pairs.close()
+        home = group % self._n_shards
+        for shard in sorted(written | {home}):
+            blocks_here = tuple(sizes) if shard == home else ()
+            yield shard, GroupResult(group, shard in written, blocks_here)
+
+    def _search(
+        self, group: int, block: _Block, neighbors: _StagedWriters, pairs: _StagedWriters
+    ) -> None:
+        s = self._settings
+        size = len(block.ids)
+        if size > self._max_block:
+            self._over_cap.inc()
+            logger.warning(
+                "a block holds %d vectors, more than the cap of %d (near-identical vectors "
+                "cannot be split); searching it whole",
+                size,
+                self._max_block,
+            )
+        # A writable copy of this block's rows (Arrow's buffers are read-only).
+        result = search_block(
+            np.array(block.vectors), s.k, threshold=s.threshold, precision=s.precision
+        )
+        lists = neighbors_table(block.ids, np.arange(size), result.indices, result.scores)
+        found = pairs_table(block.ids, result.pair_a, result.pair_b, result.pair_scores)
+        pair_shards = block.shards[result.pair_a]
+        for shard in np.unique(block.shards).tolist():
+            neighbors.write(
+                candidates_path(s.output, NEIGHBORS, shard, group),
+                lists.filter(pa.array(block.shards == shard)),
+            )
+            if s.threshold is not None:
+                pairs.write(
+                    candidates_path(s.output, PAIRS, shard, group),
+                    found.filter(pa.array(pair_shards == shard)),
+                )
+        self._searched.inc(size)
+
+
+class _MergeWriteFn(beam.DoFn):
+    """``(output shard, GroupResults)`` -> the merged ``neighbors/`` and ``pairs/`` shards and
+    a report for the launcher."""
+
+    def __init__(self, settings: PairsSettings, n_shards: int) -> None:
+        self._settings = settings
+        self._n_shards = n_shards
+
+    def process(self, item: tuple[int, Iterable[GroupResult]]) -> Iterator[tuple[int, int]]:
+        shard, results = item
+        results = list(results)
+        s = self._settings
+        groups = sorted({r.group for r in results if r.has_candidates})
+        lists = merge_neighbors(
+            [
+                _read(candidates_path(s.output, NEIGHBORS, shard, g), NEIGHBORS_SCHEMA)
+                for g in groups
+            ]
+            or [NEIGHBORS_SCHEMA.empty_table()],
+            s.k,
+        )
+        rows = _write(
+            part_path(s.output, NEIGHBORS, shard, self._n_shards), lists, NEIGHBORS_SCHEMA
+        )
+        pairs = 0
+        if s.threshold is not None:
+            found = merge_pairs(
+                [_read(candidates_path(s.output, PAIRS, shard, g), PAIRS_SCHEMA) for g in groups]
+                or [PAIRS_SCHEMA.empty_table()]
+            )
+            pairs = _write(part_path(s.output, PAIRS, shard, self._n_shards), found, PAIRS_SCHEMA)
+        lengths = pc.list_value_length(lists["neighbor_ids"]).to_numpy(zero_copy_only=False)
+        report = {
+            "shard": shard,
+            "rows": rows,
+            "pairs": pairs,
+            "short_lists": int(np.sum(lengths < s.k)),
+            "blocks": sorted(block for r in results for block in r.blocks),
+        }
+        write_json(report_path(s.output, shard), report)
+        yield shard, rows
+
+
+def _read(path: str, schema: pa.Schema) -> pa.Table:
+    with FileSystems.open(path) as handle:
+        return pq.read_table(handle, schema=schema)
+
+
+class ClusterBlockedPairs(beam.PTransform):
+    """Top-k (and pairs above the threshold) searched exactly within cluster blocks.
+
+    Args:
+        settings: output, vectors, k, threshold.
+        centroids_path: ``centroids.npy`` (from
+        :func:`pipelines.vectors.cluster_blocks.plan_blocks`). nprobe: blocks each vector joins (its
+        nearest centroids). groups: ``(blocks,)`` the group of each block
+        (:func:`pipelines.vectors.cluster_blocks.
+            group_blocks`); a worker holds one group's vectors at a time.
+        n_shards: output shards; an item's row is in shard ``crc32(id) % n_shards``.
+        max_block: block size above which a block is counted and logged as over the cap.
+
+    Emits ``(shard, neighbour rows)`` per output shard.
+    """
+
+    def __init__(
+        self,
+        settings: PairsSettings,
+        centroids_path: str,
+        *,
+        nprobe: int,
+        groups: np.ndarray,
+        n_shards: int,
+        max_block: int,
+    ) -> None:
+        super().__init__()
+        self._shards = list(enumerate(settings.reader.shards))
+        self._route = _RouteFn(settings, centroids_path, nprobe, groups, n_shards)
+        self._search = _SearchGroupFn(settings, n_shards, max_block)
+        self._write = _MergeWriteFn(settings, n_shards)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListShards" >> beam.Create(self._shards)
+            | "SpreadShards" >> beam.Reshuffle()
+            | "RouteToBlocks" >> beam.ParDo(self._route)
+            | "GroupBlockFiles" >> beam.GroupByKey()
+            | "SearchBlocks" >> beam.ParDo(self._search)
+            | "GroupByOutputShard" >> beam.GroupByKey()
+            | "MergeAndWrite" >> beam.ParDo(self._write)
+        )
