@@ -44,7 +44,8 @@ from pipelines.dedup.labels import (
     pr_curve,
     read_labelled_pairs,
 )
-from pipelines.dedup.methods import rank_items, sweep_groupings
+from pipelines.dedup.methods import sweep_groupings
+from pipelines.dedup.ranking import rank_items
 from sbert_core.pair_metrics import best_f1 as pair_best_f1
 
 

@@ -455,7 +455,7 @@ def similarity_histogram(scores: np.ndarray, low: float, width: float = 0.01) ->
 def id_ranks(ids: pa.Array | Sequence[str]) -> np.ndarray:
     """``(n,)`` int64 rank of every id in string (code point) order."""
     order = pc.sort_indices(_strings(ids)).to_numpy()
-    return _inverse(order)
+    return inverse_order(order)
 
 
 def derived_id_ranks(ids: Sequence[str]) -> np.ndarray | None:
@@ -471,15 +471,16 @@ def derived_id_ranks(ids: Sequence[str]) -> np.ndarray | None:
     if not ids:
         return np.zeros(0, np.int64)
     _, file_codes = np.unique(np.array(files, dtype=object), return_inverse=True)
-    return _inverse(np.lexsort((np.array(rows, np.int64), file_codes)))
+    return inverse_order(np.lexsort((np.array(rows, np.int64), file_codes)))
 
 
 def corpus_ranks(positions: np.ndarray) -> np.ndarray:
     """``(n,)`` int64 rank from ``(n, 2)`` corpus positions ``(file number, row)``."""
-    return _inverse(np.lexsort((positions[:, 1], positions[:, 0])))
+    return inverse_order(np.lexsort((positions[:, 1], positions[:, 0])))
 
 
-def _inverse(order: np.ndarray) -> np.ndarray:
+def inverse_order(order: np.ndarray) -> np.ndarray:
+    """``rank`` with ``rank[order[i]] == i``: the place of every row in ``order``."""
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
     return rank

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.dedup.methods import Grouping
+from pipelines.dedup.grouping import Grouping
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import read_table
 
@@ -204,7 +204,7 @@ class PairCounts:
 def pair_counts(labels: np.ndarray, labelled: LabelledPairs) -> PairCounts:
     """Counts for a partition ``labels`` (``(n,)``, equal value = same group) on labelled pairs.
 
-    Use :meth:`pipelines.dedup.methods.Grouping.labels` for a grouping's partition.
+    Use :meth:`pipelines.dedup.grouping.Grouping.labels` for a grouping's partition.
     """
     same = labels[labelled.a] == labels[labelled.b]
     duplicate = labelled.label

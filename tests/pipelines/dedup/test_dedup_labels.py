@@ -19,7 +19,8 @@ from pipelines.dedup.labels import (
     pr_curve,
     read_labelled_pairs,
 )
-from pipelines.dedup.methods import group_items, rank_items, sweep_groupings
+from pipelines.dedup.methods import group_items, sweep_groupings
+from pipelines.dedup.ranking import rank_items
 from sbert_core.errors import DataFileError
 
 IDS = ["q0", "q1", "q2", "q3", "q4", "q5"]

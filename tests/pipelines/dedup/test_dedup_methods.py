@@ -7,17 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
+from pipelines.dedup.grouping import NEAR_REPRESENTATIVE, REASONS, THROUGH_MEMBERS
 from pipelines.dedup.groups import IndexedPairs, deduplicate
-from pipelines.dedup.methods import (
-    METHODS,
-    NEAR_REPRESENTATIVE,
-    REASONS,
-    THROUGH_MEMBERS,
-    average_linkage,
-    group_items,
-    rank_items,
-    sweep_groupings,
-)
+from pipelines.dedup.linkage import average_linkage
+from pipelines.dedup.methods import METHODS, group_items, sweep_groupings
+from pipelines.dedup.ranking import rank_items
 from tests.planted import unit_rows
 
 FLOOR = 0.5

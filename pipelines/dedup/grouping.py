@@ -1,0 +1,196 @@
+"""One method's duplicate groups at one threshold, and the parts every method shares (Beam-free).
+
+A :class:`Grouping` holds a group number per item (-1 for an item in no group), one
+representative per group (the kept member), and for every removed member the row it was
+matched to (its representative), that pair's score and a reason. The methods that build one
+are in :mod:`pipelines.dedup.methods` and :mod:`pipelines.dedup.linkage`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from pipelines.dedup.groups import DuplicateGroups, IndexedPairs
+
+# Why a member is in its group. Code 0 is "kept" (a representative or an item in no group).
+REASONS: tuple[str, ...] = (
+    "kept",
+    "similar to its representative",
+    "joined through other members",
+)
+KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """Duplicate groups from one method at one threshold.
+
+    Groups are numbered ``0 .. G-1`` by size descending, equal sizes by their representative's
+    rank.
+    """
+
+    method: str
+    threshold: float
+    group: np.ndarray  # (n,) int64, -1 for an item in no group
+    representative: np.ndarray  # (n,) bool, the one kept member of each group
+    sizes: np.ndarray  # (G,) int64 members per group
+    matched: np.ndarray  # (n,) int64: a removed item's representative row, -1 for kept items
+    matched_score: np.ndarray  # (n,) float32: score with it, NaN if kept or not a given pair
+    # (n,) int8 index into REASONS: "similar to its representative" when matched_score reaches
+    # the threshold (star: rep_threshold), else "joined through other members".
+    reason: np.ndarray
+    pairs_used: int  # pairs at or above the threshold
+
+    @property
+    def n(self) -> int:
+        """Items in all."""
+        return len(self.group)
+
+    @property
+    def removed(self) -> np.ndarray:
+        """``(n,)`` bool: group members other than the representative."""
+        return (self.group >= 0) & ~self.representative
+
+    @property
+    def kept(self) -> np.ndarray:
+        """``(n,)`` bool: representatives and items in no group."""
+        return ~self.removed
+
+    @property
+    def n_removed(self) -> int:
+        """Items removed."""
+        return int(self.sizes.sum()) - len(self.sizes)
+
+    @property
+    def n_groups(self) -> int:
+        """Groups of two or more items."""
+        return len(self.sizes)
+
+    @property
+    def largest(self) -> int:
+        """Size of the largest group (0 when there are none)."""
+        return int(self.sizes.max()) if len(self.sizes) else 0
+
+    def labels(self) -> np.ndarray:
+        """``(n,)`` int64 partition label: the group, or ``G + row`` for an item in no group."""
+        out = self.group.copy()
+        alone = out < 0
+        out[alone] = len(self.sizes) + np.flatnonzero(alone)
+        return out
+
+    def reasons(self) -> list[str]:
+        """The reason of every item, as text."""
+        return [REASONS[code] for code in self.reason.tolist()]
+
+    def to_duplicate_groups(self, policy: str) -> DuplicateGroups:
+        """The same groups as :class:`pipelines.dedup.groups.DuplicateGroups` (for its writers)."""
+        return DuplicateGroups(
+            threshold=self.threshold,
+            policy=policy,
+            group=self.group,
+            representative=self.representative,
+            sizes=self.sizes,
+            pairs_used=self.pairs_used,
+        )
+
+
+def component_labels(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(n,)`` int64 connected-component label of every row over the edges ``(a, b)``."""
+    graph = coo_matrix((np.ones(len(a), np.int8), (a, b)), shape=(n, n)).tocsr()
+    return connected_components(graph, directed=False)[1].astype(np.int64)
+
+
+def from_labels(
+    method: str,
+    threshold: float,
+    labels: np.ndarray,
+    rank: np.ndarray,
+    pairs: IndexedPairs,
+    representative_row: np.ndarray | None = None,
+    radius: float | None = None,
+) -> Grouping:
+    """A :class:`Grouping` from a partition label per row.
+
+    ``representative_row`` gives each row's representative (constant within a label); by
+    default the best-ranked row of the label. A removed row is "similar to its representative"
+    when their score reaches ``radius`` (default ``threshold``).
+    """
+    n = len(labels)
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    if representative_row is None:
+        best = np.full(len(counts), np.iinfo(np.int64).max)
+        np.minimum.at(best, inverse, rank)
+        by_rank = np.empty(n, np.int64)
+        by_rank[rank] = np.arange(n)
+        representative_row = by_rank[best][inverse]
+    grouped = counts[inverse] > 1
+    group_labels = np.flatnonzero(counts > 1)
+    head = np.empty(len(counts), np.int64)
+    head[inverse] = representative_row
+    # Number groups by size descending, then by their representative's rank.
+    by_size = np.lexsort((rank[head[group_labels]], -counts[group_labels]))
+    number = np.full(len(counts), -1, np.int64)
+    number[group_labels[by_size]] = np.arange(len(group_labels))
+    group = number[inverse]
+    representative = grouped & (representative_row == np.arange(n))
+    removed = grouped & ~representative
+    matched = np.where(removed, representative_row, -1)
+    matched_score = np.full(n, np.nan, np.float32)
+    rows = np.flatnonzero(removed)
+    matched_score[rows] = lookup_scores(pairs, n, rows, matched[rows])
+    reason = np.zeros(n, np.int8)
+    near = matched_score[rows] >= np.float32(threshold if radius is None else radius)
+    reason[rows] = np.where(near, NEAR_REPRESENTATIVE, THROUGH_MEMBERS)
+    return Grouping(
+        method=method,
+        threshold=threshold,
+        group=group,
+        representative=representative,
+        sizes=counts[group_labels[by_size]].astype(np.int64),
+        matched=matched,
+        matched_score=matched_score,
+        reason=reason,
+        pairs_used=int(np.sum(pairs.scores >= np.float32(threshold))),
+    )
+
+
+def lookup_scores(pairs: IndexedPairs, n: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Scores of the pairs ``(x[i], y[i])``; NaN where the pair is not given."""
+    key = pairs.a * n + pairs.b
+    # Pairs usually come sorted by (a, b) (pairs stage, index_pairs): skip the sort then.
+    order = np.arange(len(key)) if np.all(key[1:] >= key[:-1]) else np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    wanted = np.minimum(x, y) * n + np.maximum(x, y)
+    position = np.clip(np.searchsorted(sorted_key, wanted), 0, max(len(key) - 1, 0))
+    out = np.full(len(wanted), np.nan, np.float32)
+    if len(key):
+        found = sorted_key[position] == wanted
+        out[found] = pairs.scores[order[position[found]]]
+    return out
+
+
+def check_threshold(threshold: float) -> None:
+    """Refuse a threshold outside ``[-1, 1]``."""
+    if not -1.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must lie in [-1, 1], got {threshold}")
+
+
+def check_inputs(n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray) -> None:
+    """Refuse a bad threshold, a rank that is not a permutation, or pairs outside the rows."""
+    check_threshold(threshold)
+    rank = np.asarray(rank)
+    permutation = (
+        rank.shape == (n,)
+        and np.issubdtype(rank.dtype, np.integer)
+        and (n == 0 or (rank.min() >= 0 and rank.max() < n))
+        and bool(np.all(np.bincount(rank, minlength=n) == 1))
+    )
+    if not permutation:
+        raise ValueError(f"rank must be a permutation of 0 .. {n - 1} (see rank_items)")
+    if len(pairs) and (pairs.a.min() < 0 or pairs.b.max() >= n or np.any(pairs.a >= pairs.b)):
+        raise ValueError(f"pairs must be rows a < b in [0, {n})")
