@@ -10,14 +10,11 @@ Every row read is either embedded or written to ``OUTPUT/errors/`` with a reason
 writes into ``OUTPUT/_attempts/<run id>/`` and publishes in one step
 (``pipelines/io/output_dir.py``), so a failed or killed run leaves the previous output as it was. A
 run in which every row is rejected fails (nothing is published) unless ``--allow-all-rejected`` is
-given. """
+given."""
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
-import time
 from dataclasses import asdict, dataclass
 
 import apache_beam as beam
@@ -26,7 +23,10 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from jobs.beam_options import is_local, pipeline_options, runner_name
 from jobs.errors import JobFailedError
-from jobs.model_options import add_model_arguments, encoder_settings
+from jobs.job_options import job_output
+from jobs.model_options import encoder_settings
+from jobs.parsers.embed import build_parser
+from jobs.pipeline_run import new_pipeline, run_pipeline
 from pipelines.embed.model_handler import (
     ZERO_VECTORS,
     DeterministicInferenceError,
@@ -46,15 +46,13 @@ from pipelines.embed.read_corpus import (
 from pipelines.embed.sinks import WriteEmbeddings, WriteErrors, output_schema
 from pipelines.embed.transform import EMBEDDED, Embed
 from pipelines.io.corpus_reader import (
-    DEFAULT_MAX_RECORD_BYTES,
-    DEFAULT_MAX_RECORD_LINES,
-    ON_BAD_FILE_CHOICES,
     CorpusSpec,
 )
 from pipelines.io.counters import METRICS_NAMESPACE
 from pipelines.io.embeddings import count_rows, shard_paths
-from pipelines.io.output_dir import OutputLayout, StagedOutput, join, prepare_output
-from sbert_core import __version__
+from pipelines.io.manifest_fields import created_now, software_versions
+from pipelines.io.output_dir import OutputLayout, join
+from pipelines.io.staged_output import StagedOutput
 from sbert_core.encoder_settings import EncoderSettings
 
 logger = logging.getLogger(__name__)
@@ -85,88 +83,6 @@ class EmbedSummary:
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Job options; anything not listed here is passed on to Beam's ``PipelineOptions``."""
-    parser = argparse.ArgumentParser(
-        prog="sbert embed",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--input", required=True, help="glob of corpus files on any Beam filesystem"
-    )
-    parser.add_argument("--output", required=True, help="output directory")
-    parser.add_argument("--format", default=None, choices=["txt", "jsonl", "csv", "tsv", "parquet"])
-    parser.add_argument(
-        "--text-field", default="text", help="field/column with the text (default: text)"
-    )
-    parser.add_argument(
-        "--id-field", default=None, help="field with ids (default: derived from file:row)"
-    )
-    parser.add_argument(
-        "--keep-fields", default="", help="comma-separated fields copied to the output"
-    )
-    parser.add_argument(
-        "--keep-text", action="store_true", help="store the text next to the vector"
-    )
-    parser.add_argument(
-        "--dtype", default="float32", choices=["float32", "float16"], help="stored dtype"
-    )
-    parser.add_argument(
-        "--max-error-rate",
-        type=float,
-        default=1.0,
-        help="fail (no manifest) if a larger fraction of rows is rejected (default 1.0: never)",
-    )
-    parser.add_argument(
-        "--max-record-bytes",
-        type=int,
-        default=DEFAULT_MAX_RECORD_BYTES,
-        help="bytes of one row at most (the raw line(s)); longer rows are rejected",
-    )
-    parser.add_argument(
-        "--max-record-lines",
-        type=int,
-        default=DEFAULT_MAX_RECORD_LINES,
-        help="lines one quoted CSV field may span; past it the quote is taken for a stray one "
-        "and only its first line is rejected",
-    )
-    parser.add_argument(
-        "--on-bad-file",
-        default="fail",
-        choices=ON_BAD_FILE_CHOICES,
-        help="a damaged input file (truncated or corrupt .gz/.bz2/.parquet): fail the job, "
-        "naming it (default), or skip it as one rejected row after the rows read before the "
-        "damage",
-    )
-    parser.add_argument(
-        "--min-batch-size",
-        type=int,
-        default=4096,
-        # Large batches let the encoder sort by token length across many texts: at 256 the
-        # pipeline ran at 0.82x the raw encoder on 20k texts, at 4096-8192 at 0.97x.
-        help="records per inference call, min",
-    )
-    parser.add_argument(
-        "--max-batch-size", type=int, default=8192, help="records per inference call, max"
-    )
-    parser.add_argument(
-        "--batching",
-        default="auto",
-        choices=["auto", "bundle", "grouped"],
-        help="bundle: Beam's BatchElements; grouped: GroupByKey buckets and sharded writes "
-        "(auto: grouped on the Dask runner, which drops finish_bundle output)",
-    )
-    parser.add_argument(
-        "--allow-all-rejected",
-        action="store_true",
-        help="publish a run in which every row was rejected (default: such a run fails)",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    add_model_arguments(parser, dtype_flag="--compute-dtype", normalize=True)
-    return parser
-
-
 def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> EmbedSummary:
     """Build and run the embed pipeline; returns the summary after the manifest is written.
 
@@ -186,12 +102,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     read_corpus = ReadCorpus(args.input, spec)
     refuse_output_inside_input(args.output, args.input, read_corpus.files)
     schema = output_schema(info.pooling.dim, args.dtype, args.keep_text, spec.keep_fields)
-    out = prepare_output(
-        args.output,
-        overwrite=args.overwrite,
-        job={"command": "embed", "argv": argv or sys.argv[1:]},
-        layout=LAYOUT,
-    )
+    out = job_output("embed", args.output, args.overwrite, argv, LAYOUT)
     with out:
         return _run_pipeline(
             args, out, (info, settings, schema), options, spec, read_corpus, test_pipeline
@@ -251,7 +162,7 @@ def _run_pipeline(
         settings, min_batch_size=args.min_batch_size, max_batch_size=args.max_batch_size
     )
     n_groups, n_shards = _grouping(args.batching, options, read_corpus.total_bytes)
-    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
+    pipeline = new_pipeline(options, test_pipeline)
     corpus = pipeline | "ReadCorpus" >> read_corpus
     records, rejected = corpus[RECORDS], [corpus[REJECTED]]
     if args.id_field:
@@ -281,17 +192,13 @@ def _run_pipeline(
     # the last transform applied, so without it some branches would silently not run.
     tuple(written) | "FlattenWritten" >> beam.Flatten() | "Finished" >> beam.Map(str)
 
-    start = time.perf_counter()
     try:
-        result = pipeline.run()
-        result.wait_until_finish()
+        finished = run_pipeline(pipeline, options, test_pipeline=test_pipeline)
     except DeterministicInferenceError as err:
         raise JobFailedError(f"{err}; nothing was published") from None
-    seconds = time.perf_counter() - start
-    client = getattr(result, "client", None)  # the Dask runner leaves its client open
-    if client is not None:
-        client.close()
-    return _finish(args, out, info, options, spec, read_corpus.files, result, seconds)
+    return _finish(
+        args, out, info, options, spec, read_corpus.files, finished.result, finished.seconds
+    )
 
 
 def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int | None]:
@@ -361,9 +268,9 @@ def _finish(
         "keep_text": args.keep_text,
         "shards": sorted(out.final_name(path.rsplit("/", 1)[-1]) for path in parts),
         "runner": runner_name(options),
-        "software": {"sbert_pipeline": __version__, "apache_beam": beam.__version__},
+        "software": software_versions(),
         "seconds": round(seconds, 3),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": created_now(),
     }
     FileSystems.delete([join(attempt, READ_LEDGER)])  # now recorded in the manifest
     out.commit(manifest)

@@ -19,26 +19,20 @@ merges them. Everything is written under ``OUTPUT/_attempts/<run id>/`` and publ
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 import time
 from dataclasses import dataclass, replace
 
 import apache_beam as beam
 import faiss
 
-from jobs.beam_options import pipeline_options, runner_name
+from jobs.beam_options import pipeline_options
 from jobs.errors import JobFailedError
-from pipelines.index.build import (
-    POINTS_PER_CENTROID,
-    BuildSettings,
-    BuiltIndex,
-    build_index,
-    default_train_sample,
-    min_train_points,
-    new_index,
-)
+from jobs.job_options import job_output
+from jobs.parsers.index import build_parser
+from jobs.pipeline_run import transform_runner
+from pipelines.index.build import BuildSettings, BuiltIndex, build_index
+from pipelines.index.faiss_ops import default_train_sample, min_train_points, new_index
 from pipelines.index.files import (
     IDS_FILE,
     INDEX_FILE,
@@ -49,7 +43,12 @@ from pipelines.index.files import (
     write_ids,
     write_index_file,
 )
-from pipelines.index.planner import IndexPlan, estimate_for_factory, plan_index
+from pipelines.index.planner import (
+    POINTS_PER_CENTROID,
+    IndexPlan,
+    estimate_for_factory,
+    plan_index,
+)
 from pipelines.index.sharded import (
     BuildIndexShards,
     IncompleteShardsError,
@@ -58,9 +57,9 @@ from pipelines.index.sharded import (
 )
 from pipelines.index.trial import TrialChoice, choose_by_trial
 from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.output_dir import OutputLayout, prepare_output
+from pipelines.io.manifest_fields import created_now, software_versions
+from pipelines.io.output_dir import OutputLayout
 from pipelines.io.sizes import format_size, parse_size
-from sbert_core import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -98,68 +97,6 @@ class IndexSummary:
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Job options; anything not listed here is passed on to Beam's ``PipelineOptions``."""
-    parser = argparse.ArgumentParser(
-        prog="sbert index",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--embeddings", required=True, help="an sbert embed output directory")
-    parser.add_argument("--output", required=True, help="index output directory")
-    parser.add_argument(
-        "--factory",
-        default="auto",
-        help="'auto' (choose under --memory-budget) or a FAISS index_factory string",
-    )
-    parser.add_argument(
-        "--memory-budget",
-        default="4GB",
-        help="memory the index may use, e.g. 4GB, 512MiB (default 4GB; used by auto)",
-    )
-    parser.add_argument(
-        "--target-recall",
-        type=float,
-        default=0.95,
-        help="recall@10 the search parameter is tuned to reach (default 0.95)",
-    )
-    parser.add_argument(
-        "--metric",
-        default="ip",
-        choices=["ip", "l2"],
-        help="ip: cosine (vectors are L2-normalised), l2: Euclidean (default ip)",
-    )
-    parser.add_argument(
-        "--train-sample", type=int, default=None, help="training vectors (default: by index)"
-    )
-    parser.add_argument(
-        "--trial-sample",
-        type=int,
-        default=None,
-        help="with --factory auto, when both HNSW and IVF-Flat fit the budget, build both on "
-        "this many vectors and keep the faster at the target recall (default: N/4, at least "
-        "100k, at most 1M; 0: take the planner's first choice)",
-    )
-    parser.add_argument(
-        "--queries",
-        type=int,
-        default=1000,
-        help="held-out vectors for tuning and the recall estimate (default 1000)",
-    )
-    parser.add_argument(
-        "--batch-size", type=int, default=65536, help="vectors read and added per step"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="for the training and query sample")
-    parser.add_argument(
-        "--shards",
-        type=int,
-        default=None,
-        help="fill S shards in a Beam pipeline and merge them (default: one process, no Beam)",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    return parser
-
-
 def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> IndexSummary:
     """Plan, build, tune and write the index; returns the summary after the manifest is written.
 
@@ -190,12 +127,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         batch_size=args.batch_size,
         seed=args.seed,
     )
-    out = prepare_output(
-        args.output,
-        overwrite=args.overwrite,
-        job={"command": "index", "argv": argv or sys.argv[1:]},
-        layout=LAYOUT,
-    )
+    out = job_output("index", args.output, args.overwrite, argv, LAYOUT)
     with out:
         return _build(args, out, data, (plan, n, budget), settings, beam_args, test_pipeline)
 
@@ -298,25 +230,15 @@ def _build_sharded(args, attempt: str, data, settings, beam_args, test_pipeline)
     """Train here, fill shards in Beam workers (writing below ``attempt``), merge here."""
     options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
     build, trained = prepare_sharded_build(data, attempt, settings, args.shards)
-    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
-    _ = pipeline | "BuildIndexShards" >> BuildIndexShards(build)
-    start = time.perf_counter()
-    result = pipeline.run()
-    result.wait_until_finish()
-    fill_seconds = time.perf_counter() - start
-    client = getattr(result, "client", None)  # the Dask runner leaves its client open
-    if client is not None:
-        client.close()
+    fill = transform_runner(options, test_pipeline)("BuildIndexShards", BuildIndexShards(build))
     try:
         built, files = finish_sharded_build(build, trained)
     except IncompleteShardsError as err:
         raise JobFailedError(
             f"{err}; nothing was published and the previous content of {args.output} is unchanged"
         ) from err
-    built.seconds["fill_pipeline"] = fill_seconds
-    # A TestPipeline is given its runner directly rather than through the options.
-    runner = type(pipeline.runner).__name__ if test_pipeline is not None else runner_name(options)
-    return built, files, runner
+    built.seconds["fill_pipeline"] = fill.seconds
+    return built, files, fill.runner
 
 
 def _manifest_fields(
@@ -342,13 +264,9 @@ def _manifest_fields(
         "shards": None if args.shards is None else {"requested": args.shards, "runner": runner},
         "has_text": data.has_text,
         "embeddings": {"directory": data.directory, "manifest": data.manifest},
-        "software": {
-            "sbert_pipeline": __version__,
-            "faiss": faiss.__version__,
-            "apache_beam": beam.__version__,
-        },
+        "software": software_versions(faiss=faiss.__version__),
         "total_seconds": round(seconds, 3),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": created_now(),
     }
 
 

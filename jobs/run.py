@@ -36,16 +36,16 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 
 from jobs.errors import JobFailedError
+from jobs.parsers.run import build_parser
 from jobs.run_config import (
     CONFIG_COPY,
-    STAGE_ORDER,
     STATE_FILE,
     RunConfig,
-    check_inputs,
     config_as_dict,
     load_run_config,
     stage_module,
 )
+from jobs.run_inputs import check_inputs
 from jobs.run_report import REPORT_FILE, write_report
 from jobs.run_stages import (
     JobState,
@@ -112,44 +112,6 @@ class StageFailedError(JobFailedError):
     def __init__(self, message: str, summary: JobSummary) -> None:
         super().__init__(message)
         self.summary = summary
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Options of ``sbert run``."""
-    parser = argparse.ArgumentParser(
-        prog="sbert run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("config", help="job config YAML (see examples/quickstart.yaml)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set dedup.threshold=0.95 (repeatable)",
-    )
-    parser.add_argument(
-        "--only",
-        action="append",
-        default=[],
-        choices=STAGE_ORDER,
-        help="run only this stage (repeatable), on the outputs already in the job directory",
-    )
-    parser.add_argument(
-        "--force",
-        action="append",
-        default=[],
-        choices=[*STAGE_ORDER, "all"],
-        help="rerun this stage even if nothing changed (repeatable; 'all' for every stage)",
-    )
-    parser.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the effective config (after --set) as YAML and exit",
-    )
-    return parser
 
 
 def run(argv: list[str] | None = None) -> JobSummary:

@@ -41,11 +41,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from jobs.run_table import FROM_FINETUNE, STAGE_NAMES, STAGES, finetune_argv, stage_spec
+from jobs.run_table import FROM_FINETUNE, STAGE_NAMES, STAGES, stage_spec
 from sbert_core import DEFAULT_MODEL
 from sbert_core.config import apply_override, config_from_dict, config_to_dict, read_config_file
 from sbert_core.encoder_settings import EncoderSettings
-from sbert_core.errors import ModelLoadError
 from sbert_core.pooling import PoolingMode
 from sbert_core.precision import DTYPE_NAMES
 
@@ -61,7 +60,7 @@ LOCAL_RUNNER = "local"
 # Runners whose workers run on other machines, which cannot read the submitting machine's disk:
 # their paths need one of the remote schemes.
 _CLUSTER_RUNNERS = ("DataflowRunner", "SparkRunner", "FlinkRunner", "PortableRunner")
-_REMOTE_SCHEMES = ("gs://", "s3://", "hdfs://")
+REMOTE_SCHEMES = ("gs://", "s3://", "hdfs://")  # filesystems every worker can reach
 
 
 @dataclass
@@ -310,10 +309,10 @@ def _validate_runner(config: RunConfig) -> None:
     if config.runner.rsplit(".", 1)[-1] not in _CLUSTER_RUNNERS:
         return
     for key, value in (("job_dir", config.job_dir), ("input.path", config.input.path)):
-        if value and not value.startswith(_REMOTE_SCHEMES):
+        if value and not value.startswith(REMOTE_SCHEMES):
             raise ValueError(
                 f"{key}: {value!r} is a local path, which {config.runner} workers cannot read; "
-                f"use {', '.join(_REMOTE_SCHEMES)} (or runner: {LOCAL_RUNNER})"
+                f"use {', '.join(REMOTE_SCHEMES)} (or runner: {LOCAL_RUNNER})"
             )
 
 
@@ -394,43 +393,6 @@ def stage_module(stage: str) -> ModuleType:
     return stage_spec(stage).load()
 
 
-@dataclass(frozen=True)
-class CorpusFile:
-    """One input file as the fingerprint of the embed stage records it."""
-
-    path: str
-    size: int
-    mtime: float
-
-
-@dataclass(frozen=True)
-class CheckedInputs:
-    """What :func:`check_inputs` found: the stage inputs, described for fingerprints."""
-
-    corpus: tuple[CorpusFile, ...]
-    model: dict | None  # model_id, weights_sha256, ...; None for model: finetune
-    finetune: dict | None  # config digest and data files of the finetune stage
-
-
-def check_inputs(config: RunConfig) -> CheckedInputs:
-    """Check that the corpus, the model and the finetune config exist; describe them.
-
-    Raises:
-        FileNotFoundError: no input file matches input.path, or a finetune file is missing.
-        ModelLoadError: the model cannot be found or read (message starts with ``model:``).
-        ValueError: the finetune config is invalid; the job directory is not a job's.
-    """
-    _check_job_dir(config.job_dir)
-    corpus: tuple[CorpusFile, ...] = ()
-    if config.enabled("embed"):
-        corpus = _corpus_files(config.input.path)
-    model = None
-    if config.enabled("embed") and config.model != FROM_FINETUNE:
-        model = describe_model(config.model, config.embed)
-    finetune = _finetune_inputs(config) if config.enabled("finetune") else None
-    return CheckedInputs(corpus=corpus, model=model, finetune=finetune)
-
-
 def embed_encoder_settings(model: str, embed: EmbedConfig) -> EncoderSettings:
     """The encoder settings of the embed stage: what ``sbert embed`` builds from its flags."""
     return EncoderSettings(
@@ -445,86 +407,3 @@ def embed_encoder_settings(model: str, embed: EmbedConfig) -> EncoderSettings:
         num_threads=embed.threads,
         allow_pickle=embed.allow_pickle,
     )
-
-
-def describe_model(model: str, embed: EmbedConfig) -> dict:
-    """The model's identity (id, weights sha256, dim, pooling) as the embed manifest records it."""
-    try:
-        info = embed_encoder_settings(model, embed).inspect()
-    except ModelLoadError as err:
-        raise ModelLoadError(f"model: {err}") from None
-    except ValueError as err:
-        raise ValueError(f"model: {err}") from None
-    return info.describe()
-
-
-def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:
-    from apache_beam.io.filesystems import FileSystems
-
-    matched = FileSystems.match([pattern])[0].metadata_list
-    if not matched:
-        raise FileNotFoundError(f"input.path: no files match {pattern}")
-    return tuple(
-        CorpusFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds))
-        for m in sorted(matched, key=lambda m: m.path)
-    )
-
-
-def _check_job_dir(job_dir: str) -> None:
-    """Refuse a job directory that holds something other than a job of ours."""
-    from apache_beam.io.filesystems import FileSystems
-
-    from pipelines.io.output_dir import join, list_files
-
-    if not job_dir.startswith(_REMOTE_SCHEMES) and Path(job_dir).is_file():
-        raise ValueError(f"job_dir: {job_dir} is a file, not a directory")
-    if list_files(job_dir) and not FileSystems.exists(join(job_dir, STATE_FILE)):
-        raise ValueError(
-            f"job_dir: {job_dir} exists and holds files of something other than an sbert run "
-            "job (no state file); choose a new or empty directory"
-        )
-
-
-def _finetune_inputs(config: RunConfig) -> dict:
-    """Resolve the finetune config as ``sbert finetune`` would; describe its files."""
-    from jobs import finetune
-
-    path = Path(config.finetune.config)
-    if not path.is_file():
-        raise FileNotFoundError(f"finetune.config: {path} does not exist")
-    args = finetune.build_parser().parse_args(finetune_argv(config))
-    try:
-        resolved = finetune.resolve_config(args)
-    except ValueError as err:
-        raise ValueError(f"finetune.config: {err}") from None
-    specs = [("train", resolved.train), ("dev", resolved.dev)]
-    specs += [(f"test.{i}", spec) for i, spec in enumerate(resolved.test)]
-    files = []
-    for role, spec in specs:
-        if spec is None:
-            continue
-        data = Path(spec.path)
-        if not data.is_file():
-            raise FileNotFoundError(f"finetune.config: {role}.path {data} does not exist")
-        stat = data.stat()
-        files.append(
-            {"role": role, "path": str(data), "size": stat.st_size, "mtime": stat.st_mtime}
-        )
-    try:
-        base = describe_model(resolved.model, EmbedConfig(allow_pickle=resolved.allow_pickle))
-    except (ModelLoadError, ValueError) as err:
-        raise type(err)(f"finetune.config: base {err}") from None
-    return {
-        "config": _finetune_settings(resolved),
-        "data": files,
-        "base_model": base,
-    }
-
-
-def _finetune_settings(resolved: Any) -> dict:
-    """A resolved finetune config without where it writes (which the job decides)."""
-    values = config_to_dict(resolved)
-    for key in ("output", "overwrite"):
-        values.pop(key, None)
-    values.get("training", {}).pop("checkpoint_dir", None)
-    return values

@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -33,9 +31,11 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 
 from jobs.argv import check_values, option_actions, to_argv
-from jobs.run_config import STATE_FILE, CheckedInputs, RunConfig
+from jobs.run_config import STATE_FILE, RunConfig
+from jobs.run_inputs import CheckedInputs
 from jobs.run_table import StageSpec, stage_folders, stage_spec
-from pipelines.io.output_dir import join, write_json
+from pipelines.io.atomic import write_json_replacing
+from pipelines.io.output_dir import join
 
 STATE_FORMAT = 1
 # Options the job sets itself; a stage's ``options:`` may not set them.
@@ -136,7 +136,7 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
 
     Args:
         config: the validated job config.
-        checked: what :func:`jobs.run_config.check_inputs` found.
+        checked: what :func:`jobs.run_inputs.check_inputs` found.
         beam_argv: the job's Beam options (already checked against Beam's parser).
 
     Raises:
@@ -251,30 +251,7 @@ class JobState:
             "format": STATE_FORMAT,
             "stages": {name: asdict(record) for name, record in self.stages.items()},
         }
-        write_atomically(join(self.job_dir, STATE_FILE), value)
-
-
-def write_atomically(path: str, value: dict) -> None:
-    """Write JSON that appears whole: a temporary file renamed over the target on local disks;
-    one object write (complete or absent) on object stores."""
-    if "://" in path:
-        write_json(path, value)
-        return
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".state.", dir=directory)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(value, stream, indent=2, default=str)
-            stream.write("\n")
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; the other outputs are not
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+        write_json_replacing(join(self.job_dir, STATE_FILE), value)
 
 
 def stage_facts(plan: StagePlan) -> dict[str, Any]:

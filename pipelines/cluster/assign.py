@@ -27,6 +27,7 @@ from pipelines.io.embeddings import EmbeddingsDataset, all_shards, embedding_mat
 from pipelines.io.output_dir import join
 from pipelines.vectors.kmeans import assign
 from pipelines.vectors.precision import Precision, normalize_rows
+from pipelines.vectors.sampling import sample_rows
 
 ASSIGNMENTS = "assignments"
 
@@ -136,7 +137,7 @@ def sample_embeddings(
     the total count, ``size`` and ``seed``, so the sample is the same on every rerun.
     """
     total = sum(dataset.count for dataset in datasets)
-    chosen = np.sort(np.random.default_rng(seed).choice(total, size=size, replace=False))
+    chosen = sample_rows(total, size, seed)
     ids: list[str] = []
     parts: list[np.ndarray] = []
     offset = 0

@@ -131,7 +131,7 @@ def test_every_command_builds_the_same_settings_from_the_same_flags():
 
 def test_sbert_run_embeds_with_the_settings_it_checked(tmp_path, tiny_st_dir):
     """``sbert run``'s embed section, its embed command line and embed's own parser agree."""
-    from jobs.run_config import check_inputs
+    from jobs.run_inputs import check_inputs
     from jobs.run_stages import plan_stages
 
     corpus = tmp_path / "corpus.txt"

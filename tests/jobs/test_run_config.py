@@ -17,10 +17,10 @@ from jobs.run_config import (
     DEFAULT_STAGES,
     STAGE_ORDER,
     RunConfig,
-    check_inputs,
     config_as_dict,
     load_run_config,
 )
+from jobs.run_inputs import check_inputs
 from jobs.run_stages import plan_stages
 from sbert_core.errors import ModelLoadError
 

@@ -1,0 +1,60 @@
+"""Option set-ups and start-up steps that the Beam jobs share, written once so that an option
+that means the same thing in several commands is spelled, checked and documented the same way."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipelines.io.output_dir import OutputLayout
+    from pipelines.io.staged_output import StagedOutput
+
+
+def job_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
+    """A job's parser: its module docstring shown as written; unknown options go to Beam."""
+    return argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def add_embeddings_inputs(parser: argparse.ArgumentParser, together: str) -> None:
+    """``--embeddings DIR [DIR ...]`` (one model; ``together`` says what is done with them) and
+    ``--output DIR``."""
+    parser.add_argument(
+        "--embeddings",
+        required=True,
+        nargs="+",
+        action="extend",
+        help=f"embeddings output directories (one model; several are {together} together)",
+    )
+    parser.add_argument("--output", required=True, help="output directory")
+
+
+def add_precision(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--precision auto|bfloat16|float32`` of a candidate pass whose answer stays fp32."""
+    parser.add_argument(
+        "--precision", default="auto", choices=["auto", "bfloat16", "float32"], help=help_text
+    )
+
+
+def add_overwrite(parser: argparse.ArgumentParser) -> None:
+    """``--overwrite``: replace an existing output (only one this project wrote)."""
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
+
+
+def job_output(
+    command: str, output: str, overwrite: bool, argv: list[str] | None, layout: OutputLayout
+) -> StagedOutput:
+    """The staged output of a job run: refused before any work when it exists (without
+    ``overwrite``) or is not this project's; the manifest records the command and its argv."""
+    # imported here: jobs/parsers/ use this module, and --help loads no Beam
+    from pipelines.io.staged_output import prepare_output
+
+    return prepare_output(
+        output,
+        overwrite=overwrite,
+        job={"command": command, "argv": argv or sys.argv[1:]},
+        layout=layout,
+    )

@@ -1,0 +1,141 @@
+"""What ``sbert run`` checks before the job directory is touched: the corpus files, the model
+and the finetune config exist, and the job directory is a job's; what it found describes the
+stage inputs in the fingerprints (see ``jobs/run_stages.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jobs.run_config import (
+    REMOTE_SCHEMES,
+    STATE_FILE,
+    EmbedConfig,
+    RunConfig,
+    embed_encoder_settings,
+)
+from jobs.run_table import FROM_FINETUNE, finetune_argv
+from sbert_core.config import config_to_dict
+from sbert_core.errors import ModelLoadError
+
+
+@dataclass(frozen=True)
+class CorpusFile:
+    """One input file as the fingerprint of the embed stage records it."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True)
+class CheckedInputs:
+    """What :func:`check_inputs` found: the stage inputs, described for fingerprints."""
+
+    corpus: tuple[CorpusFile, ...]
+    model: dict | None  # model_id, weights_sha256, ...; None for model: finetune
+    finetune: dict | None  # config digest and data files of the finetune stage
+
+
+def check_inputs(config: RunConfig) -> CheckedInputs:
+    """Check that the corpus, the model and the finetune config exist; describe them.
+
+    Raises:
+        FileNotFoundError: no input file matches input.path, or a finetune file is missing.
+        ModelLoadError: the model cannot be found or read (message starts with ``model:``).
+        ValueError: the finetune config is invalid; the job directory is not a job's.
+    """
+    _check_job_dir(config.job_dir)
+    corpus: tuple[CorpusFile, ...] = ()
+    if config.enabled("embed"):
+        corpus = _corpus_files(config.input.path)
+    model = None
+    if config.enabled("embed") and config.model != FROM_FINETUNE:
+        model = describe_model(config.model, config.embed)
+    finetune = _finetune_inputs(config) if config.enabled("finetune") else None
+    return CheckedInputs(corpus=corpus, model=model, finetune=finetune)
+
+
+def describe_model(model: str, embed: EmbedConfig) -> dict:
+    """The model's identity (id, weights sha256, dim, pooling) as the embed manifest records it."""
+    try:
+        info = embed_encoder_settings(model, embed).inspect()
+    except ModelLoadError as err:
+        raise ModelLoadError(f"model: {err}") from None
+    except ValueError as err:
+        raise ValueError(f"model: {err}") from None
+    return info.describe()
+
+
+def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:
+    from apache_beam.io.filesystems import FileSystems
+
+    matched = FileSystems.match([pattern])[0].metadata_list
+    if not matched:
+        raise FileNotFoundError(f"input.path: no files match {pattern}")
+    return tuple(
+        CorpusFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds))
+        for m in sorted(matched, key=lambda m: m.path)
+    )
+
+
+def _check_job_dir(job_dir: str) -> None:
+    """Refuse a job directory that holds something other than a job of ours."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.io.output_dir import join, list_files
+
+    if not job_dir.startswith(REMOTE_SCHEMES) and Path(job_dir).is_file():
+        raise ValueError(f"job_dir: {job_dir} is a file, not a directory")
+    if list_files(job_dir) and not FileSystems.exists(join(job_dir, STATE_FILE)):
+        raise ValueError(
+            f"job_dir: {job_dir} exists and holds files of something other than an sbert run "
+            "job (no state file); choose a new or empty directory"
+        )
+
+
+def _finetune_inputs(config: RunConfig) -> dict:
+    """Resolve the finetune config as ``sbert finetune`` would; describe its files."""
+    from jobs import finetune
+
+    path = Path(config.finetune.config)
+    if not path.is_file():
+        raise FileNotFoundError(f"finetune.config: {path} does not exist")
+    args = finetune.build_parser().parse_args(finetune_argv(config))
+    try:
+        resolved = finetune.resolve_config(args)
+    except ValueError as err:
+        raise ValueError(f"finetune.config: {err}") from None
+    specs = [("train", resolved.train), ("dev", resolved.dev)]
+    specs += [(f"test.{i}", spec) for i, spec in enumerate(resolved.test)]
+    files = []
+    for role, spec in specs:
+        if spec is None:
+            continue
+        data = Path(spec.path)
+        if not data.is_file():
+            raise FileNotFoundError(f"finetune.config: {role}.path {data} does not exist")
+        stat = data.stat()
+        files.append(
+            {"role": role, "path": str(data), "size": stat.st_size, "mtime": stat.st_mtime}
+        )
+    try:
+        base = describe_model(resolved.model, EmbedConfig(allow_pickle=resolved.allow_pickle))
+    except (ModelLoadError, ValueError) as err:
+        raise type(err)(f"finetune.config: base {err}") from None
+    return {
+        "config": _finetune_settings(resolved),
+        "data": files,
+        "base_model": base,
+    }
+
+
+def _finetune_settings(resolved: Any) -> dict:
+    """A resolved finetune config without where it writes (which the job decides)."""
+    values = config_to_dict(resolved)
+    for key in ("output", "overwrite"):
+        values.pop(key, None)
+    values.get("training", {}).pop("checkpoint_dir", None)
+    return values

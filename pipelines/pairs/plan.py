@@ -1,0 +1,158 @@
+"""The pairs stage's plan, fixed before any data is read: exact or clustered, the memory model
+of a worker, and the clustered mode's blocking settings and sample rows.
+
+Messages name the ``sbert pairs`` options (``--worker-memory``, ``--max-block``, ...), which are
+this stage's parameter names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipelines.io.sizes import format_size
+from pipelines.vectors.sampling import sample_rows, sample_size
+
+# auto: exact search up to this many vectors. Exact work grows as n^2: 100k x 384 took 98 s
+# here (two shared cores; clustered 72 s at recall 0.98), so 200k is about 6.5 minutes, and 1M
+# would be hours, where the clustered mode's work grows about as n^1.5.
+EXACT_MAX_ROWS = 200_000
+# Queries whose exact neighbours choose nprobe (the recall sample is kept apart from them, so
+# the measured recall is not the one the choice was made on).
+TUNE_SAMPLE = 500
+# The largest block one worker searches by default: a 100k x 384 block is as much work as the
+# exact search of 100k vectors (98 s here) and 150 MB of vectors, so no task runs for long.
+DEFAULT_MAX_BLOCK = 100_000
+# k-means sample: 32 rows per centroid, at least 20,000; blocking needs centroids that cover the
+# data, not the cluster quality ``sbert cluster`` aims for (64 per centroid).
+SAMPLE_PER_CLUSTER = 32
+MIN_SAMPLE = 20_000
+# Block groups at least (when there are as many blocks): one Beam element each, so that
+# several workers share the search.
+MIN_GROUPS = 16
+# Query rows per exact range and items per clustered output shard.
+ROWS_PER_RANGE = 10_000
+ROWS_PER_SHARD = 100_000
+# Fixed memory of a worker besides the vectors: the similarity tile of 2^26 scores and its masks
+# (about 1 GiB) and Python, Beam and torch themselves.
+WORKER_OVERHEAD = 1536 * 1024**2
+BYTES_PER_ID = 100  # an id string in Arrow plus its sort index, generously
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """The clustered mode's settings and sample rows, fixed before any data is read."""
+
+    clusters: int
+    nprobe: int | None  # None: chosen by the tuning queries
+    max_block: int
+    group_rows: int  # routed rows a worker holds at a time (one group of blocks)
+    fit_rows: np.ndarray  # k-means sample
+    tune_rows: np.ndarray  # queries that choose nprobe
+    recall_rows: np.ndarray  # queries that measure the recall of the result
+
+    def picks(self) -> dict[str, np.ndarray]:
+        """The rows the launcher's scan collects."""
+        return {"fit": self.fit_rows, "tune": self.tune_rows, "recall": self.recall_rows}
+
+
+@dataclass(frozen=True)
+class BlockingRequest:
+    """The clustered-mode options as asked (None: the default)."""
+
+    k: int
+    clusters: int | None
+    nprobe: int | None
+    max_block: int | None
+    sample: int | None
+    tune_sample: int
+    recall_sample: int
+    seed: int
+    worker_memory: str  # as written, for messages
+
+
+def exact_worker_bytes(n: int, dim: int) -> int:
+    """Memory one exact-mode worker needs: all vectors twice (while sorting), ids, overhead."""
+    return 2 * n * dim * 4 + n * BYTES_PER_ID + WORKER_OVERHEAD
+
+
+def block_worker_bytes(block: int, dim: int) -> int:
+    """Memory one clustered-mode worker needs for ``block`` routed rows (one block group): the
+    rows read, concatenated and sorted (three copies at most), their ids, and overhead."""
+    return 3 * block * dim * 4 + block * BYTES_PER_ID + WORKER_OVERHEAD
+
+
+def choose_method(requested: str, n: int, dim: int, budget: int, worker_memory: str) -> str:
+    """exact or clustered: as asked, or by size and memory for auto.
+
+    Raises:
+        ValueError: exact mode asked for and the vectors do not fit ``budget``.
+    """
+    needed = exact_worker_bytes(n, dim)
+    if requested == "exact" and needed > budget:
+        raise ValueError(
+            f"exact mode keeps all {n} vectors in every worker: about {format_size(needed)}, "
+            f"more than --worker-memory {worker_memory}; use --method clustered or a "
+            "larger --worker-memory"
+        )
+    if requested != "auto":
+        return requested
+    return "exact" if n <= EXACT_MAX_ROWS and needed <= budget else "clustered"
+
+
+def plan_blocking(request: BlockingRequest, n: int, dim: int, budget: int) -> Blocking:
+    """Clustered-mode settings checked against N and the memory, and the sample rows.
+
+    The recall queries are drawn first; the tuning queries come from the other rows when there
+    are enough, so that the recall is measured on queries the choice of nprobe did not see.
+
+    Raises:
+        ValueError: a setting that cannot work for N vectors in ``budget``, naming the option.
+    """
+    k = request.k
+    # imported here: block_plan loads torch; sbert pairs --help reads this module
+    from pipelines.vectors.block_plan import default_clusters
+
+    clusters = request.clusters or default_clusters(n, k)
+    if clusters > n:
+        raise ValueError(f"--clusters {clusters} is more than the {n} embeddings")
+    if request.nprobe is not None and request.nprobe > clusters:
+        raise ValueError(f"--nprobe {request.nprobe} is more than the {clusters} clusters")
+    fits = (budget - WORKER_OVERHEAD) // (3 * dim * 4 + BYTES_PER_ID)
+    if fits < k + 1:
+        raise ValueError(
+            f"--worker-memory {request.worker_memory} leaves no room for a block of vectors "
+            f"(a worker needs about {format_size(WORKER_OVERHEAD)} besides them)"
+        )
+    max_block = request.max_block or min(DEFAULT_MAX_BLOCK, fits)
+    if max_block > fits:
+        raise ValueError(
+            f"--max-block {max_block} needs about {format_size(block_worker_bytes(max_block, dim))}"
+            f" per worker, more than --worker-memory {request.worker_memory}"
+        )
+    if max_block < k + 1:
+        raise ValueError(f"--max-block {max_block} must exceed --k {k}")
+    rng = np.random.default_rng([request.seed, 1])
+    order = rng.permutation(n)
+    recall_rows = order[: min(request.recall_sample, n)]
+    tune_size = min(request.tune_sample if request.nprobe is None else 0, n)
+    rest = order[len(recall_rows) :]
+    tune_rows = rest[:tune_size] if len(rest) >= tune_size else order[:tune_size]
+    fit_size = sample_size(
+        n,
+        dim,
+        clusters,
+        per_cluster=SAMPLE_PER_CLUSTER,
+        minimum=MIN_SAMPLE,
+        requested=request.sample,
+    )
+    return Blocking(
+        clusters,
+        request.nprobe,
+        max_block,
+        max(max_block, fits),
+        sample_rows(n, fit_size, request.seed),
+        np.sort(tune_rows),
+        np.sort(recall_rows),
+    )
