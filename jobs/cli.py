@@ -1,32 +1,39 @@
 """The ``sbert`` command line: one entry point, one sub-command per job.
 
-Job modules are imported only when their command runs, after logging is set up, so that
-``sbert --help`` is quick and import-time chatter from optional Beam I/O modules is filtered.
+A command's options are parsed and checked with its parser from ``jobs/parsers/`` (no torch,
+no Beam), so ``sbert --help``, ``sbert CMD --help`` and a mistyped option answer at once; the
+job module, and with it torch and Beam, is imported only when the command runs, after logging
+is set up (import-time chatter from optional Beam I/O modules is filtered).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import sys
 
 from jobs.errors import JobFailedError
+from jobs.parsers import HelpFormatter
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
 
-# Commands that parse their own arguments and hand the rest to Beam's PipelineOptions.
-BEAM_COMMANDS = {
-    "cluster": ("jobs.cluster", "cluster embeddings: k-means or communities, with summaries"),
-    "dedup": ("jobs.dedup", "duplicate groups from similar pairs, with a report"),
-    "embed": ("jobs.embed", "embed a corpus into Parquet (Beam pipeline)"),
-    "finetune": ("jobs.finetune", "fine-tune a model on labelled pairs or triplets"),
-    "index": ("jobs.index", "build a FAISS index from embeddings, tuned to a recall target"),
-    "pairs": ("jobs.pairs", "all-pairs top-k neighbours and similar pairs of embeddings"),
-    "run": ("jobs.run", "run a whole job (embed, index, cluster, pairs, dedup) from a config"),
-    "search": ("jobs.search", "nearest neighbours of query texts in an index"),
-    "submit": ("jobs.submit", "run a job from a YAML config on Dataflow, Spark or Flink"),
+# Commands with a module of their own: jobs.<name> runs them (main(argv)) and
+# jobs.parsers.<name> holds their options; each summary is its line in `sbert --help`.
+JOB_COMMANDS = {
+    "cluster": "cluster embeddings: k-means or communities, with summaries",
+    "dedup": "duplicate groups from similar pairs, with a report",
+    "embed": "embed a corpus into Parquet (Beam pipeline)",
+    "finetune": "fine-tune a model on labelled pairs or triplets",
+    "index": "build a FAISS index from embeddings, tuned to a recall target",
+    "pairs": "all-pairs top-k neighbours and similar pairs of embeddings",
+    "run": "run a whole job (embed, index, cluster, pairs, dedup) from a config",
+    "search": "nearest neighbours of query texts in an index",
+    "submit": "run a job from a YAML config on Dataflow, Spark or Flink",
 }
+# The commands whose options not their own are Beam pipeline options.
+BEAM_COMMANDS = ("cluster", "embed", "index", "pairs")
 # Errors a user can fix from the message alone: printed as one line, exit status 2.
 USER_ERRORS = (
     ModelLoadError,
@@ -36,6 +43,9 @@ USER_ERRORS = (
     ValueError,
     TypeError,
 )
+# Options of `sbert` itself, accepted before or after the command name (up to a `--`).
+VERBOSE_FLAGS = ("-v", "--verbose")
+QUIET_FLAGS = ("-q", "--quiet")
 # Beam's optional BigQuery client warns at import time when its extra is not installed;
 # nothing here uses BigQuery, so the warning only confuses.
 _IGNORED_LOG_PREFIXES = ("apitools not found",)
@@ -43,48 +53,108 @@ _BEAM_DOFN_ERROR_LOGGER = "apache_beam.runners.common"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full ``sbert`` parser with every sub-command registered."""
+    """The ``sbert`` parser with every sub-command registered (the job commands' own options
+    are parsed by their parsers in ``jobs/parsers/``)."""
     from jobs import encode_file, eval_pairs, eval_sts
 
-    parser = argparse.ArgumentParser(prog="sbert", description="Sentence-BERT batch jobs.")
+    parser = argparse.ArgumentParser(
+        prog="sbert",
+        description="Sentence-BERT batch jobs. 'sbert COMMAND --help' shows a command's options.",
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"sbert-pipeline {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument(
+        *VERBOSE_FLAGS, action="store_true", help="log progress details (also after COMMAND)"
+    )
+    parser.add_argument(
+        *QUIET_FLAGS, action="store_true", help="log errors only (also after COMMAND)"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (_, summary) in BEAM_COMMANDS.items():
+    for name, summary in JOB_COMMANDS.items():
         commands.add_parser(name, help=summary, add_help=False)
     encode_file.add_parser(commands)
-    evaluate = commands.add_parser("eval", help="evaluate a model").add_subparsers(
-        dest="evaluation", required=True, metavar="EVALUATION"
-    )
+    evaluate = commands.add_parser(
+        "eval", help="evaluate a model", formatter_class=HelpFormatter
+    ).add_subparsers(dest="evaluation", required=True, metavar="EVALUATION")
     eval_sts.add_parser(evaluate)
     eval_pairs.add_parser(evaluate)
     return parser
 
 
-def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+def split_global_flags(argv: list[str]) -> tuple[int, list[str]]:
+    """Take ``-v``/``--verbose`` and ``-q``/``--quiet`` out of ``argv`` wherever they stand
+    before a ``--``; returns the log level they ask for and the other arguments in order."""
+    level = logging.WARNING
+    rest: list[str] = []
+    for position, arg in enumerate(argv):
+        if arg == "--":
+            rest.extend(argv[position:])
+            break
+        if arg in VERBOSE_FLAGS:
+            level = logging.INFO
+        elif arg in QUIET_FLAGS:
+            level = logging.ERROR
+        else:
+            rest.append(arg)
+    return level, rest
+
+
+def _configure_logging(level: int) -> None:
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(lambda record: not str(record.msg).startswith(_IGNORED_LOG_PREFIXES))
-        if not verbose:
+        if level > logging.INFO:
             # Beam logs an exception raised in a DoFn with its traceback before the runner
             # re-raises it; the job then reports it in one line (or, if unexpected, in full).
             handler.addFilter(lambda record: record.name != _BEAM_DOFN_ERROR_LOGGER)
 
 
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """The ``--long`` option strings of ``parser``, hidden (deprecated) spellings left out."""
+    return sorted(
+        name
+        for action in parser._actions
+        if action.help != argparse.SUPPRESS
+        for name in action.option_strings
+        if name.startswith("--")
+    )
+
+
+def check_command_args(command: str, argv: list[str]) -> None:
+    """Parse ``argv`` with the command's light parser: ``--help`` and option errors exit here,
+    before torch and Beam load; options nobody knows raise with their close matches.
+
+    Raises:
+        ValueError: an unknown option or stray argument (``UnknownOptionError`` for Beam jobs).
+    """
+    parser = importlib.import_module(f"jobs.parsers.{command}").build_parser()
+    _, extra = parser.parse_known_args(argv)
+    if not extra:
+        return
+    if command in BEAM_COMMANDS:
+        from jobs.beam_options import check_beam_args
+
+        check_beam_args(extra, option_strings(parser))
+        return
+    problems = []
+    for arg in extra:
+        name = arg.split("=", 1)[0]
+        matches = difflib.get_close_matches(name, option_strings(parser), n=3, cutoff=0.6)
+        hint = f" (did you mean {' or '.join(matches)}?)" if matches else ""
+        problems.append(f"unknown option {name}{hint}" if name.startswith("-") else repr(arg))
+    raise ValueError(f"sbert {command}: unrecognized arguments: {'; '.join(problems)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the process exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    verbose = bool(argv) and argv[0] in {"-v", "--verbose"}
-    _configure_logging(verbose)
-    rest = argv[1:] if verbose else argv
+    level, rest = split_global_flags(argv)
+    _configure_logging(level)
     try:
-        if rest and rest[0] in BEAM_COMMANDS:
-            module = importlib.import_module(BEAM_COMMANDS[rest[0]][0])
-            return module.main(rest[1:])
-        args = build_parser().parse_args(argv)
+        if rest and rest[0] in JOB_COMMANDS:
+            check_command_args(rest[0], rest[1:])
+            return importlib.import_module(f"jobs.{rest[0]}").main(rest[1:])
+        args = build_parser().parse_args(rest)
         return args.handler(args)
     except USER_ERRORS as err:
         print(f"sbert: error: {err}", file=sys.stderr)

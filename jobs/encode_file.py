@@ -6,14 +6,11 @@ For corpora that need sharding, dead-letter handling and manifests, use ``sbert 
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-from jobs.model_options import add_model_arguments, encoder_settings
+from jobs.model_options import DeprecatedAlias, add_model_arguments, encoder_settings
+from jobs.parsers import HelpFormatter, plain_text
 from sbert_core.tabular import read_table, text_column
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
@@ -21,16 +18,24 @@ OUTPUT_SUFFIXES = (".npy", ".parquet")
 
 def add_parser(subparsers) -> None:
     """Register ``encode`` on the top-level subparsers."""
-    parser = subparsers.add_parser("encode", help="embed one file locally", description=__doc__)
-    add_model_arguments(parser, normalize=True)
+    parser = subparsers.add_parser(
+        "encode",
+        help="embed one file locally",
+        description=plain_text(__doc__),
+        formatter_class=HelpFormatter,
+    )
+    add_model_arguments(parser, old_dtype_flag=True, normalize=True)
     parser.add_argument(
         "--input", required=True, help="TXT/TSV/CSV/JSONL/Parquet file, gzip allowed"
     )
     parser.add_argument("--output", required=True, help="FILE.npy or FILE.parquet")
+    parser.add_argument("--text-field", default="text", help="column holding the text")
     parser.add_argument(
-        "--text-col", default="text", help="column holding the text (default: text)"
+        "--id-field", default=None, help="column holding ids (default: the row number)"
     )
-    parser.add_argument("--id-col", default=None, help="column holding ids (default: row number)")
+    # The names before the options were spelled as in sbert embed.
+    parser.add_argument("--text-col", dest="text_field", action=DeprecatedAlias, new="--text-field")
+    parser.add_argument("--id-col", dest="id_field", action=DeprecatedAlias, new="--id-field")
     parser.add_argument(
         "--format", default=None, help="input format if the extension does not tell"
     )
@@ -49,10 +54,10 @@ def main(args: argparse.Namespace) -> int:
     if output.exists() and not args.overwrite:
         raise FileExistsError(f"{output} exists; pass --overwrite to replace it")
     table = read_table(args.input, args.format)
-    texts = text_column(table, args.text_col)
+    texts = text_column(table, args.text_field)
     ids = (
-        [str(v) for v in table.column(args.id_col)]
-        if args.id_col
+        [str(v) for v in table.column(args.id_field)]
+        if args.id_field
         else [str(i) for i in range(len(texts))]
     )
 
@@ -62,11 +67,12 @@ def main(args: argparse.Namespace) -> int:
     result = encoder.encode_detailed(texts, show_progress=True, **settings.encode_kwargs())
     seconds = time.perf_counter() - start
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
-    os.close(handle)
-    try:
+    from pipelines.io.atomic import local_replacing  # Beam's filesystems: only when writing
+
+    with local_replacing(str(output)) as tmp_name:
         if output.suffix == ".npy":
+            import numpy as np
+
             with open(tmp_name, "wb") as tmp:
                 np.save(tmp, result.embeddings)
         else:
@@ -81,10 +87,6 @@ def main(args: argparse.Namespace) -> int:
                 ),
                 tmp_name,
             )
-        os.replace(tmp_name, output)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
     rate = len(texts) / seconds if seconds > 0 else float("inf")
     print(
         f"encoded {len(texts)} texts ({result.n_truncated} truncated at {encoder.max_seq_length} "

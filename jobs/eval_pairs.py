@@ -6,15 +6,18 @@ import argparse
 import json
 
 from jobs.model_options import add_model_arguments, encoder_settings
-from sbert_core.evaluation import SIMILARITIES, SimilarityClassificationEvaluator
+from jobs.parsers import HelpFormatter, plain_text
 
 
 def add_parser(subparsers) -> None:
     """Register ``eval pairs`` on the ``eval`` sub-command's subparsers."""
     parser = subparsers.add_parser(
-        "pairs", help="average precision / best F1 on labelled pairs", description=__doc__
+        "pairs",
+        help="average precision / best F1 on labelled pairs",
+        description=plain_text(__doc__),
+        formatter_class=HelpFormatter,
     )
-    add_model_arguments(parser)
+    add_model_arguments(parser, old_dtype_flag=True)
     parser.add_argument("--data", required=True, help="TSV/CSV/JSONL/Parquet file, gzip allowed")
     parser.add_argument("--label-col", default="label", help="0/1 labels, or scores (see below)")
     parser.add_argument(
@@ -24,8 +27,8 @@ def add_parser(subparsers) -> None:
         help="read --label-col as a score: pairs scoring at least this are positives "
         "(e.g. 4 for STSb)",
     )
-    parser.add_argument("--s1-col", default="sentence1")
-    parser.add_argument("--s2-col", default="sentence2")
+    parser.add_argument("--s1-col", default="sentence1", help="column with the first sentence")
+    parser.add_argument("--s2-col", default="sentence2", help="column with the second sentence")
     parser.add_argument("--format", default=None, help="file format if the extension does not tell")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.set_defaults(handler=main)
@@ -33,6 +36,11 @@ def add_parser(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the evaluation and print the metrics."""
+    from sbert_core.evaluation import (
+        SIMILARITIES,
+        SimilarityClassificationEvaluator,
+    )  # loads torch: only when run
+
     evaluator = SimilarityClassificationEvaluator.from_file(
         args.data,
         label_col=args.label_col,

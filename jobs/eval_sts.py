@@ -6,7 +6,7 @@ import argparse
 import json
 
 from jobs.model_options import add_model_arguments, encoder_settings
-from sbert_core.evaluation import SIMILARITIES, STSEvaluator
+from jobs.parsers import HelpFormatter, plain_text
 
 
 def add_parser(subparsers) -> None:
@@ -14,13 +14,14 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "sts",
         help="Spearman/Pearson x100 of similarity vs gold scores",
-        description=__doc__,
+        description=plain_text(__doc__),
+        formatter_class=HelpFormatter,
     )
-    add_model_arguments(parser)
+    add_model_arguments(parser, old_dtype_flag=True)
     parser.add_argument("--data", required=True, help="TSV/CSV/JSONL/Parquet file, gzip allowed")
-    parser.add_argument("--score-col", default="score")
-    parser.add_argument("--s1-col", default="sentence1")
-    parser.add_argument("--s2-col", default="sentence2")
+    parser.add_argument("--score-col", default="score", help="column with the gold score")
+    parser.add_argument("--s1-col", default="sentence1", help="column with the first sentence")
+    parser.add_argument("--s2-col", default="sentence2", help="column with the second sentence")
     parser.add_argument("--format", default=None, help="file format if the extension does not tell")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.set_defaults(handler=main)
@@ -28,6 +29,8 @@ def add_parser(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the evaluation and print the metrics."""
+    from sbert_core.evaluation import SIMILARITIES, STSEvaluator  # loads torch: only when run
+
     evaluator = STSEvaluator.from_file(
         args.data, score_col=args.score_col, s1_col=args.s1_col, s2_col=args.s2_col, fmt=args.format
     )

@@ -3,19 +3,35 @@
 Every command adds them with :func:`add_model_arguments` and turns the parsed values into one
 :class:`~sbert_core.encoder_settings.EncoderSettings` with :func:`encoder_settings` (or
 :func:`query_encoder_settings` for ``sbert search``, whose model settings come from the index),
-so a flag means the same thing on every command.
+so a flag means the same thing on every command: ``--compute-dtype`` is the dtype the model
+computes in, and ``--dtype`` (where a command has it) the dtype its output stores.
+
+This module imports no torch: ``sbert CMD --help`` builds the parsers from it.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from sbert_core import DEFAULT_MODEL
-from sbert_core.encoder_settings import EncoderSettings
-from sbert_core.pooling import POOLING_MODES
-from sbert_core.precision import DTYPE_NAMES
+from sbert_core.model_source import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from sbert_core.encoder_settings import EncoderSettings
+
+# The choices of sbert_core.pooling.POOLING_MODES and sbert_core.precision.DTYPE_NAMES, which
+# import torch; tests/jobs/test_cli.py checks that these copies stay equal to them.
+POOLING_CHOICES: tuple[str, ...] = (
+    "cls",
+    "max",
+    "mean",
+    "mean_sqrt_len_tokens",
+    "weightedmean",
+    "lasttoken",
+)
+COMPUTE_DTYPE_CHOICES: tuple[str, ...] = ("float32", "bfloat16", "float16", "auto")
 
 # EncoderSettings field -> the argparse destination of its option.
 _DESTS = {
@@ -35,19 +51,36 @@ _DESTS = {
 _QUERY_FIELDS = ("model", "device", "num_threads", "allow_pickle")
 
 
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: stores into the new option's destination, hidden from
+    ``--help``, with a one-line warning on stderr naming the new spelling."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kwargs) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(
+            f"{parser.prog}: warning: {option_string} is deprecated; use {self.new}",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
 def add_model_arguments(
     parser: argparse.ArgumentParser,
     *,
-    dtype_flag: str = "--dtype",
+    old_dtype_flag: bool = False,
     normalize: bool = False,
     query_only: bool = False,
 ) -> None:
-    """Add ``--model``, the compute dtype, pooling, batching and device options to ``parser``.
+    """Add ``--model``, ``--compute-dtype``, pooling, batching and device options to ``parser``.
 
     Args:
         parser: the command's parser; the options form its "model" group.
-        dtype_flag: renames the compute-dtype option where ``--dtype`` means something else
-            (``sbert embed --dtype`` is the stored embedding dtype).
+        old_dtype_flag: also accept ``--dtype`` for the compute dtype, with a deprecation
+            warning (commands whose ``--dtype`` meant the compute dtype before; no command
+            that stores vectors in a chosen dtype may set it).
         normalize: also add ``--normalize/--no-normalize`` (commands that write vectors).
         query_only: only ``--model`` (default: the index's), ``--device``, ``--threads`` and
             ``--allow-pickle``, for commands that encode queries against an existing index.
@@ -71,14 +104,25 @@ def add_model_arguments(
     )
     if not query_only:
         group.add_argument(
-            dtype_flag,
+            "--compute-dtype",
             dest="compute_dtype",
             default="float32",
-            choices=DTYPE_NAMES,
-            help="compute dtype; float32 matches sentence-transformers exactly (default)",
+            choices=COMPUTE_DTYPE_CHOICES,
+            help="dtype the model computes in; float32 matches sentence-transformers exactly",
         )
+        if old_dtype_flag:
+            group.add_argument(
+                "--dtype",
+                dest="compute_dtype",
+                choices=COMPUTE_DTYPE_CHOICES,
+                action=DeprecatedAlias,
+                new="--compute-dtype",
+            )
         group.add_argument(
-            "--pooling", default=None, choices=POOLING_MODES, help="override pooling"
+            "--pooling",
+            default=None,
+            choices=POOLING_CHOICES,
+            help="pooling mode (default: the model's)",
         )
         if normalize:
             group.add_argument(
@@ -88,16 +132,29 @@ def add_model_arguments(
                 help="L2-normalise (default: as the model does)",
             )
         group.add_argument(
-            "--max-seq-length", type=int, default=None, help="override truncation length"
+            "--max-seq-length",
+            type=int,
+            default=None,
+            help="tokens per text at most (default: the model's)",
         )
-        group.add_argument("--batch-size", type=int, default=None, help="texts per forward pass")
+        group.add_argument(
+            "--batch-size",
+            type=int,
+            default=None,
+            help="texts per forward pass (default: by token budget)",
+        )
         group.add_argument(
             "--token-budget",
             type=int,
             default=None,
             help="padded tokens per forward pass (default by device)",
         )
-    group.add_argument("--threads", type=int, default=None, help="torch threads for this process")
+    group.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for this process (default: torch's choice)",
+    )
     group.add_argument(
         "--allow-pickle",
         action="store_true",
@@ -110,6 +167,8 @@ def encoder_settings(args: argparse.Namespace) -> EncoderSettings:
 
     Options a command does not have (``--normalize`` on ``sbert eval``) keep their defaults.
     """
+    from sbert_core.encoder_settings import EncoderSettings
+
     values = {name: getattr(args, dest) for name, dest in _DESTS.items() if hasattr(args, dest)}
     return EncoderSettings(**values)
 
@@ -122,5 +181,7 @@ def query_encoder_settings(
     ``--model`` (when given) names another copy of the manifest's model; ``--device``,
     ``--threads`` and ``--allow-pickle`` say where and how it is loaded.
     """
+    from sbert_core.encoder_settings import EncoderSettings
+
     values = {name: getattr(args, _DESTS[name]) for name in _QUERY_FIELDS}
     return EncoderSettings.from_manifest(manifest, **values)

@@ -21,8 +21,6 @@ import argparse
 import csv
 import io
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,9 +28,11 @@ from pathlib import Path
 import apache_beam as beam
 import numpy as np
 
-from jobs.model_options import add_model_arguments, query_encoder_settings
-from pipelines.index.build import prepare_vectors
+from jobs.model_options import query_encoder_settings
+from jobs.parsers.search import build_parser
+from pipelines.index.faiss_ops import prepare_vectors
 from pipelines.index.files import LoadedIndex, open_index
+from pipelines.io.atomic import write_text_replacing
 from pipelines.io.embeddings import require_compatible
 from sbert_core import SentenceEncoder
 from sbert_core.errors import DataFileError
@@ -127,52 +127,20 @@ def spreadsheet_safe(cell: str) -> str:
     return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Search options."""
-    parser = argparse.ArgumentParser(
-        prog="sbert search",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("query", nargs="*", help="query texts (or use --queries FILE)")
-    parser.add_argument("--index", required=True, help="an sbert index output directory")
-    parser.add_argument("--queries", default=None, help="UTF-8 file with one query per line")
-    parser.add_argument("--output", default=None, help="write hits to FILE.jsonl or FILE.tsv")
-    parser.add_argument("--k", type=int, default=10, help="neighbours per query (default 10)")
-    parser.add_argument("--json", action="store_true", help="print JSON lines instead of text")
-    parser.add_argument(
-        "--verify",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="check the index files' sha256 while loading (a few seconds per GB; default on)",
-    )
-    add_model_arguments(parser, query_only=True)
-    return parser
-
-
 def read_queries(path: str) -> list[str]:
-    """Queries from a file, one per line.
+    """Queries from a UTF-8 file, one per line as written; blank lines are skipped.
 
     Raises:
-        DataFileError: unreadable file, no queries, or empty lines (named by line number).
+        DataFileError: an unreadable file, or one holding no query.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise DataFileError(f"cannot read the query file {path}: {err}") from err
-    lines = text.splitlines()
-    empty = [number for number, line in enumerate(lines, start=1) if not line.strip()]
-    if empty:
-        shown = ", ".join(map(str, empty[:5])) + (
-            f" and {len(empty) - 5} more" if len(empty) > 5 else ""
-        )
-        raise DataFileError(
-            f"{path}: line {shown} {'is' if len(empty) == 1 else 'are'} empty; put one query on "
-            "every line and remove blank lines"
-        )
-    if not lines:
-        raise DataFileError(f"{path} holds no queries")
-    return lines
+    queries = [line for line in text.splitlines() if line.strip()]
+    if not queries:
+        raise DataFileError(f"{path} holds no queries (every line is blank)")
+    return queries
 
 
 def load_query_encoder(args: argparse.Namespace, loaded: LoadedIndex) -> SentenceEncoder:
@@ -212,7 +180,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
 
     Raises:
         ValueError: bad options, or both or neither of query texts and ``--queries``.
-        DataFileError: an unreadable query file or one with empty lines.
+        DataFileError: an unreadable query file or one holding no query.
         IncompatibleEmbeddingsError: ``--model`` differs from the index's model.
         FileNotFoundError, CorruptIndexError: a missing, unfinished or damaged index directory.
     """
@@ -240,20 +208,8 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     if args.output:
         output = Path(args.output)
         content = summary.to_tsv() if output.suffix == ".tsv" else summary.to_jsonl()
-        _write_atomically(output, content)
+        write_text_replacing(str(output), content)
     return summary
-
-
-def _write_atomically(path: Path, content: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as tmp:
-            tmp.write(content)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,30 @@
 """The SBERT core: loading, encoding, pooling, evaluation and saving of Sentence-BERT models.
 
-This package never imports ``apache_beam``; pipelines wrap it.
+This package never imports ``apache_beam``; pipelines wrap it. Its public names load on first
+use (PEP 562), so importing a light submodule (``sbert_core.errors``, ``sbert_core.tabular``)
+or ``sbert --help`` does not pull in torch.
+
+Example:
+    >>> from sbert_core import SentenceEncoder  # imports torch and the encoder here
 """
 
-from sbert_core.encoder import EncodeResult, ModelInfo, SentenceEncoder, inspect_model
-from sbert_core.errors import DataFileError, ModelLoadError
-from sbert_core.model_source import DEFAULT_MODEL
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Public name -> the submodule that defines it.
+_EXPORTS = {
+    "DEFAULT_MODEL": "sbert_core.model_source",
+    "DataFileError": "sbert_core.errors",
+    "EncodeResult": "sbert_core.encoder",
+    "ModelInfo": "sbert_core.encoder",
+    "ModelLoadError": "sbert_core.errors",
+    "SentenceEncoder": "sbert_core.encoder",
+    "inspect_model": "sbert_core.encoder",
+}
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -19,3 +36,22 @@ __all__ = [
     "__version__",
     "inspect_model",
 ]
+
+if TYPE_CHECKING:
+    from sbert_core.encoder import EncodeResult, ModelInfo, SentenceEncoder, inspect_model
+    from sbert_core.errors import DataFileError, ModelLoadError
+    from sbert_core.model_source import DEFAULT_MODEL
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule behind a public name the first time the name is used."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sbert_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

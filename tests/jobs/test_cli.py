@@ -1,10 +1,18 @@
+import argparse
+import importlib
 import json
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
+from jobs.cli import JOB_COMMANDS, VERBOSE_FLAGS, build_parser, main, split_global_flags
+from jobs.model_options import COMPUTE_DTYPE_CHOICES, POOLING_CHOICES
 
 
 @pytest.fixture
@@ -110,3 +118,153 @@ def test_user_errors_are_one_line(tmp_path, tiny_st_dir, capsys):
     err = capsys.readouterr().err
     assert err.startswith("sbert: error:") and "row 1, column 'score'" in err
     assert "Traceback" not in err
+
+
+# --- the command line as a whole (issue 16, item 5) ---
+
+ROOT = Path(__file__).resolve().parents[2]
+HELP_COMMANDS = [
+    [],
+    *([name] for name in JOB_COMMANDS),
+    ["encode"],
+    ["eval"],
+    ["eval", "sts"],
+    ["eval", "pairs"],
+]
+
+
+def help_text(command: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_loads_no_torch_and_no_beam():
+    """Every --help answers from the light parsers: torch, Beam, scipy and faiss stay unloaded."""
+    code = (
+        "import sys\n"
+        "from jobs.cli import main\n"
+        f"for command in {HELP_COMMANDS!r}:\n"
+        "    try:\n"
+        "        main([*command, '--help'])\n"
+        "    except SystemExit as stop:\n"
+        "        assert stop.code == 0, command\n"
+        "heavy = ('torch', 'apache_beam', 'scipy', 'faiss', 'transformers')\n"
+        "print(sorted(name for name in heavy if name in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert result.stdout.splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c) or "sbert")
+def test_help_is_plain_text_citing_files_of_the_repo(command, capsys):
+    text = help_text(command, capsys)
+    assert "``" not in text and not re.search(r":(func|class|mod|meth):`", text)
+    assert "DESIGN.md" not in text
+    for path in re.findall(r"[\w.-]+(?:/[\w.-]+)+\.(?:py|md|yaml)\b", text):
+        assert (ROOT / path).exists(), path
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        (["embed"], "records per inference call, min (default: 4096)"),
+        (["pairs"], "k-means iterations, at most (default: 20)"),
+        (["cluster"], "communities: minimum cosine to the centre (default: 0.75)"),
+        (["index"], "vectors read and added per step (default: 65536)"),
+        (["dedup"], "highest sweep threshold (default: 0.99)"),
+        (["encode"], "column holding the text (default: text)"),
+        (["eval", "sts"], "column with the gold score (default: score)"),
+    ],
+)
+def test_help_shows_defaults(command, shown, capsys):
+    assert shown in " ".join(help_text(command, capsys).split())
+
+
+def parsers() -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser, by command."""
+    found = {
+        name: importlib.import_module(f"jobs.parsers.{name}").build_parser()
+        for name in JOB_COMMANDS
+    }
+    top = build_parser()
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    found["encode"] = commands.choices["encode"]
+    evaluations = commands.choices["eval"]._actions[-1]
+    found.update({f"eval {name}": parser for name, parser in evaluations.choices.items()})
+    return found
+
+
+def test_option_names_mean_the_same_in_every_command():
+    """--compute-dtype is the compute dtype wherever a model is loaded from options; a visible
+    --dtype is always a stored dtype; corpus columns are --text-field and --id-field."""
+    for name, parser in parsers().items():
+        visible = {
+            option: action
+            for action in parser._actions
+            if action.help != argparse.SUPPRESS
+            for option in action.option_strings
+        }
+        if "--pooling" in visible:
+            assert visible["--compute-dtype"].dest == "compute_dtype", name
+        if "--dtype" in visible:
+            assert visible["--dtype"].dest == "dtype", name
+            assert set(visible["--dtype"].choices) <= {"float32", "float16"}, name
+        assert not {"--text-col", "--id-col"} & set(visible), name
+    for name in ("embed", "encode", "dedup"):
+        options = parsers()[name]._option_string_actions
+        assert {"--text-field", "--id-field"} <= set(options), name
+
+
+def test_old_encode_spellings_still_work_with_a_warning(
+    tmp_path, corpus_tsv, tiny_st_dir, tiny_encoder, sample_texts, capsys
+):
+    out = tmp_path / "vectors.parquet"
+    argv = ["encode", "--model", str(tiny_st_dir), "--input", str(corpus_tsv)]
+    argv += ["--output", str(out), "--text-col", "text", "--id-col", "id", "--dtype", "float32"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    for old, new in [("--text-col", "--text-field"), ("--id-col", "--id-field")]:
+        assert f"{old} is deprecated; use {new}" in err
+    assert "--dtype is deprecated; use --compute-dtype" in err
+    assert pq.read_table(out).column("id").to_pylist()[:2] == ["doc-0", "doc-1"]
+
+
+def test_light_copies_of_core_choices_agree():
+    from jobs.parsers.run import STAGE_ORDER
+    from jobs.run_table import STAGE_NAMES
+    from sbert_core.pooling import POOLING_MODES
+    from sbert_core.precision import DTYPE_NAMES
+
+    assert POOLING_CHOICES == POOLING_MODES
+    assert COMPUTE_DTYPE_CHOICES == DTYPE_NAMES
+    assert STAGE_ORDER == STAGE_NAMES
+
+
+@pytest.mark.parametrize("flag", ["-v", "--verbose", "-q", "--quiet"])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_verbose_and_quiet_work_before_and_after_the_command(flag, where, tmp_path, capsys):
+    args = ["search", "--index", str(tmp_path / "no-index"), "hello"]
+    argv = [flag, *args] if where == "before" else [*args, flag]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sbert: error:") and "no-index" in err
+    assert "unrecognized" not in err
+    level = logging.INFO if flag in VERBOSE_FLAGS else logging.ERROR
+    assert split_global_flags(argv)[0] == level
+
+
+def test_global_flags_after_a_double_dash_are_left_alone():
+    assert split_global_flags(["run", "job.yaml", "--", "-q"]) == (
+        logging.WARNING,
+        ["run", "job.yaml", "--", "-q"],
+    )
+
+
+def test_a_misspelled_option_of_a_command_without_beam_names_the_right_one(tmp_path, capsys):
+    argv = ["dedup", "--pairs", str(tmp_path), "--threshold", "0.9", "--dry-runn"]
+    assert main(argv) == 2
+    assert "unknown option --dry-runn (did you mean --dry-run?)" in capsys.readouterr().err

@@ -86,10 +86,18 @@ def test_text_output_for_people(indexed, capsys, sample_texts):
     assert "  1. cosine 1.0000  [doc-" in out
 
 
-def test_query_file_with_empty_lines_is_refused_naming_them(indexed, tmp_path):
+def test_blank_lines_in_the_query_file_are_skipped(indexed, tmp_path):
     queries = tmp_path / "queries.txt"
     queries.write_text("how do i play music?\n\nsky\n   \n")
-    with pytest.raises(DataFileError, match=r"queries\.txt: line 2, 4 are empty"):
+    summary = run(["--index", str(indexed), "--queries", str(queries), "--k", "2"])
+    assert [result.query for result in summary.results] == ["how do i play music?", "sky"]
+    assert all(len(result.hits) == 2 for result in summary.results)
+
+
+def test_a_query_file_of_blank_lines_is_refused(indexed, tmp_path):
+    queries = tmp_path / "queries.txt"
+    queries.write_text("\n   \n")
+    with pytest.raises(DataFileError, match=r"queries\.txt holds no queries"):
         run(["--index", str(indexed), "--queries", str(queries)])
 
 

@@ -1,0 +1,59 @@
+"""The command-line parsers of the jobs, in modules that import no torch and no Beam.
+
+``sbert CMD --help`` and the option checks before a job starts build a parser from here, so they
+take a fraction of a second; the job module (``jobs/CMD.py``) imports the heavy libraries only
+when the job runs, and re-exports its parser's ``build_parser``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import re
+from pathlib import Path
+
+# Sphinx/reStructuredText markup in docstrings, shown as plain text in --help.
+_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc):`~?(?:[\w.]+\.)?([^`]+)`")
+_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions kept as written; each option's default shown unless its help explains it.
+
+    An option whose help already mentions a default, or whose default is ``None``, ``False``
+    or empty (nothing to show), is left as it is.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.required or not action.option_strings:
+            return text
+        if action.default in (None, False, "", [], argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def plain_text(doc: str) -> str:
+    """``doc`` without reStructuredText markup: ``code`` and :func:`name` become plain words."""
+    doc = _ROLE.sub(r"\1", doc)
+    doc = _LITERAL.sub(r"\1", doc)
+    doc = re.sub(r"::$", ":", doc, flags=re.MULTILINE)
+    return doc.replace("DESIGN.md", "docs/architecture.md")
+
+
+def module_description(module: str) -> str | None:
+    """The docstring of ``module`` as plain text, read from its source without importing it
+    (importing a job module loads torch and Beam); ``None`` when the source is not available."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8")), clean=False)
+    return None if doc is None else plain_text(doc)
+
+
+def command_parser(prog: str, module: str) -> argparse.ArgumentParser:
+    """A job's parser: ``module``'s docstring as the description, defaults in the help."""
+    return argparse.ArgumentParser(
+        prog=prog, description=module_description(module), formatter_class=HelpFormatter
+    )

@@ -1,0 +1,45 @@
+"""Options of ``sbert run`` (the job is ``jobs/run.py``); imports no torch and no Beam."""
+
+from __future__ import annotations
+
+import argparse
+
+from jobs.parsers import command_parser
+
+# The stages of sbert run, in order (jobs.run_table.STAGE_NAMES, which imports Beam;
+# tests/jobs/test_cli.py checks that they agree).
+STAGE_ORDER: tuple[str, ...] = ("finetune", "embed", "index", "cluster", "pairs", "dedup")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Options of ``sbert run``."""
+    parser = command_parser("sbert run", "jobs.run")
+    parser.add_argument("config", help="job config YAML (see examples/quickstart.yaml)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set dedup.threshold=0.95 (repeatable)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=STAGE_ORDER,
+        help="run only this stage (repeatable), on the outputs already in the job directory",
+    )
+    parser.add_argument(
+        "--force",
+        action="append",
+        default=[],
+        choices=[*STAGE_ORDER, "all"],
+        help="rerun this stage even if nothing changed (repeatable; 'all' for every stage)",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective config (after --set) as YAML and exit",
+    )
+    return parser
