@@ -13,7 +13,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("sbert search", "jobs.search")
     parser.add_argument("query", nargs="*", help="query texts (or use --queries FILE)")
     parser.add_argument("--index", required=True, help="an sbert index output directory")
-    parser.add_argument("--queries", default=None, help="UTF-8 file with one query per line (blank lines are skipped)")
+    parser.add_argument(
+        "--queries",
+        default=None,
+        help="UTF-8 file with one query per line (blank lines are skipped)",
+    )
     parser.add_argument("--output", default=None, help="write hits to FILE.jsonl or FILE.tsv")
     parser.add_argument("--k", type=int, default=10, help="neighbours per query (default 10)")
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of text")
