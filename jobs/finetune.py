@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs.parsers.finetune import build_parser
 from sbert_core import DEFAULT_MODEL, __version__
 from sbert_core.artifact import sha256_of_files
 from sbert_core.config import config_to_dict, load_config
@@ -97,35 +98,6 @@ class FinetuneSummary:
             change = f"{before:.2f} -> " if before is not None else ""
             parts.append(f"test {name} {scores['metric']} {change}{scores['after']:.2f}")
         return "; ".join(parts) + f"; saved to {self.output}"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Options of ``sbert finetune``."""
-    parser = argparse.ArgumentParser(
-        prog="sbert finetune",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--config", default=None, help="YAML or JSON config (FinetuneConfig)")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="override config values, e.g. training.epochs=4 train.limit=500",
-    )
-    parser.add_argument("--model", default=None, help="base model (overrides the config)")
-    parser.add_argument("--output", default=None, help="output directory (overrides the config)")
-    parser.add_argument("--overwrite", action="store_true", default=None, help="replace OUTPUT")
-    parser.add_argument(
-        "--resume",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="continue from the newest checkpoint in OUTPUT.checkpoints (default: yes)",
-    )
-    parser.add_argument(
-        "--print-config", action="store_true", help="print the resolved config as YAML and exit"
-    )
-    return parser
 
 
 def resolve_config(args: argparse.Namespace) -> FinetuneConfig:

@@ -38,6 +38,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from jobs.argv import check_values, option_actions, to_argv
+from jobs.parsers.submit import build_parser
 from sbert_core.config import load_yaml, parse_override
 
 # Job name -> module with ``build_parser()`` and ``run(argv)``; later jobs register here.
@@ -135,28 +136,6 @@ def beam_parser() -> argparse.ArgumentParser:
     # runner options (Dataflow, Spark, Flink, portable) are known exactly as Beam knows them.
     PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
     return parsers[0]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Options of ``sbert submit`` itself."""
-    parser = argparse.ArgumentParser(
-        prog="sbert submit",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("config", help="job config YAML (see deploy/)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one value, e.g. --set args.output=gs://bucket/out (repeatable)",
-    )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print the command line instead of running it"
-    )
-    return parser
 
 
 def main(argv: list[str]) -> int:
