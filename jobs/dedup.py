@@ -88,7 +88,8 @@ from pipelines.dedup.report import GroupView, group_views, report_html
 from pipelines.io.corpus_reader import CorpusSpec
 from pipelines.io.embeddings import MODEL_FIELDS, EmbeddingsDataset
 from pipelines.io.html import write_text
-from pipelines.io.output_dir import OutputLayout, join, prepare_output
+from pipelines.io.output_dir import OutputLayout, join
+from pipelines.io.staged_output import prepare_output
 from pipelines.io.texts import texts_from_embeddings
 from sbert_core import __version__
 from sbert_core.tabular import FORMATS

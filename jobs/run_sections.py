@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.io.html import REPORT_TEXT_CHARS, size_histogram_svg
+from pipelines.io.html import REPORT_TEXT_CHARS, bar_chart_svg, size_histogram_svg
 from pipelines.io.output_dir import join
 
 # How much of each kind the page lists; everything else is one link away.
@@ -92,69 +92,8 @@ def _similarity(pairs_dir: str, low: float, dedup_threshold: float | None) -> st
     return (
         f"<h2>Pair similarity</h2><p>{int(counts.sum())} pairs with cosine similarity "
         f">= {low:g}.{cut}</p>"
-        + histogram_svg(counts, edges, "cosine similarity", "pairs", marker=dedup_threshold)
+        + bar_chart_svg(counts, edges, "cosine similarity", "pairs", marker=dedup_threshold)
     )
-
-
-def histogram_svg(
-    counts: np.ndarray,
-    edges: np.ndarray,
-    x_label: str,
-    y_label: str,
-    *,
-    marker: float | None = None,
-    width: int = 640,
-    height: int = 260,
-) -> str:
-    """An SVG bar chart of binned counts, axes labelled, with an optional vertical marker."""
-    left, right, top, bottom = 56, 16, 16, 44
-    plot_w, plot_h = width - left - right, height - top - bottom
-    tallest = max(int(np.max(counts, initial=0)), 1)
-    low, high = float(edges[0]), float(edges[-1])
-    span = (high - low) or 1.0
-
-    def x_of(value: float) -> float:
-        return left + plot_w * (value - low) / span
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="{escape(y_label)} by {escape(x_label)}">',
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
-        'stroke="#333"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>',
-    ]
-    for i, count in enumerate(counts):
-        x0, x1 = x_of(float(edges[i])), x_of(float(edges[i + 1]))
-        bar_h = plot_h * int(count) / tallest
-        parts.append(
-            f'<rect x="{x0 + 0.5:.1f}" y="{top + plot_h - bar_h:.1f}" '
-            f'width="{max(x1 - x0 - 1, 0.5):.1f}" height="{bar_h:.1f}" fill="#4c78a8">'
-            f"<title>{edges[i]:.3f}-{edges[i + 1]:.3f}: {int(count)}</title></rect>"
-        )
-    for value in np.linspace(low, high, 5):
-        parts.append(
-            f'<text x="{x_of(value):.1f}" y="{top + plot_h + 16}" font-size="11" '
-            f'text-anchor="middle">{value:.2f}</text>'
-        )
-    if marker is not None and low <= marker <= high:
-        x = x_of(marker)
-        parts.append(
-            f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + plot_h}" stroke="#c62828" '
-            'stroke-width="2" stroke-dasharray="5,3"/>'
-            f'<text x="{x - 4:.1f}" y="{top + 10}" font-size="11" fill="#c62828" '
-            f'text-anchor="end">threshold {marker:g}</text>'
-        )
-    parts += [
-        f'<text x="{left - 6}" y="{top + 10}" font-size="11" text-anchor="end">{tallest}</text>',
-        f'<text x="{left - 6}" y="{top + plot_h}" font-size="11" text-anchor="end">0</text>',
-        f'<text x="{left + plot_w / 2}" y="{height - 8}" font-size="12" text-anchor="middle">'
-        f"{escape(x_label)}</text>",
-        f'<text x="14" y="{top + plot_h / 2}" font-size="12" text-anchor="middle" '
-        f'transform="rotate(-90 14 {top + plot_h / 2})">{escape(y_label)}</text>',
-        "</svg>",
-    ]
-    return "\n".join(parts)
 
 
 def _duplicate_groups(job_dir: str, dedup_dir: str, embed_dir: str | None) -> str:

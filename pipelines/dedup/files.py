@@ -27,6 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.dedup.groups import DuplicateGroups
 from pipelines.io.embeddings import EmbeddingsDataset, require_compatible
 from pipelines.io.output_dir import join, read_manifest
+from pipelines.vectors.checks import check_cosine
 
 PAIRS_SUBDIR, NEIGHBORS_SUBDIR = "pairs", "neighbors"
 GROUPS_FILE, KEPT_FILE, REMOVED_FILE = "groups.parquet", "kept_ids.txt", "removed_ids.txt"
@@ -92,10 +93,8 @@ class PairsOutput:
         if kind != "pairs":
             raise ValueError(f"{directory} holds {kind!r}, not the output of sbert pairs")
         threshold = manifest.get("threshold")
-        if threshold is not None and not (
-            isinstance(threshold, (int, float)) and -1.0 <= threshold <= 1.0
-        ):
-            raise ValueError(f"{directory}: the manifest's threshold {threshold!r} is not a cosine")
+        if threshold is not None:
+            check_cosine(threshold, f"{directory}: the manifest's threshold")
         return cls(directory, manifest)
 
     @property

@@ -9,18 +9,17 @@ runner needs the second form because its sink finalisation sees no files.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import WriteToParquet, WriteToParquetBatched
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import PredictionResult
 
+from pipelines.io.atomic import write_parquet_replacing
 from pipelines.io.corpus_reader import RejectedRow
 from pipelines.io.counters import METRICS_NAMESPACE
 from pipelines.io.schemas import ERRORS_SCHEMA, embeddings_schema, embeddings_table
@@ -80,12 +79,7 @@ class _WriteShardFn(beam.DoFn):
         shard, rows = keyed
         table = self._to_table(list(rows))
         final = f"{self._prefix}-{shard:05d}-of-{self._num_shards:05d}.parquet"
-        staging = f"{final}.{uuid.uuid4().hex}.tmp"
-        with FileSystems.create(staging) as handle:
-            pq.write_table(table, handle)
-        if FileSystems.exists(final):  # a retry of this shard: same rows, replace
-            FileSystems.delete([final])
-        FileSystems.rename([staging], [final])
+        write_parquet_replacing(final, [table], table.schema)  # a retry: same rows, replaced
         yield final
 
 

@@ -30,7 +30,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.index.build import faiss_message, set_search_params
 from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.output_dir import StagedOutput, join, read_manifest
+from pipelines.io.output_dir import join, read_manifest
+from pipelines.io.staged_output import StagedOutput
 
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.parquet"

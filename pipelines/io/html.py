@@ -1,6 +1,17 @@
-"""Pieces of the self-contained HTML reports (cluster, dedup, sbert run)."""
+"""Pieces of the self-contained HTML reports (cluster, dedup, sbert run): text, inline SVG plots.
+
+Every report plot is drawn here: :func:`bar_chart_svg` (binned counts: cluster sizes, pair
+similarities) and :func:`line_chart_svg` (a curve of points: the dedup threshold sweep), on one
+frame with "nice" axis ticks (steps of 1, 2 or 5 times a power of ten) and an optional dashed
+marker line (the threshold in use). Labels are HTML-escaped; the SVG needs no scripts or network.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
 
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
@@ -8,48 +19,239 @@ from apache_beam.io.filesystems import FileSystems
 # Texts longer than this are cut in the report (summary.parquet keeps them whole).
 REPORT_TEXT_CHARS = 300
 
+BAR_COLOUR = "#4c78a8"
+MARK_COLOUR = "#d62728"  # the marker: the threshold in use
+_MAX_BINS = 30
+
+
+def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
+    """About ``count`` round values covering ``[low, high]`` (steps of 1, 2 or 5 x 10^k).
+
+    Returns only values inside the range; a range of zero width gives ``[low]``.
+    """
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return [low]
+    raw = (high - low) / max(count - 1, 1)
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-9))
+    first = math.ceil(low / step - 1e-9) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 12) + 0.0)  # + 0.0 turns -0.0 into 0.0
+        value += step
+    return ticks
+
+
+def _tick_text(value: float, ticks: Sequence[float]) -> str:
+    """A tick's label with as many decimals as the step between ticks needs."""
+    step = (ticks[1] - ticks[0]) if len(ticks) > 1 else abs(value) or 1.0
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    return f"{value:.{decimals}f}"
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """The plot area of one chart and its value-to-pixel mapping."""
+
+    low: float
+    high: float
+    tallest: float
+    width: int
+    height: int
+    left: int = 60
+    right: int = 16
+    top: int = 16
+    bottom: int = 44
+
+    @property
+    def plot_w(self) -> float:
+        return self.width - self.left - self.right
+
+    @property
+    def plot_h(self) -> float:
+        return self.height - self.top - self.bottom
+
+    def x(self, value: float) -> float:
+        if self.high <= self.low:
+            return self.left + self.plot_w / 2
+        return self.left + self.plot_w * (value - self.low) / (self.high - self.low)
+
+    def y(self, value: float) -> float:
+        return self.top + self.plot_h - self.plot_h * value / self.tallest
+
+    def open(self, label: str) -> list[str]:
+        base = self.top + self.plot_h
+        return [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" '
+            f'height="{self.height}" viewBox="0 0 {self.width} {self.height}" role="img" '
+            f'aria-label="{escape(label)}">',
+            f'<line x1="{self.left}" y1="{base}" x2="{self.left + self.plot_w}" y2="{base}" '
+            'stroke="#333"/>',
+            f'<line x1="{self.left}" y1="{self.top}" x2="{self.left}" y2="{base}" stroke="#333"/>',
+        ]
+
+    def close(self, x_label: str, y_label: str, *, integer_x: bool = False) -> list[str]:
+        base, middle = self.top + self.plot_h, self.top + self.plot_h / 2
+        parts = []
+        x_ticks = nice_ticks(self.low, self.high)
+        if integer_x:
+            x_ticks = [tick for tick in x_ticks if tick == int(tick)] or [self.low]
+        for value in x_ticks:
+            x = self.x(value)
+            parts.append(
+                f'<line x1="{x:.1f}" y1="{base}" x2="{x:.1f}" y2="{base + 4}" stroke="#333"/>'
+                f'<text x="{x:.1f}" y="{base + 16}" font-size="11" text-anchor="middle">'
+                f"{_tick_text(value, x_ticks)}</text>"
+            )
+        y_ticks = [tick for tick in nice_ticks(0.0, self.tallest) if tick == int(tick)]
+        for value in y_ticks:
+            y = self.y(value)
+            parts.append(
+                f'<line x1="{self.left - 4}" y1="{y:.1f}" x2="{self.left}" y2="{y:.1f}" '
+                f'stroke="#333"/><text x="{self.left - 6}" y="{y + 4:.1f}" font-size="11" '
+                f'text-anchor="end">{int(value)}</text>'
+            )
+        parts += [
+            f'<text x="{self.left + self.plot_w / 2}" y="{self.height - 8}" font-size="12" '
+            f'text-anchor="middle">{escape(x_label)}</text>',
+            f'<text x="14" y="{middle}" font-size="12" text-anchor="middle" '
+            f'transform="rotate(-90 14 {middle})">{escape(y_label)}</text>',
+            "</svg>",
+        ]
+        return parts
+
+    def marker(self, value: float | None, label: str | None) -> list[str]:
+        """A dashed vertical line at ``value`` (nothing when it is outside the range)."""
+        if value is None or not self.low <= value <= self.high:
+            return []
+        x, text = self.x(value), escape(label if label is not None else f"threshold {value:g}")
+        # The label sits on the side with more room, so it stays inside the plot.
+        right_half = x > self.left + self.plot_w / 2
+        text_x, anchor = (x - 4, "end") if right_half else (x + 4, "start")
+        return [
+            f'<line x1="{x:.1f}" y1="{self.top}" x2="{x:.1f}" y2="{self.top + self.plot_h}" '
+            f'stroke="{MARK_COLOUR}" stroke-width="2" stroke-dasharray="5,3">'
+            f"<title>{text}</title></line>"
+            f'<text x="{text_x:.1f}" y="{self.top + 12}" font-size="11" fill="{MARK_COLOUR}" '
+            f'text-anchor="{anchor}">{text}</text>'
+        ]
+
+
+def bar_chart_svg(
+    counts: Sequence[int] | np.ndarray,
+    edges: Sequence[float] | np.ndarray,
+    x_label: str,
+    y_label: str,
+    *,
+    marker: float | None = None,
+    marker_label: str | None = None,
+    edge_format: str = "{:.3f}",
+    integer_x: bool = False,
+    width: int = 640,
+    height: int = 260,
+) -> str:
+    """An SVG bar chart of binned counts: bin ``i`` spans ``edges[i]`` to ``edges[i + 1]``.
+
+    Args:
+        counts: ``(n,)`` count per bin.
+        edges: ``(n + 1,)`` ascending bin edges.
+        x_label, y_label: axis titles (what is binned; what is counted).
+        marker: a value on the x axis drawn as a dashed line (e.g. the threshold in use).
+        marker_label: its label; default ``"threshold {marker:g}"``.
+        edge_format: how a bar's tooltip writes its edges.
+        integer_x: label only whole numbers on the x axis (sizes, counts).
+        width, height: the picture's size in pixels.
+
+    Example:
+        >>> svg = bar_chart_svg([3, 1], [0.5, 0.75, 1.0], "cosine", "pairs", marker=0.8)
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    edges = np.asarray(edges, dtype=np.float64)
+    if len(edges) != len(counts) + 1:
+        raise ValueError(f"{len(counts)} bins need {len(counts) + 1} edges, got {len(edges)}")
+    frame = _Frame(
+        float(edges[0]), float(edges[-1]), max(int(counts.max(initial=0)), 1), width, height
+    )
+    parts = frame.open(f"{y_label} by {x_label}")
+    for i, count in enumerate(counts.tolist()):
+        x0, x1 = frame.x(float(edges[i])), frame.x(float(edges[i + 1]))
+        if edges[-1] <= edges[0]:  # one value only: one bar across the plot
+            x0, x1 = frame.left, frame.left + frame.plot_w
+        y = frame.y(count)
+        span = f"{edge_format.format(edges[i])} to {edge_format.format(edges[i + 1])}"
+        parts.append(
+            f'<rect x="{x0 + 0.5:.1f}" y="{y:.1f}" width="{max(x1 - x0 - 1, 0.5):.1f}" '
+            f'height="{frame.top + frame.plot_h - y:.1f}" fill="{BAR_COLOUR}">'
+            f"<title>{span}: {count} {escape(y_label)}</title></rect>"
+        )
+    parts += frame.marker(marker, marker_label)
+    parts += frame.close(x_label, y_label, integer_x=integer_x)
+    return "\n".join(parts)
+
+
+def line_chart_svg(
+    xs: Sequence[float],
+    ys: Sequence[int],
+    x_label: str,
+    y_label: str,
+    *,
+    titles: Sequence[str] | None = None,
+    marker: float | None = None,
+    marker_label: str | None = None,
+    width: int = 640,
+    height: int = 260,
+) -> str:
+    """An SVG line through points ``(xs[i], ys[i])`` (xs ascending), each point a dot.
+
+    Args:
+        xs, ys: the points; ``ys`` are counts (the y axis starts at 0).
+        x_label, y_label: axis titles.
+        titles: a tooltip per point; default ``"x: y"``.
+        marker: a value on the x axis drawn as a dashed line; the point at it is highlighted.
+        marker_label: its label; default ``"threshold {marker:g}"``.
+        width, height: the picture's size in pixels.
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"{len(xs)} x values but {len(ys)} y values")
+    if not len(xs):
+        frame = _Frame(0.0, 1.0, 1, width, height)
+        return "\n".join(frame.open(f"{y_label} by {x_label}") + frame.close(x_label, y_label))
+    frame = _Frame(float(xs[0]), float(xs[-1]), max(max(ys), 1), width, height)
+    parts = frame.open(f"{y_label} by {x_label}")
+    points = [(frame.x(float(x)), frame.y(float(y))) for x, y in zip(xs, ys, strict=True)]
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+    parts.append(f'<polyline points="{line}" fill="none" stroke="{BAR_COLOUR}" stroke-width="2"/>')
+    for i, (x, y) in enumerate(points):
+        chosen = marker is not None and xs[i] == marker
+        title = titles[i] if titles is not None else f"{xs[i]:g}: {ys[i]}"
+        parts.append(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{4 if chosen else 3}" '
+            f'fill="{MARK_COLOUR if chosen else BAR_COLOUR}"><title>{escape(title)}</title>'
+            "</circle>"
+        )
+    parts += frame.marker(marker, marker_label)
+    parts += frame.close(x_label, y_label)
+    return "\n".join(parts)
+
 
 def size_histogram_svg(sizes: np.ndarray, *, width: int = 640, height: int = 260) -> str:
-    """An SVG bar chart: how many clusters have each size (binned), axes labelled."""
+    """An SVG bar chart: how many clusters have each size (binned, at most 30 bins)."""
     sizes = np.asarray(sizes, dtype=np.int64)
-    left, right, top, bottom = 56, 16, 16, 44
-    plot_w, plot_h = width - left - right, height - top - bottom
     if len(sizes) == 0:
         sizes = np.zeros(1, np.int64)
-    n_bins = int(min(30, max(1, len(np.unique(sizes)))))
+    n_bins = int(min(_MAX_BINS, len(np.unique(sizes))))
     counts, edges = np.histogram(sizes, bins=n_bins)
-    tallest = max(int(counts.max()), 1)
-    bar_w = plot_w / n_bins
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="cluster size histogram">',
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
-        'stroke="#333"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>',
-    ]
-    for i, count in enumerate(counts):
-        bar_h = plot_h * count / tallest
-        x, y = left + i * bar_w, top + plot_h - bar_h
-        label = f"{edges[i]:.0f}-{edges[i + 1]:.0f}: {count} clusters"
-        parts.append(
-            f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(bar_w - 2, 1):.1f}" '
-            f'height="{bar_h:.1f}" fill="#4c78a8"><title>{label}</title></rect>'
-        )
-    for value, x in ((edges[0], left), (edges[-1], left + plot_w)):
-        parts.append(
-            f'<text x="{x}" y="{top + plot_h + 16}" font-size="11" text-anchor="middle">'
-            f"{value:.0f}</text>"
-        )
-    parts += [
-        f'<text x="{left - 6}" y="{top + 10}" font-size="11" text-anchor="end">{tallest}</text>',
-        f'<text x="{left - 6}" y="{top + plot_h}" font-size="11" text-anchor="end">0</text>',
-        f'<text x="{left + plot_w / 2}" y="{height - 8}" font-size="12" text-anchor="middle">'
-        "cluster size (members)</text>",
-        f'<text x="14" y="{top + plot_h / 2}" font-size="12" text-anchor="middle" '
-        f'transform="rotate(-90 14 {top + plot_h / 2})">clusters</text>',
-        "</svg>",
-    ]
-    return "\n".join(parts)
+    return bar_chart_svg(
+        counts,
+        edges,
+        "cluster size (members)",
+        "clusters",
+        edge_format="{:.0f}",
+        integer_x=True,
+        width=width,
+        height=height,
+    )
 
 
 def write_text(path: str, text: str, mime_type: str = "text/html") -> None:

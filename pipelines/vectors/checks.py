@@ -8,7 +8,9 @@ into dead letters instead (:func:`non_finite_rows`), so they never reach ``embed
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from numbers import Real
 
 import numpy as np
 import pyarrow as pa
@@ -59,3 +61,22 @@ def require_finite(
         f"{what}{source} has NaN or infinite values ({int(bad.sum())} such rows in this batch); "
         "refusing to compute with it (re-embed, or remove those rows)"
     )
+
+
+def check_cosine(value: object, name: str = "threshold", *, upper_open: bool = False) -> float:
+    """Return ``value`` as a float if it is a cosine, else raise ``ValueError`` naming ``name``.
+
+    A cosine is a number in ``[-1, 1]`` (``[-1, 1)`` with ``upper_open``). NaN, infinities,
+    bools and non-numbers are refused (a NaN threshold compares false with every score).
+
+    Example:
+        >>> check_cosine(0.9)
+        0.9
+    """
+    high = ")" if upper_open else "]"
+    number = float(value) if isinstance(value, Real) and not isinstance(value, bool) else math.nan
+    inside = -1.0 <= number < 1.0 if upper_open else -1.0 <= number <= 1.0
+    if not inside:
+        shown = repr(value) if isinstance(value, str) else value
+        raise ValueError(f"{name} must lie in [-1, 1{high} (a cosine), got {shown}")
+    return number

@@ -16,6 +16,7 @@ import time
 import pytest
 from output_folders_helpers import embed_argv, snapshot, start_cli, texts, write_txt
 
+import pipelines.io.atomic as atomic
 import pipelines.io.output_dir as output_dir
 from jobs.embed import run as embed
 from jobs.errors import JobFailedError
@@ -96,7 +97,7 @@ def test_a_full_disk_at_the_manifest_write_keeps_the_previous_output(
     def disk_full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(output_dir.os, "fsync", disk_full)
+    monkeypatch.setattr(atomic.os, "fsync", disk_full)
     other = write_txt(tmp_path / "in", texts(30, offset=1000))
     with pytest.raises(OSError, match="No space left"):
         embed(embed_argv(other, out, tiny_st_dir, "--overwrite"))
