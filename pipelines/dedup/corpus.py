@@ -27,7 +27,7 @@ import io
 import posixpath
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
 import numpy as np
@@ -48,7 +48,7 @@ from pipelines.io.corpus_reader import (
 from pipelines.io.schemas import ERRORS_SCHEMA
 from sbert_core.tabular import detect_format
 
-REJECTED_FILE = "corpus_rejected.parquet"
+CORPUS_DIR, REJECTED_FILE = "corpus", "corpus_rejected.parquet"
 NOT_EMBEDDED_REASON = "not embedded: rejected by the embed stage (see the embeddings' errors/)"
 
 
@@ -63,6 +63,9 @@ class CorpusScan:
     texts: dict[str, str]
     rows: int  # rows read: records + rejections
     not_embedded: int  # rows that are not among the embeddings
+    # (n,) float64 the numeric value of ``value_field`` per item, NaN where missing; None when
+    # no field was asked for.
+    values: np.ndarray | None = None
 
 
 def scan_corpus(
@@ -71,6 +74,7 @@ def scan_corpus(
     index: dict[str, int],
     want_text: np.ndarray,
     rejected_ids: Callable[[], set[str]],
+    value_field: str | None = None,
 ) -> CorpusScan:
     """Read the corpus once: each embedded id's row, and the texts of the wanted items.
 
@@ -80,13 +84,18 @@ def scan_corpus(
         index: ``{id: item row}`` of every embedded id.
         want_text: ``(n,)`` bool, items whose text to keep.
         rejected_ids: gives the ids the embed jobs rejected (read only if needed).
+        value_field: a numeric metadata field to read for every item (``--rank column:NAME``).
 
     Raises:
         FileNotFoundError: nothing matches ``pattern``.
         ValueError: the corpus does not match the embeddings: an embedded id is not in it, or
-            it has rows the embed job neither embedded nor rejected.
+            it has rows the embed job neither embedded nor rejected; or a ``value_field``
+            value is not a number.
     """
     files = match_corpus(pattern)
+    if value_field is not None:
+        spec = replace(spec, keep_fields=(*spec.keep_fields, value_field))
+    values = None if value_field is None else np.full(len(index), np.nan)
     positions = np.full((len(index), 2), -1, np.int64)
     texts: dict[str, str] = {}
     rows = not_embedded = 0
@@ -102,6 +111,8 @@ def scan_corpus(
                 row = index.get(item.id)
                 if row is not None and positions[row, 0] < 0:
                     positions[row] = (number, _row_number(item.source))
+                    if values is not None:
+                        values[row] = _number(dict(item.fields).get(value_field), item)
                     if want_text[row]:
                         texts[item.id] = item.text
                     continue
@@ -127,7 +138,22 @@ def scan_corpus(
             f"embedded nor rejected (first: {unexplained[0]}); the corpus changed after it was "
             "embedded, or it is another corpus"
         )
-    return CorpusScan(pattern, spec, files, positions, texts, rows, not_embedded)
+    return CorpusScan(pattern, spec, files, positions, texts, rows, not_embedded, values)
+
+
+def _number(value: str | None, item: CorpusRecord) -> float:
+    """A metadata value as a number; NaN when the field is missing or empty."""
+    if value is None or not value.strip():
+        return float("nan")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(
+            f"{item.source} (id {item.id!r}): the ranking column holds {value!r}, not a number"
+        ) from None
+    if not np.isfinite(number):
+        raise ValueError(f"{item.source} (id {item.id!r}): the ranking column holds {value!r}")
+    return number
 
 
 @dataclass

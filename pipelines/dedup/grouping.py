@@ -15,6 +15,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from pipelines.dedup.groups import DuplicateGroups, IndexedPairs
+from pipelines.vectors.checks import check_cosine
 
 # Why a member is in its group. Code 0 is "kept" (a representative or an item in no group).
 REASONS: tuple[str, ...] = (
@@ -175,9 +176,8 @@ def lookup_scores(pairs: IndexedPairs, n: int, x: np.ndarray, y: np.ndarray) -> 
 
 
 def check_threshold(threshold: float) -> None:
-    """Refuse a threshold outside ``[-1, 1]``."""
-    if not -1.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold must lie in [-1, 1], got {threshold}")
+    """Refuse a threshold outside ``[-1, 1]`` (or NaN)."""
+    check_cosine(threshold)
 
 
 def check_inputs(n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray) -> None:

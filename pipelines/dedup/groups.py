@@ -31,14 +31,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-KeepPolicy = Literal["first", "longest", "central"]
-KEEP_POLICIES: tuple[str, ...] = ("first", "longest", "central")
+from pipelines.dedup.choices import KEEP_POLICIES, KeepPolicy
+from pipelines.vectors.checks import check_cosine
 
 
 class UnionFind:
@@ -404,8 +403,7 @@ def sweep_thresholds(start: float, stop: float, step: float, *extra: float) -> l
         ValueError: a bound outside [-1, 1], ``start > stop`` or ``step <= 0``.
     """
     for name, value in (("start", start), ("stop", stop)):
-        if not -1.0 <= value <= 1.0:
-            raise ValueError(f"sweep {name} is a cosine, in [-1, 1]; got {value}")
+        check_cosine(value, f"sweep {name}")
     if start > stop or not step > 0:  # written so that a NaN step is refused
         raise ValueError(f"the sweep needs start <= stop and step > 0, got {start}:{stop}:{step}")
     count = math.floor((stop - start) / step + 1e-9) + 1
@@ -439,8 +437,7 @@ def similarity_histogram(scores: np.ndarray, low: float, width: float = 0.01) ->
     """
     if width <= 0:
         raise ValueError(f"histogram bin width must be positive, got {width}")
-    if not -1.0 <= low < 1.0:
-        raise ValueError(f"histogram low end must be in [-1, 1), got {low}")
+    check_cosine(low, "histogram low end", upper_open=True)
     scores = np.asarray(scores, np.float32)
     first = math.floor(round(low / width, 6))
     n_bins = max(1, math.ceil(round(1.0 / width, 6)) - first)

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.dedup.choices import LABEL_COLUMN, LABEL_ID_A, LABEL_ID_B
 from pipelines.dedup.grouping import Grouping
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import read_table
@@ -42,9 +43,9 @@ _FALSE = {"0", "false", "no"}
 class LabelColumns:
     """Which columns of a labelled-pairs file hold the two ids and the 0/1 label."""
 
-    id_a: str = "qid1"
-    id_b: str = "qid2"
-    label: str = "is_duplicate"
+    id_a: str = LABEL_ID_A
+    id_b: str = LABEL_ID_B
+    label: str = LABEL_COLUMN
 
 
 @dataclass(frozen=True)
@@ -319,3 +320,43 @@ def pr_curve(points: Sequence[LabelPoint]) -> dict[str, list[float]]:
         "precision": [round(point.precision, 6) for point in ordered],
         "recall": [round(point.recall, 6) for point in ordered],
     }
+
+
+def load_labels(
+    path: str,
+    columns: LabelColumns,
+    ids: pa.Array,
+    *,
+    fmt: str | None = None,
+    skip_unknown: bool = False,
+) -> LabelledPairs:
+    """Labelled pairs of a file mapped to the items, checked for use in a dedup run.
+
+    Raises:
+        DataFileError: unreadable file, missing column, bad id or label
+            (:func:`read_labelled_pairs`).
+        ValueError: a pair names an id that is not among the items (unless ``skip_unknown``:
+            then such pairs are counted and left out), or no usable pair is a duplicate.
+    """
+    raw = read_labelled_pairs(path, columns, fmt)
+    labelled = match_labels(raw, ids)
+    if labelled.unknown and not skip_unknown:
+        known = set(ids.to_pylist())
+        first = next(
+            (number, item)
+            for number, pair in enumerate(zip(raw.id_a, raw.id_b, strict=True), start=1)
+            for item in pair
+            if item not in known
+        )
+        raise ValueError(
+            f"{raw.path}: {labelled.unknown} of {labelled.read} labelled pairs name ids that "
+            f"are not among the {len(ids)} embedded ids (first: {first[1]!r} in row "
+            f"{first[0]}); check --label-id-a/--label-id-b, or pass --skip-unknown-labels to "
+            "leave those pairs out"
+        )
+    if not labelled.positives:
+        raise ValueError(
+            f"{raw.path}: none of the {len(labelled.a)} usable labelled pairs is a duplicate "
+            f"(label column {columns.label!r}); recall and F1 are undefined"
+        )
+    return labelled

@@ -46,11 +46,11 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Literal
 
 import numba
 import numpy as np
 
+from pipelines.dedup.choices import METHODS, Method
 from pipelines.dedup.grouping import (
     Grouping,
     check_inputs,
@@ -60,9 +60,6 @@ from pipelines.dedup.grouping import (
 )
 from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.linkage import average_linkage
-
-Method = Literal["components", "ranked", "star", "split", "mutual", "average"]
-METHODS: tuple[str, ...] = ("components", "ranked", "star", "split", "mutual", "average")
 
 
 def group_items(

@@ -161,7 +161,8 @@ def small(tmp_path):
 def test_groups_lists_report_and_manifest(small):
     root, pairs = small
     out = root / "dedup"
-    summary = run(["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"])
+    argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"]
+    summary = run([*argv, "--method", "components"])
     assert (summary.rows_in, summary.groups, summary.removed, summary.kept) == (9, 3, 4, 5)
     groups = pq.read_table(out / "groups.parquet")
     assert groups.schema == GROUPS_SCHEMA
@@ -207,7 +208,8 @@ def test_groups_lists_report_and_manifest(small):
 def test_keep_policies(small, keep, kept):
     root, pairs = small
     out = root / keep
-    run(["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9", "--keep", keep])
+    argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9", "--keep", keep]
+    run([*argv, "--method", "components"])
     representatives = [
         r["id"] for r in pq.read_table(out / "groups.parquet").to_pylist() if r["is_representative"]
     ]
@@ -231,10 +233,11 @@ def test_dry_run_prints_the_sweep_and_writes_nothing(small, capsys):
     root, pairs = small
     out = root / "never"
     argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.905", "--dry-run"]
-    assert main(argv) == 0
+    assert main([*argv, "--method", "components"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert not out.exists()
-    rows = {line.split()[0]: line.split() for line in printed[1:-1]}
+    # The chosen method's table ends at a blank line (every method's table follows).
+    rows = {line.split()[0]: line.split() for line in printed[1 : printed.index("")]}
     assert len(rows) == 21  # 0.80 .. 0.99 and 0.905
     assert rows["0.905"][3] == "4" and rows["0.905"][-1] == "<"
     assert rows["0.8"][3] == "5" and rows["0.96"][3] == "2"
@@ -300,7 +303,11 @@ def test_sweep_starts_at_the_pairs_threshold(small):
         (["--threshold", "-1.01"], ValueError, r"in \[-1, 1\]"),
         (["--threshold", "0.9", "--apply"], ValueError, "needs --corpus"),
         (["--threshold", "0.9", "--dry-run", "--apply"], ValueError, "writes nothing"),
-        (["--threshold", "0.9", "--keep", "longest"], ValueError, "--keep-text"),
+        (
+            ["--threshold", "0.9", "--method", "components", "--keep", "longest"],
+            ValueError,
+            "--keep-text",
+        ),
     ],
 )
 def test_bad_options(tmp_path, argv, error, match):
@@ -393,7 +400,9 @@ def test_apply_writes_the_kept_rows_in_the_corpus_format(tmp_path, fmt, gz):
     pairs = write_pairs(tmp_path / "pairs", emb, [*family, (ids[3], ids[6], 0.5)], threshold=0.5)
     out = tmp_path / "dedup"
     argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"]
-    summary = run([*argv, "--corpus", pattern, "--apply", "--keep", "longest"])
+    summary = run(
+        [*argv, "--corpus", pattern, "--apply", "--method", "components", "--keep", "longest"]
+    )
     assert (summary.rows_in, summary.kept, summary.removed) == (6, 3, 3)
     written = out / "corpus" / corpus.name
     assert written.exists()
@@ -416,7 +425,7 @@ def test_apply_writes_the_kept_rows_in_the_corpus_format(tmp_path, fmt, gz):
     assert manifest["corpus"]["not_embedded"] == 1
     assert manifest["first_order"] == "corpus order (file, then row)"
     # "first" in corpus order, though the embeddings' rows are shuffled.
-    run([*argv, "--overwrite", "--corpus", pattern, "--apply"])
+    run([*argv, "--overwrite", "--corpus", pattern, "--apply", "--method", "components"])
     assert [record.text for record in _records(out / "corpus", spec)] == [
         "alpha one",
         "beta two",

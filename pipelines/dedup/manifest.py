@@ -1,0 +1,133 @@
+"""The ``_manifest.json`` of a finished dedup run (docs/architecture.md, ``dedup/``)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+
+from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE
+from pipelines.dedup.files import GROUPS_FILE, ID_LIST_ENCODING, KEPT_FILE, REMOVED_FILE
+from pipelines.dedup.groups import DuplicateGroups, Histogram
+from pipelines.dedup.labels import LabelledPairs
+from pipelines.dedup.load import PairSource
+from pipelines.dedup.order import corpus_spec
+from pipelines.dedup.outputs import REPORT_FILE
+from pipelines.dedup.summary import DedupSummary
+from pipelines.dedup.sweep import MethodSettings
+from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.manifest_fields import created_now, model_fields, software_versions
+
+
+def dedup_manifest(
+    args: argparse.Namespace,
+    settings: MethodSettings,
+    pairs_output,
+    datasets: list[EmbeddingsDataset],
+    source: PairSource,
+    groups: DuplicateGroups,
+    summary: DedupSummary,
+    histogram: Histogram,
+    labelled: LabelledPairs | None,
+) -> dict:
+    """The manifest (without the order and the texts, which the job adds).
+
+    Args:
+        args: the job's checked options.
+        settings: the method settings every method of the sweep ran with.
+        pairs_output: the :class:`pipelines.dedup.files.PairsOutput` read.
+        datasets: the embeddings.
+        source: the pairs loaded.
+        groups: the chosen method's groups at the threshold.
+        summary: the run's summary (with every method's sweep).
+        histogram: the pair similarities.
+        labelled: the labelled pairs, if any.
+    """
+    corpus = None
+    if args.corpus is not None:
+        spec = corpus_spec(datasets, args.format, args.text_field, args.id_field)
+        corpus = {"pattern": args.corpus, "spec": asdict(spec), "applied": args.apply}
+        if summary.corpus is not None:
+            corpus.update(directory=CORPUS_DIR, rejected_file=REJECTED_FILE, **summary.corpus)
+    limited = summary.limited
+    return {
+        "kind": "dedup",
+        **model_fields(datasets[0].manifest),
+        "threshold": args.threshold,
+        "threshold_compared_as": "float32",
+        "method": summary.method,
+        "keep": summary.keep,
+        "settings": {
+            "rank": settings.rank if summary.method != "components" else None,
+            "radius": summary.radius,
+            "radius_gap": settings.radius_gap,
+            "mutual_k": settings.k,
+            "missing_score": settings.missing_score,
+            "seed": settings.seed,
+            "sweep_rank": settings.rank,  # the other methods of the sweep rank by this
+        },
+        "counts": {
+            "rows_in": summary.rows_in,
+            "kept": summary.kept,
+            "removed": summary.removed,
+            "groups": groups.n_groups,
+            "grouped": int(groups.sizes.sum()),
+            "singletons": summary.rows_in - int(groups.sizes.sum()),
+            "largest_group": groups.largest,
+        },
+        "pairs": {
+            "directory": args.pairs,
+            "source": source.origin,
+            "used": groups.pairs_used,
+            "loaded": len(source.pairs),
+            "loaded_min_score": source.low,
+            "pairs_threshold": pairs_output.threshold,
+            "k": pairs_output.k,
+            "method": pairs_output.manifest.get("method"),
+            "recall_at_k": pairs_output.manifest.get("recall_at_k"),
+            "limited_by_k": source.limited(args.threshold),
+        },
+        "pairs_manifest": pairs_output.manifest,
+        "embeddings": [
+            {"directory": d.directory, "model_id": d.manifest.get("model_id")} for d in datasets
+        ],
+        "sweep": [
+            {**point.to_json(), "limited_by_k": flag}
+            for point, flag in zip(summary.sweep, limited, strict=True)
+        ],
+        "methods": [sweep.to_json(limited, summary.target_precision) for sweep in summary.sweeps],
+        "labels": _labels(args, summary, labelled),
+        "histogram": histogram.to_json(),
+        "files": {
+            "groups": GROUPS_FILE,
+            "kept_ids": KEPT_FILE,
+            "removed_ids": REMOVED_FILE,
+            "report": REPORT_FILE,
+            "id_list_encoding": ID_LIST_ENCODING,
+        },
+        "corpus": corpus,
+        "notes": summary.notes,
+        "software": software_versions(),
+        "seconds": round(summary.seconds, 3),
+        "created": created_now(),
+    }
+
+
+def _labels(
+    args: argparse.Namespace, summary: DedupSummary, labelled: LabelledPairs | None
+) -> dict | None:
+    """The labelled pairs used and the chosen method's calibration (None without labels)."""
+    if labelled is None or summary.chosen is None:
+        return None
+    chosen = summary.chosen
+    best, point = chosen.best(), summary.at_threshold()
+    reached = chosen.at_precision(summary.target_precision)
+    return {
+        "file": args.labels,
+        "columns": {"id_a": args.label_id_a, "id_b": args.label_id_b, "label": args.label_column},
+        **labelled.to_json(),
+        "method": chosen.method,
+        "at_threshold": point.to_json() if point else None,
+        "best_f1": best.to_json() if best else None,
+        "target_precision": summary.target_precision,
+        "at_target_precision": reached.to_json() if reached else None,
+    }

@@ -1,0 +1,230 @@
+"""Every dedup method over the threshold sweep, with the chosen method's settings (Beam-free).
+
+:class:`MethodSettings` holds what the methods need besides the pairs and the threshold: the
+ranking (``--rank``), the star/split radius (``--radius``, kept as a gap below each threshold),
+mutual's ``k`` and average linkage's score for pairs not given. :func:`sweep_methods` runs
+every method at every threshold and, with labelled pairs, scores each point
+(:mod:`pipelines.dedup.labels`).
+
+``components`` is counted by :func:`pipelines.dedup.groups.threshold_sweep` (one union-find
+pass), exactly as before the other methods existed; the others group at each threshold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipelines.dedup.choices import (
+    DEFAULT_METHOD,
+    DEFAULT_MUTUAL_K,
+    DEFAULT_RADIUS_GAP,
+    DEFAULT_RANK,
+    METHODS,
+    RANKINGS,
+)
+from pipelines.dedup.grouping import Grouping
+from pipelines.dedup.groups import IndexedPairs, SweepPoint, threshold_sweep
+from pipelines.dedup.labels import LabelledPairs, LabelPoint, best_f1, evaluate, for_precision
+from pipelines.dedup.methods import group_items, sweep_groupings
+from pipelines.dedup.ranking import rank_items
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """The chosen method and the parameters every method of the sweep is run with.
+
+    Attributes:
+        method: one of :data:`pipelines.dedup.methods.METHODS`.
+        rank: ``corpus``, ``longest``, ``central``, ``random`` or ``column:NAME``.
+        radius_gap: star, split: the radius at threshold ``t`` is ``t - radius_gap``.
+        floor: the pairs' threshold (None: unknown); a radius never goes below it.
+        k: mutual: neighbours per item.
+        missing_score: average: the score of a pair that is not given.
+        seed: the random ranking's seed.
+    """
+
+    method: str = DEFAULT_METHOD
+    rank: str = DEFAULT_RANK
+    radius_gap: float = DEFAULT_RADIUS_GAP
+    floor: float | None = None
+    k: int = DEFAULT_MUTUAL_K
+    missing_score: float = 0.0
+    seed: int = 0
+
+    @property
+    def column(self) -> str | None:
+        """The corpus field of a ``column:NAME`` ranking, else None."""
+        return self.rank.partition(":")[2] if self.rank.startswith("column:") else None
+
+    def radius_at(self, threshold: float) -> float:
+        """The star/split radius at ``threshold``: ``threshold - radius_gap``, not below the
+        pairs' floor (pairs under it are not all known) and not above the threshold."""
+        low = -1.0 if self.floor is None else self.floor
+        return min(threshold, max(round(threshold - self.radius_gap, 6), low))
+
+
+def parse_rank(text: str) -> str:
+    """Check a ``--rank`` value.
+
+    Raises:
+        ValueError: not one of :data:`RANKINGS` (``column:`` needs a field name).
+    """
+    if text in RANKINGS[:-1] or (text.startswith("column:") and text.partition(":")[2]):
+        return text
+    raise ValueError(f"--rank must be one of {', '.join(RANKINGS)}; got {text!r}")
+
+
+class Ranker:
+    """The ranking of the items at a threshold (``central`` depends on it).
+
+    Args:
+        settings: the ranking and its seed.
+        n: items.
+        pairs: the loaded pairs.
+        order_rank: the corpus (or id) order that breaks every tie.
+        text_lengths: ``(n,)`` characters per item, -1 where unknown (``longest``).
+        values: ``(n,)`` the ranking column, NaN where missing (``column:NAME``).
+    """
+
+    def __init__(
+        self,
+        settings: MethodSettings,
+        n: int,
+        pairs: IndexedPairs,
+        order_rank: np.ndarray,
+        text_lengths: np.ndarray | None = None,
+        values: np.ndarray | None = None,
+    ) -> None:
+        self.policy = {"corpus": "first"}.get(settings.rank, settings.rank.partition(":")[0])
+        self.settings, self.n, self.pairs = settings, n, pairs
+        self.order_rank, self.text_lengths, self.values = order_rank, text_lengths, values
+
+    def __call__(self, threshold: float) -> np.ndarray:
+        """``(n,)`` ranks at ``threshold``.
+
+        Raises:
+            ValueError: the ranking needs a text length or value an item with a pair lacks.
+        """
+        return rank_items(
+            self.policy,
+            self.n,
+            order_rank=self.order_rank,
+            text_lengths=self.text_lengths,
+            values=self.values,
+            pairs=self.pairs,
+            threshold=threshold,
+            seed=self.settings.seed,
+        )
+
+
+def group_at(
+    method: str, settings: MethodSettings, pairs: IndexedPairs, threshold: float, ranker: Ranker
+) -> Grouping:
+    """One method's groups at one threshold."""
+    return group_items(
+        method,
+        ranker.n,
+        pairs,
+        threshold,
+        ranker(threshold),
+        rep_threshold=settings.radius_at(threshold),
+        k=settings.k,
+        missing_score=settings.missing_score,
+    )
+
+
+@dataclass(frozen=True)
+class MethodSweep:
+    """One method at every sweep threshold: the counts and, with labels, P/R/F1."""
+
+    method: str
+    points: list[SweepPoint]
+    labels: list[LabelPoint] | None
+
+    def best(self) -> LabelPoint | None:
+        """The best-F1 point (None without labels)."""
+        return best_f1(self.labels) if self.labels else None
+
+    def at_precision(self, target: float | None) -> LabelPoint | None:
+        """The highest-recall point with precision >= target (None: none, or no target)."""
+        if target is None or not self.labels:
+            return None
+        return for_precision(self.labels, target)
+
+    def to_json(self, limited: Sequence[bool], target: float | None) -> dict:
+        """For the manifest: the points (with P/R/F1 when labelled) and the calibration."""
+        points = []
+        for i, point in enumerate(self.points):
+            row = {**point.to_json(), "limited_by_k": limited[i]}
+            if self.labels:
+                label = self.labels[i].to_json()
+                row.update({key: label[key] for key in ("precision", "recall", "f1")})
+            points.append(row)
+        out: dict = {"method": self.method, "points": points}
+        if self.labels:
+            best, reached = self.best(), self.at_precision(target)
+            out["best_f1"] = best.to_json() if best else None
+            if target is not None:
+                out["target_precision"] = target
+                out["at_target_precision"] = reached.to_json() if reached else None
+        return out
+
+
+def sweep_methods(
+    settings: MethodSettings,
+    pairs: IndexedPairs,
+    thresholds: Sequence[float],
+    ranker: Ranker,
+    labelled: LabelledPairs | None = None,
+    methods: Sequence[str] = METHODS,
+) -> list[MethodSweep]:
+    """Every method at every threshold (ascending), the chosen method first.
+
+    Raises:
+        ValueError: the labels hold no duplicate pair, or a method's inputs are bad.
+    """
+    if labelled is not None and not labelled.positives:
+        raise ValueError(
+            f"none of the {len(labelled.a)} usable labelled pairs is a duplicate; recall and "
+            "F1 are undefined"
+        )
+    ordered = [settings.method, *(m for m in methods if m != settings.method)]
+    out = []
+    for method in ordered:
+        counted = threshold_sweep(ranker.n, pairs, thresholds) if method == "components" else None
+        points, labels = [], []
+        if counted is None or labelled is not None:
+            groupings = sweep_groupings(
+                method,
+                ranker.n,
+                pairs,
+                thresholds,
+                ranker,
+                rep_threshold=settings.radius_at,
+                k=settings.k,
+                missing_score=settings.missing_score,
+            )
+            # One grouping at a time: they hold several (n,) arrays each.
+            for grouping in groupings:
+                points.append(sweep_point(grouping))
+                if labelled is not None:
+                    labels.append(evaluate(grouping, labelled))
+        out.append(MethodSweep(method, counted or points, labels if labelled else None))
+    return out
+
+
+def sweep_point(grouping: Grouping) -> SweepPoint:
+    """A grouping's counts as a sweep point."""
+    grouped = int(grouping.sizes.sum())
+    return SweepPoint(
+        threshold=grouping.threshold,
+        pairs=grouping.pairs_used,
+        groups=grouping.n_groups,
+        grouped=grouped,
+        removed=grouping.n_removed,
+        kept=grouping.n - grouping.n_removed,
+        largest=grouping.largest,
+    )
