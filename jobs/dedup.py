@@ -74,8 +74,8 @@ import time
 import numpy as np
 
 from jobs.dedup_options import check_args, check_options, check_settings, settings_of
-from jobs.parsers.dedup import build_parser
 from jobs.errors import JobFailedError
+from jobs.parsers.dedup import build_parser
 from pipelines.dedup.corpus import (
     CORPUS_DIR,
     REJECTED_FILE,
