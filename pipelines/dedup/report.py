@@ -17,12 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.dedup.groups import Histogram, SweepPoint
-from pipelines.io.html import REPORT_TEXT_CHARS
+from pipelines.io.html import REPORT_TEXT_CHARS, bar_chart_svg, line_chart_svg
 
 _WIDTH, _HEIGHT = 680, 280
-_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 16, 44
-_MARK = "#d62728"  # the chosen threshold
-_BAR = "#4c78a8"
 
 
 @dataclass(frozen=True)
@@ -53,6 +50,7 @@ def report_html(
     *,
     total_groups: int,
     notes: Sequence[str] = (),
+    sections: Sequence[str] = (),
 ) -> str:
     """The whole report page.
 
@@ -64,6 +62,7 @@ def report_html(
         groups: the groups to show, largest first.
         total_groups: how many groups there are in all.
         notes: warnings shown under the facts (e.g. pairs limited to the top k).
+        sections: more HTML sections after the sweep (every method, the labelled pairs).
     """
     fact_rows = "".join(
         f"<tr><th>{_text(label)}</th><td>{_text(value)}</td></tr>" for label, value in facts.items()
@@ -99,6 +98,7 @@ tr.chosen {{ background: #fde0dd; font-weight: bold; }}
 <h2>Threshold sweep</h2>
 {sweep_svg(sweep, threshold)}
 {sweep_table(sweep, threshold)}
+{"".join(sections)}
 <h2>Largest groups</h2>
 {shown}
 {groups_table(groups)}
@@ -109,63 +109,33 @@ tr.chosen {{ background: #fde0dd; font-weight: bold; }}
 
 def histogram_svg(histogram: Histogram, threshold: float) -> str:
     """Bars of pair counts per similarity bin, the threshold as a vertical line."""
-    counts, edges = histogram.counts, histogram.edges
-    plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
-    tallest = max(int(counts.max()) if len(counts) else 0, 1)
-    low, high = float(edges[0]), float(edges[-1])
-    bar_w = plot_w / max(len(counts), 1)
-    parts = [_svg_open("histogram of pair similarities"), *_axes(plot_w, plot_h)]
-    for i, count in enumerate(counts.tolist()):
-        bar_h = plot_h * count / tallest
-        x, y = _LEFT + i * bar_w, _TOP + plot_h - bar_h
-        label = f"{edges[i]:.2f} to {edges[i + 1]:.2f}: {count} pairs"
-        parts.append(
-            f'<rect x="{x + 0.5:.1f}" y="{y:.1f}" width="{max(bar_w - 1, 0.5):.1f}" '
-            f'height="{bar_h:.1f}" fill="{_BAR}"><title>{label}</title></rect>'
-        )
-    if low <= threshold <= high:
-        x = _LEFT + plot_w * (threshold - low) / (high - low)
-        parts.append(_marker(x, plot_h, f"threshold {threshold:g}"))
-    parts += _x_labels([(low, _LEFT), (high, _LEFT + plot_w)], plot_h, "{:.2f}")
-    parts += _y_labels(tallest, plot_h)
-    parts += _axis_titles(plot_w, plot_h, "pair similarity (cosine)", "pairs")
-    parts.append("</svg>")
-    return "\n".join(parts)
+    return bar_chart_svg(
+        histogram.counts,
+        histogram.edges,
+        "pair similarity (cosine)",
+        "pairs",
+        marker=threshold,
+        edge_format="{:.2f}",
+        width=_WIDTH,
+        height=_HEIGHT,
+    )
 
 
 def sweep_svg(sweep: Sequence[SweepPoint], threshold: float) -> str:
     """Rows removed against the threshold, the chosen threshold marked."""
-    plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
-    parts = [_svg_open("rows removed at each threshold"), *_axes(plot_w, plot_h)]
-    if not sweep:
-        parts.append("</svg>")
-        return "\n".join(parts)
-    low, high = sweep[0].threshold, sweep[-1].threshold
-    span = high - low or 1.0
-    tallest = max(max(point.removed for point in sweep), 1)
-
-    def position(point: SweepPoint) -> tuple[float, float]:
-        x = _LEFT + plot_w * (point.threshold - low) / span if high > low else _LEFT + plot_w / 2
-        return x, _TOP + plot_h - plot_h * point.removed / tallest
-
-    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in map(position, sweep))
-    parts.append(f'<polyline points="{line}" fill="none" stroke="{_BAR}" stroke-width="2"/>')
-    for point in sweep:
-        x, y = position(point)
-        chosen = point.threshold == threshold
-        parts.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{4 if chosen else 3}" '
-            f'fill="{_MARK if chosen else _BAR}"><title>{point.threshold:g}: '
-            f"{point.removed} removed, {point.groups} groups</title></circle>"
-        )
-    if low <= threshold <= high:
-        x = _LEFT + plot_w * (threshold - low) / span if high > low else _LEFT + plot_w / 2
-        parts.append(_marker(x, plot_h, f"threshold {threshold:g}"))
-    parts += _x_labels([(low, _LEFT), (high, _LEFT + plot_w)], plot_h, "{:g}")
-    parts += _y_labels(tallest, plot_h)
-    parts += _axis_titles(plot_w, plot_h, "threshold", "rows removed")
-    parts.append("</svg>")
-    return "\n".join(parts)
+    return line_chart_svg(
+        [point.threshold for point in sweep],
+        [point.removed for point in sweep],
+        "threshold",
+        "rows removed",
+        titles=[
+            f"{point.threshold:g}: {point.removed} removed, {point.groups} groups"
+            for point in sweep
+        ],
+        marker=threshold,
+        width=_WIDTH,
+        height=_HEIGHT,
+    )
 
 
 def sweep_table(sweep: Sequence[SweepPoint], threshold: float) -> str:
@@ -234,54 +204,6 @@ def _member(member: Member) -> str:
 
 def _text(value) -> str:
     return html.escape(str(value))
-
-
-def _svg_open(label: str) -> str:
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" '
-        f'viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" aria-label="{label}">'
-    )
-
-
-def _axes(plot_w: float, plot_h: float) -> list[str]:
-    return [
-        f'<line x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_LEFT + plot_w}" y2="{_TOP + plot_h}" '
-        'stroke="#333"/>',
-        f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + plot_h}" stroke="#333"/>',
-    ]
-
-
-def _marker(x: float, plot_h: float, label: str) -> str:
-    return (
-        f'<line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{_TOP + plot_h}" stroke="{_MARK}" '
-        f'stroke-width="2" stroke-dasharray="5,3"><title>{label}</title></line>'
-        f'<text x="{x + 4:.1f}" y="{_TOP + 12}" font-size="11" fill="{_MARK}">{label}</text>'
-    )
-
-
-def _x_labels(ticks: list[tuple[float, float]], plot_h: float, fmt: str) -> list[str]:
-    return [
-        f'<text x="{x:.1f}" y="{_TOP + plot_h + 16}" font-size="11" text-anchor="middle">'
-        f"{fmt.format(value)}</text>"
-        for value, x in ticks
-    ]
-
-
-def _y_labels(tallest: int, plot_h: float) -> list[str]:
-    return [
-        f'<text x="{_LEFT - 6}" y="{_TOP + 10}" font-size="11" text-anchor="end">{tallest}</text>',
-        f'<text x="{_LEFT - 6}" y="{_TOP + plot_h}" font-size="11" text-anchor="end">0</text>',
-    ]
-
-
-def _axis_titles(plot_w: float, plot_h: float, x_title: str, y_title: str) -> list[str]:
-    middle = _TOP + plot_h / 2
-    return [
-        f'<text x="{_LEFT + plot_w / 2}" y="{_HEIGHT - 8}" font-size="12" text-anchor="middle">'
-        f"{x_title}</text>",
-        f'<text x="14" y="{middle}" font-size="12" text-anchor="middle" '
-        f'transform="rotate(-90 14 {middle})">{y_title}</text>',
-    ]
 
 
 def group_views(
