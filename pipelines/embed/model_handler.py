@@ -4,6 +4,11 @@ The encoder is loaded in ``load_model`` (once per worker process; once per machi
 workers, where ``share_model_across_processes`` is on), never pickled with the pipeline.
 Batches from ``BatchElements`` are large; inside each, the encoder sorts by token length and
 forms token-budget sub-batches, so padding stays small (smart batching at pipeline level).
+
+Like Beam's own handlers it takes plain texts, so it drops into any pipeline::
+
+    vectors = texts | RunInference(SbertModelHandler("all-MiniLM-L6-v2"))
+    keyed = pairs | RunInference(KeyedModelHandler(SbertModelHandler("all-MiniLM-L6-v2")))
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from apache_beam.metrics import Metrics
@@ -63,24 +69,53 @@ class InferenceFailure:
     reason: str
 
 
-class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEncoder]):
-    """Runs ``SentenceEncoder.encode_detailed`` on batches of corpus records.
+# What the handler embeds: a text, a ``(key, text)`` pair, or a corpus record (the embed job's).
+Example = str | tuple[Any, str] | CorpusRecord
+
+
+def example_text(example: Example) -> str:
+    """The text of one example.
+
+    Raises:
+        TypeError: ``example`` is none of a str, a ``(key, text)`` tuple or a ``CorpusRecord``.
+    """
+    if isinstance(example, str):
+        return example
+    if isinstance(example, CorpusRecord):
+        return example.text
+    if isinstance(example, tuple) and len(example) == 2 and isinstance(example[1], str):
+        return example[1]
+    raise TypeError(
+        "SbertModelHandler embeds str, (key, text) tuples or CorpusRecord, not "
+        f"{type(example).__name__}: {str(example)[:80]!r}"
+    )
+
+
+class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]):
+    """Runs ``SentenceEncoder.encode_detailed`` on batches of texts.
+
+    Each ``PredictionResult`` holds the example as given (a str, a ``(key, text)`` tuple or a
+    corpus record) and an ``Embedding`` (``vector``, ``n_tokens``, ``truncated``), or an
+    ``InferenceFailure`` with the reason for a text the encoder failed on alone.
 
     Args:
-        settings: how to load the encoder on the worker.
+        settings: how to load the encoder on the worker; a str is a model (a directory,
+            the bundled ``all-MiniLM-L6-v2`` or a Hub id) with default settings.
         min_batch_size, max_batch_size: bounds for Beam's adaptive ``BatchElements``.
         share_across_processes: one model per machine instead of per process (GPU workers).
     """
 
     def __init__(
         self,
-        settings: EncoderSettings,
+        settings: EncoderSettings | str,
         *,
         min_batch_size: int = 4096,
         max_batch_size: int = 8192,
         share_across_processes: bool | None = None,
     ) -> None:
         super().__init__()
+        if isinstance(settings, str):
+            settings = EncoderSettings(model=settings)
         self._settings = settings
         self._batching = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
         device = settings.device or ""
@@ -105,11 +140,11 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
 
     def run_inference(
         self,
-        batch: Sequence[CorpusRecord],
+        batch: Sequence[Example],
         model: SentenceEncoder,
         inference_args: dict | None = None,
     ) -> Iterable[PredictionResult]:
-        """Encode a batch; one ``PredictionResult`` per record, in order.
+        """Encode a batch; one ``PredictionResult`` per example, in order.
 
         If the batch fails, each record is retried alone, so one bad text cannot take its
         neighbours down; a record that fails alone gets an ``InferenceFailure`` (dead letter), as
@@ -122,16 +157,15 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
                 ``CONSECUTIVE_FAILURES`` rows in a row did (a model that cannot run on its
                 device, a bad token budget, ...). The job stops instead of rejecting every row.
         """
+        texts = [example_text(example) for example in batch]  # a wrong type fails the batch
         try:
-            result = model.encode_detailed(
-                [record.text for record in batch], **self._settings.encode_kwargs()
-            )
+            result = model.encode_detailed(texts, **self._settings.encode_kwargs())
         except Exception as err:  # any failure of the model code is retried row by row
             return self._one_by_one(batch, model, err)
         return self._results(batch, result)
 
     def _one_by_one(
-        self, batch: Sequence[CorpusRecord], model: SentenceEncoder, batch_error: Exception
+        self, batch: Sequence[Example], model: SentenceEncoder, batch_error: Exception
     ) -> list[PredictionResult]:
         if len(batch) > 1:
             logger.warning(
@@ -143,7 +177,9 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
             try:
                 if position == 0 and len(batch) == 1:
                     raise batch_error  # a batch of one has been tried alone already
-                result = model.encode_detailed([record.text], **self._settings.encode_kwargs())
+                result = model.encode_detailed(
+                    [example_text(record)], **self._settings.encode_kwargs()
+                )
             except Exception as err:  # a row that fails alone becomes a dead letter
                 self._note_failure(_signature(err), signature)
                 reason = f"inference failed: {type(err).__name__}: {str(err)[:300]}"
@@ -165,7 +201,7 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
                 f"not the rows: {signature[0]}: {signature[1][:500]}"
             )
 
-    def _results(self, batch: Sequence[CorpusRecord], result: EncodeResult) -> list:
+    def _results(self, batch: Sequence[Example], result: EncodeResult) -> list:
         """Embeddings for the finite rows, dead letters for rows with NaN or infinite values."""
         self._succeeded = True
         self._failure_signature, self._failure_run = None, 0
@@ -185,9 +221,9 @@ class SbertModelHandler(ModelHandler[CorpusRecord, PredictionResult, SentenceEnc
             for i, record in enumerate(batch)
         ]
 
-    def get_num_bytes(self, batch: Sequence[CorpusRecord]) -> int:
+    def get_num_bytes(self, batch: Sequence[Example]) -> int:
         """Text bytes in a batch (Beam's default pickles the batch just to measure it)."""
-        return sum(len(record.text) for record in batch)
+        return sum(len(example_text(example)) for example in batch)
 
     def get_metrics_namespace(self) -> str:
         """Namespace of RunInference's own metrics."""
