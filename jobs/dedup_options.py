@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from apache_beam.io.filesystems import FileSystems
+
 from jobs.parsers.dedup import build_parser
 from pipelines.dedup.choices import DEFAULT_RADIUS_GAP, DEFAULT_RANK, RANKINGS
 from pipelines.dedup.groups import sweep_thresholds
@@ -57,6 +59,8 @@ def check_args(args: argparse.Namespace) -> None:
     if args.mutual_k < 1:
         raise ValueError(f"--mutual-k must be >= 1, got {args.mutual_k}")
     check_cosine(args.missing_score, "--missing-score")
+    if args.labels is not None and not FileSystems.exists(args.labels):
+        raise FileNotFoundError(f"--labels {args.labels}: no such file")
     if args.target_precision is not None:
         if args.labels is None:
             raise ValueError("--target-precision is measured on labelled pairs: pass --labels")

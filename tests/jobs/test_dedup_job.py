@@ -574,3 +574,215 @@ def test_planted_near_duplicates_are_found_with_the_real_model(tmp_path, local_p
     # similar unrelated texts reach 0.59 (0.81 and 0.61 with 240 + 30); nothing else merges.
     assert summary.removed == sum(len(members) - 1 for members in planted)
     assert summary.groups == len(planted)
+
+
+# ----------------------------------------------------------------- methods and labelled pairs
+
+# A chain p0 ~ p1 ~ p2 ~ p3 ~ p4 (0.95 each) with weaker skips (0.86); the pairs' floor is 0.8.
+CHAIN = [
+    *((f"p{i}", f"p{i + 1}", 0.95) for i in range(4)),
+    *((f"p{i}", f"p{i + 2}", 0.86) for i in range(3)),
+]
+
+
+@pytest.fixture
+def chain(tmp_path):
+    ids = [f"p{i}" for i in range(5)] + ["q"]
+    emb = write_embeddings(tmp_path / "emb", ids)
+    return tmp_path, write_pairs(tmp_path / "pairs", emb, CHAIN)
+
+
+@pytest.mark.parametrize("method", ["components", "ranked", "star", "split", "mutual", "average"])
+def test_every_method_is_selectable_and_reports_its_largest_group(chain, method):
+    root, pairs = chain
+    out = root / method
+    argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"]
+    summary = run([*argv, "--method", method])
+    groups = pq.read_table(out / "groups.parquet").to_pylist()
+    sizes = [row["size"] for row in groups]
+    assert summary.method == method
+    assert summary.largest == max(sizes, default=0)
+    assert summary.rows_in == summary.kept + summary.removed == 6
+    assert summary.removed == len(groups) - summary.groups
+    assert len(read_id_list(str(out / "removed_ids.txt"))) == summary.removed
+    manifest = manifest_of(out)
+    assert manifest["method"] == method
+    assert manifest["counts"]["largest_group"] == summary.largest
+    assert manifest["counts"]["removed"] == summary.removed
+    # Hand-checked at T = 0.9 (central ranking: p1, p2, p3 have the largest score sums, ties
+    # to id order): components chain all five; star (radius 0.8) puts p3 with p1 (0.86) and
+    # leaves p4 (its neighbours p2, p3 are removed); ranked takes only pairs >= 0.9, so p3 is
+    # kept (p2 is removed) and p4 joins p3.
+    expected = {"components": (5, 4), "star": (4, 3), "ranked": (3, 3)}
+    if method in expected:
+        assert (summary.largest, summary.removed) == expected[method]
+
+
+def test_star_is_the_default_and_components_is_todays_grouping(chain):
+    _, pairs = chain
+    argv = ["--pairs", str(pairs), "--threshold", "0.9", "--dry-run"]
+    star = run(argv)
+    assert (star.method, star.largest, star.radius) == ("star", 4, 0.8)
+    assert run([*argv, "--method", "components"]).largest == 5
+    # An explicit radius is kept as a gap below every sweep threshold, floored at the pairs'.
+    tight = run([*argv, "--radius", "0.9"])
+    assert tight.radius == 0.9 and tight.largest == 3  # = ranked: only pairs >= 0.9
+
+
+def test_sweep_covers_every_method_in_the_manifest_and_the_dry_run(chain, capsys):
+    root, pairs = chain
+    out = root / "out"
+    run(["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"])
+    manifest = manifest_of(out)
+    methods = [entry["method"] for entry in manifest["methods"]]
+    assert methods == ["star", "components", "ranked", "split", "mutual", "average"]
+    for entry in manifest["methods"]:
+        assert [p["threshold"] for p in entry["points"]] == [
+            p["threshold"] for p in manifest["sweep"]
+        ]
+    by_method = {e["method"]: {p["threshold"]: p for p in e["points"]} for e in manifest["methods"]}
+    assert by_method["components"][0.9]["largest"] == 5 and by_method["star"][0.9]["largest"] == 4
+    assert by_method["ranked"][0.9]["removed"] == 3
+    assert manifest["sweep"] == [
+        {k: v for k, v in p.items() if k in manifest["sweep"][0]}
+        for p in manifest["methods"][0]["points"]
+    ]
+    page = (out / "report.html").read_text()
+    assert "Every method" in page and "average" in page
+    assert main(["--pairs", str(pairs), "--threshold", "0.9", "--dry-run"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    table = printed[printed.index("") + 1 :]
+    assert table[0].startswith("every method")
+    assert table[1].split() == [
+        "threshold",
+        "star",
+        "components",
+        "ranked",
+        "split",
+        "mutual",
+        "average",
+    ]
+    row = next(line.split() for line in table if line.split()[:1] == ["0.9"])
+    assert row[1:4] == ["3/4", "4/5", "3/3"] and row[-1] == "<"
+
+
+LABELS = [  # at T = 0.9 the groups are {a1, a2, a3}, {b1, b2}, {c1, c2}
+    ("a1", "a3", 1),  # same group: TP
+    ("a1", "a2", 1),  # TP
+    ("b1", "b2", 0),  # same group, not duplicates: FP
+    ("c1", "lone", 1),  # apart: FN
+    ("lone", "lone2", 0),  # apart: TN
+    ("c1", "c2", 1),  # TP
+]
+
+
+def write_labels(path: Path, rows, header=("qid1", "qid2", "is_duplicate")) -> Path:
+    path.write_text(
+        "\t".join(header) + "\n" + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in rows),
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.parametrize("method", ["components", "star"])
+def test_labels_give_hand_checked_precision_recall_and_calibrated_thresholds(small, method):
+    root, pairs = small
+    labels = write_labels(root / "labels.tsv", LABELS)
+    out = root / "labelled"
+    argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9", "--method", method]
+    summary = run([*argv, "--labels", str(labels), "--target-precision", "1"])
+    point = summary.at_threshold()
+    assert (point.counts.tp, point.counts.fp, point.counts.fn, point.counts.tn) == (3, 1, 1, 1)
+    assert point.precision == point.recall == point.f1 == 0.75
+    labelled = manifest_of(out)["labels"]
+    assert labelled["read"] == labelled["evaluated"] == 6 and labelled["duplicates"] == 4
+    assert labelled["method"] == method
+    assert labelled["at_threshold"]["f1"] == 0.75
+    # F1 0.75 from 0.80 to 0.91 (a2-a3 is 0.91); of equal F1 the higher threshold wins.
+    assert (labelled["best_f1"]["threshold"], labelled["best_f1"]["f1"]) == (0.91, 0.75)
+    # Precision 1 from 0.96 (b1-b2, 0.95, is out) with recall 2/4; ties to the higher: 0.97.
+    reached = labelled["at_target_precision"]
+    assert (reached["threshold"], reached["precision"], reached["recall"]) == (0.97, 1.0, 0.5)
+    for entry in manifest_of(out)["methods"]:
+        assert entry["best_f1"]["f1"] > 0 and "at_target_precision" in entry
+        assert all({"precision", "recall", "f1"} <= set(p) for p in entry["points"])
+    page = (out / "report.html").read_text()
+    assert 'aria-label="precision-recall curve"' in page and "Against the labelled pairs" in page
+    assert "labels: P 0.750 R 0.750 F1 0.750, best F1 0.750 at 0.91" in summary.line()
+    assert "precision >= 1 at 0.97" in summary.line()
+
+
+def test_labels_from_the_cli_with_other_column_names(small, capsys):
+    root, pairs = small
+    labels = write_labels(root / "labels.tsv", LABELS, header=("left", "right", "dup"))
+    argv = ["dedup", "--pairs", str(pairs), "--threshold", "0.9", "--dry-run", "--labels"]
+    columns = ["--label-id-a", "left", "--label-id-b", "right", "--label-column", "dup"]
+    assert cli_main([*argv, str(labels), *columns]) == 0
+    printed = capsys.readouterr().out
+    assert "star: best F1 0.750 at 0.91" in printed and "components: best F1 0.750" in printed
+
+
+@pytest.mark.parametrize(
+    ("rows", "extra", "match"),
+    [
+        ([*LABELS, ("a1", "nobody", 1)], [], r"1 of 7 labelled pairs name ids .*'nobody' in row 7"),
+        ([*LABELS, ("a1", "a2", "maybe")], [], r"row 7, column 'is_duplicate': expected a 0/1"),
+        ([("a1", "a2", 0), ("b1", "b2", 0)], [], "none of the 2 usable labelled pairs"),
+        (LABELS, ["--label-column", "label"], r"missing column\(s\) 'label' \(the file has"),
+    ],
+)
+def test_bad_labels_are_refused_before_anything_is_written(small, rows, extra, match):
+    root, pairs = small
+    labels = write_labels(root / "labels.tsv", rows)
+    out = root / "never"
+    argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"]
+    with pytest.raises(ValueError, match=match):
+        run([*argv, "--labels", str(labels), *extra])
+    assert not out.exists()
+
+
+def test_unknown_label_ids_can_be_skipped_and_are_counted(small):
+    root, pairs = small
+    labels = write_labels(root / "labels.tsv", [*LABELS, ("a1", "nobody", 1)])
+    argv = ["--pairs", str(pairs), "--output", str(root / "o"), "--threshold", "0.9"]
+    run([*argv, "--labels", str(labels), "--skip-unknown-labels"])
+    labelled = manifest_of(root / "o")["labels"]
+    assert (labelled["read"], labelled["evaluated"], labelled["unknown_ids"]) == (7, 6, 1)
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--radius", "0.7"], r"--radius 0.7 is below the pairs' threshold 0.8"),
+        (["--radius", "0.95"], r"--radius must not exceed --threshold 0.9"),
+        (["--method", "components", "--radius", "0.85"], "--radius is for --method star or split"),
+        (["--keep", "longest"], "--keep chooses the kept member of components"),
+        (["--method", "components", "--rank", "longest"], "components uses --keep"),
+        (["--rank", "tallest"], "--rank must be one of"),
+        (["--rank", "column:year"], "reads the field from the corpus"),
+        (["--target-precision", "0.9"], "pass --labels"),
+        (["--labels", "/nonexistent/labels.tsv"], "no such file"),
+        (["--mutual-k", "0"], "--mutual-k must be >= 1"),
+        (["--missing-score", "0.85"], "above the lowest sweep threshold 0.8"),
+    ],
+)
+def test_bad_method_options_are_refused(small, argv, match):
+    root, pairs = small
+    with pytest.raises((ValueError, FileNotFoundError), match=match):
+        run(["--pairs", str(pairs), "--output", str(root / "o"), "--threshold", "0.9", *argv])
+    assert not (root / "o").exists()
+
+
+def test_rank_by_a_corpus_column_keeps_the_largest_value(tmp_path):
+    records = [{"id": "x", "text": "one", "votes": "3"}, {"id": "y", "text": "two", "votes": "9"}]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    spec = {"pattern": str(corpus), "id_field": "id", "text_field": "text"}
+    emb = write_embeddings(tmp_path / "emb", ["x", "y"], input_spec=spec)
+    pairs = write_pairs(tmp_path / "pairs", emb, [("x", "y", 0.97)])
+    out = tmp_path / "dedup"
+    argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9", "--corpus"]
+    run([*argv, str(corpus), "--rank", "column:votes"])
+    assert read_id_list(str(out / "kept_ids.txt")) == ["y"]
+    run([*argv, str(corpus), "--rank", "corpus", "--overwrite"])
+    assert read_id_list(str(out / "kept_ids.txt")) == ["x"]
