@@ -166,7 +166,19 @@ class DedupConfig:
 
     # The job's own default: the command requires one.
     threshold: float = 0.9
+    # components only: which member of a group is kept.
     keep: Literal["first", "longest", "central"] | None = None
+    # How pairs become groups (docs/architecture.md, "dedup methods"); default star.
+    method: Literal["components", "ranked", "star", "split", "mutual", "average"] | None = None
+    # The other methods' kept member: central, corpus, longest, random or column:NAME.
+    rank: str | None = None
+    # star, split: least score of a member with its representative (default T - 0.10).
+    radius: float | None = None
+    # Labelled pairs (id columns and a 0/1 label; column names under options:
+    # label-id-a, label-id-b, label-column): P/R/F1 of every method over the sweep.
+    labels: str | None = None
+    # With labels: also the threshold of highest recall whose precision reaches this.
+    target_precision: float | None = None
     # Also write the deduplicated corpus (``--corpus INPUT --apply``).
     apply: bool | None = None
     options: dict[str, Any] = field(default_factory=dict)
