@@ -34,6 +34,7 @@ from pipelines.index.faiss_ops import prepare_vectors
 from pipelines.index.files import LoadedIndex, open_index
 from pipelines.io.atomic import write_text_replacing
 from pipelines.io.embeddings import require_compatible
+from pipelines.vectors.cosine_range import clamp_cosines
 from sbert_core import SentenceEncoder
 from sbert_core.errors import DataFileError
 
@@ -161,6 +162,8 @@ def search(
     """Encode ``queries`` and look up their ``k`` nearest corpus entries."""
     vectors = prepare_vectors(encoder.encode(queries), loaded.metric)
     scores, positions = loaded.index.search(vectors, k)
+    if loaded.metric == "ip":  # cosines of unit vectors; l2 scores are squared distances
+        scores = clamp_cosines(scores)
     found = positions >= 0  # -1 pads rows when the index holds fewer than k vectors
     ids, texts = loaded.ids.lookup(positions[found])
     rows = np.nonzero(found)[0]

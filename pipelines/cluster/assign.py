@@ -25,6 +25,7 @@ from pipelines.io.centroids import load_centroids
 from pipelines.io.counters import METRICS_NAMESPACE
 from pipelines.io.embeddings import EmbeddingsDataset, all_shards, embedding_matrix, shard_paths
 from pipelines.io.output_dir import join
+from pipelines.vectors.cosine_range import clamp_cosines
 from pipelines.vectors.kmeans import assign
 from pipelines.vectors.precision import Precision, normalize_rows
 from pipelines.vectors.sampling import sample_rows
@@ -48,7 +49,7 @@ def assignments_table(
     """An ``assignments/`` table; rows with a negative label get a null score."""
     labels = np.asarray(labels)
     id_array = ids if isinstance(ids, pa.Array) else pa.array(ids, pa.string())
-    scores = pa.array(np.asarray(scores, dtype=np.float32), mask=labels < 0)
+    scores = pa.array(clamp_cosines(scores), mask=labels < 0)
     return pa.Table.from_arrays(
         [id_array, pa.array(labels.astype(np.int32)), scores], schema=ASSIGNMENTS_SCHEMA
     )

@@ -28,6 +28,7 @@ from pipelines.dedup.groups import DuplicateGroups
 from pipelines.io.embeddings import EmbeddingsDataset, require_compatible
 from pipelines.io.output_dir import join, read_manifest
 from pipelines.vectors.checks import check_cosine
+from pipelines.vectors.cosine_range import clamp_cosines
 
 PAIRS_SUBDIR, NEIGHBORS_SUBDIR = "pairs", "neighbors"
 GROUPS_FILE, KEPT_FILE, REMOVED_FILE = "groups.parquet", "kept_ids.txt", "removed_ids.txt"
@@ -273,7 +274,7 @@ def groups_table(
     """
     rows = np.flatnonzero(groups.group >= 0)
     rows = rows[np.lexsort((rank[rows], ~groups.representative[rows], groups.group[rows]))]
-    member_scores = scores[rows]
+    member_scores = clamp_cosines(scores[rows])
     return pa.Table.from_arrays(
         [
             ids.take(pa.array(rows, pa.int64())),

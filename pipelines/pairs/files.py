@@ -32,6 +32,7 @@ from pipelines.io.embeddings import embedding_matrix, shard_paths
 from pipelines.io.output_dir import join, read_manifest
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.vectors.checks import require_finite
+from pipelines.vectors.cosine_range import clamp_cosines
 from pipelines.vectors.precision import normalize_rows
 
 NEIGHBORS = "neighbors"
@@ -57,7 +58,7 @@ def neighbors_table(
     m, k = indices.shape
     offsets = pa.array(np.arange(m + 1, dtype=np.int32) * np.int32(k))
     neighbor_ids = pa.ListArray.from_arrays(offsets, ids.take(pa.array(indices.reshape(-1))))
-    values = pa.array(np.ascontiguousarray(scores, dtype=np.float32).reshape(-1), pa.float32())
+    values = pa.array(np.ascontiguousarray(clamp_cosines(scores)).reshape(-1), pa.float32())
     return pa.Table.from_arrays(
         [
             ids.take(pa.array(np.asarray(rows, np.int64))),
@@ -74,7 +75,7 @@ def pairs_table(ids: pa.Array, a: np.ndarray, b: np.ndarray, scores: np.ndarray)
         [
             ids.take(pa.array(np.asarray(a, np.int64))),
             ids.take(pa.array(np.asarray(b, np.int64))),
-            pa.array(np.asarray(scores, np.float32), pa.float32()),
+            pa.array(clamp_cosines(scores), pa.float32()),
         ],
         schema=PAIRS_SCHEMA,
     )
