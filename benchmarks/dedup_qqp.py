@@ -1,7 +1,7 @@
 """Dedup methods on real question duplicates: Quora Question Pairs dev, human labels.
 
 Embeds the 158,678 dev questions with all-MiniLM-L6-v2 (or reads them from ``--cache``), finds
-every pair at or above ``--floor`` exactly (:func:`pipelines.vectors.allpairs.self_pairs_above`),
+every pair at or above ``--floor`` exactly (:func:`pipelines.vectors.pairs_above.self_pairs_above`),
 then sweeps the threshold for each dedup method (:mod:`pipelines.dedup.methods`) and scores
 "both questions end in one group" on the 116,306 labelled pairs
 (:mod:`pipelines.dedup.labels`). Each method runs in a forked child process, so its time and
@@ -115,7 +115,7 @@ def all_pairs(cache: Path | None, dtype: str, vectors: np.ndarray, floor: float)
     if cache is not None and (cache / name).exists():
         data = np.load(cache / name)
         return IndexedPairs(data["a"], data["b"], data["score"])
-    from pipelines.vectors.allpairs import self_pairs_above
+    from pipelines.vectors.pairs_above import self_pairs_above
 
     start = time.perf_counter()
     a, b, s = self_pairs_above(vectors, floor)

@@ -36,18 +36,13 @@ import faiss
 import numpy as np
 
 from benchmarks.common import interleaved_medians, write_result
-from pipelines.index.build import (
-    ArraySource,
-    BuildSettings,
-    build_index,
-    recall_at_k,
-    search_parameter,
-    set_search_params,
-    tune_search_parameter,
-)
+from pipelines.index.build import ArraySource, BuildSettings, build_index
+from pipelines.index.faiss_ops import set_search_params
 from pipelines.index.planner import plan_index
 from pipelines.index.trial import choose_by_trial
+from pipelines.index.tuning import search_parameter, tune_search_parameter
 from pipelines.io.sizes import format_size, parse_size
+from pipelines.vectors.exact_truth import recall_at_k
 
 K = 10
 BASELINES = ("HNSW32", "IVF4096,Flat")

@@ -156,7 +156,7 @@ def _index_beam(config: Any) -> bool:
 
 def _index_check(config: Any, checked: Any) -> None:
     """A FAISS factory string is checked now, for the model's dimension, not after embedding."""
-    from pipelines.index.build import new_index
+    from pipelines.index.faiss_ops import new_index
 
     model = checked.model or (checked.finetune or {}).get("base_model") or {}
     if config.index.factory == "auto" or "dim" not in model:

@@ -23,27 +23,26 @@ held-out rows moved to the end (see :func:`index_order`); ``ids.parquet`` record
 from __future__ import annotations
 
 import logging
-import re
-import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 import faiss
 import numpy as np
 
+from pipelines.index.faiss_ops import (
+    default_train_sample,
+    min_train_points,
+    new_index,
+    prepare_vectors,
+)
 from pipelines.index.planner import POINTS_PER_CENTROID
+from pipelines.index.tuning import RECALL_K, SearchTuning, queries_per_second, tune_search_parameter
 from pipelines.vectors.checks import require_finite
+from pipelines.vectors.exact_truth import ExactTopK, Metric
 
 logger = logging.getLogger(__name__)
-
-Metric = Literal["ip", "l2"]
-RECALL_K = 10
-# Needing efSearch beyond this means the graph is too sparse for the data (raise M or use
-# another index), not that a larger value should be searched for; tuning stops there.
-MAX_EF_SEARCH = 4096
-_FAISS_ERROR = re.compile(r"^Error in .*? at \S+:\d+: (?:Error: '.*?' failed: )?")
 
 
 class VectorSource(Protocol):
@@ -125,27 +124,6 @@ class BuildSettings:
         return faiss.get_num_gpus() > 0 if self.use_gpu is None else self.use_gpu
 
 
-@dataclass(frozen=True)
-class Tuning:
-    """The tuned search parameter and the recall@10 measured at each value tried."""
-
-    parameter: str | None  # None: the index is exact and has nothing to tune
-    value: int | None
-    recall: float
-    target: float
-    tried: tuple[tuple[int, float], ...] = ()
-
-    @property
-    def reached(self) -> bool:
-        """Whether the chosen value reaches the target recall."""
-        return self.recall >= self.target
-
-    @property
-    def search_params(self) -> dict[str, int]:
-        """``{parameter: value}`` for ``ParameterSpace``; empty for exact indexes."""
-        return {} if self.parameter is None else {self.parameter: int(self.value)}
-
-
 @dataclass
 class TrainedIndex:
     """A trained, still empty index plus the held-out queries it will be tuned on."""
@@ -165,7 +143,7 @@ class BuiltIndex:
     index: faiss.Index
     factory: str
     metric: Metric
-    tuning: Tuning
+    tuning: SearchTuning
     queries_per_s: float
     n_queries: int
     train_sample: int
@@ -200,100 +178,6 @@ class BuiltIndex:
             "device": self.device,
             "seconds": {name: round(value, 3) for name, value in self.seconds.items()},
         }
-
-
-def faiss_metric(metric: Metric) -> int:
-    """FAISS's metric constant for ``ip`` / ``l2``."""
-    if metric == "ip":
-        return faiss.METRIC_INNER_PRODUCT
-    if metric == "l2":
-        return faiss.METRIC_L2
-    raise ValueError(f"metric must be 'ip' or 'l2', got {metric!r}")
-
-
-def faiss_message(err: Exception) -> str:
-    """A FAISS C++ exception without its ``Error in <signature> at <file>:<line>`` prefix."""
-    return _FAISS_ERROR.sub("", str(err).strip().splitlines()[0])
-
-
-def new_index(factory: str, dim: int, metric: Metric) -> faiss.Index:
-    """An empty index from a factory string.
-
-    Raises:
-        ValueError: FAISS cannot parse the string or build it for this dimension.
-    """
-    try:
-        index = faiss.index_factory(dim, factory, faiss_metric(metric))
-    except RuntimeError as err:
-        raise ValueError(
-            f"FAISS cannot build the index {factory!r} for {dim}-d vectors: {faiss_message(err)}"
-        ) from err
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None and isinstance(faiss.downcast_index(ivf), faiss.IndexIVFPQ):
-        # The factory turns on polysemous training for "PQ{m}", which only serves Hamming
-        # pre-filtering (never used here) and made PQ training ~3x slower in our runs.
-        faiss.downcast_index(ivf).do_polysemous_training = False
-    return index
-
-
-def prepare_vectors(vectors: np.ndarray, metric: Metric) -> np.ndarray:
-    """A contiguous float32 copy, L2-normalised for ``ip`` so inner product is cosine."""
-    out = np.array(vectors, dtype=np.float32, order="C", copy=True)
-    if metric == "ip":
-        faiss.normalize_L2(out)
-    return out
-
-
-def search_parameter(index: faiss.Index) -> tuple[str, int, int] | None:
-    """``(name, smallest, largest)`` of the parameter that trades speed for recall, or None."""
-    if isinstance(index, faiss.IndexShards):
-        index = faiss.downcast_index(index.at(0))
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None:
-        return "nprobe", 1, int(ivf.nlist)
-    base = (
-        faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
-    )
-    if isinstance(base, faiss.IndexHNSW):
-        return "efSearch", RECALL_K, MAX_EF_SEARCH
-    return None
-
-
-def set_search_params(index: faiss.Index, params: dict[str, int]) -> None:
-    """Apply ``{"nprobe": 12}``-style parameters through ``faiss.ParameterSpace``."""
-    space = faiss.ParameterSpace()
-    for name, value in params.items():
-        space.set_index_parameter(index, name, int(value))
-
-
-def min_train_points(index: faiss.Index) -> int:
-    """Fewest training vectors FAISS accepts: one per IVF list, 2^nbits for PQ codebooks."""
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None:
-        base = faiss.downcast_index(ivf)
-    elif isinstance(index, faiss.IndexPreTransform):
-        base = faiss.downcast_index(index.index)
-    else:
-        base = index
-    need = int(ivf.nlist) if ivf is not None else 1
-    quantizer = getattr(base, "pq", None)
-    if quantizer is not None:
-        need = max(need, int(quantizer.ksub))
-    return need
-
-
-def default_train_sample(index: faiss.Index, n: int) -> int:
-    """Training vectors for an index over N vectors (0 for indexes that need no training).
-
-    64 per IVF list (FAISS wants 39-256; k-means subsamples above 256), at least 64·256 when
-    PQ codebooks are trained, at most 500k above the 39-per-list minimum (memory), at most N.
-    """
-    if index.is_trained:
-        return 0
-    ivf = faiss.try_extract_index_ivf(index)
-    nlist = int(ivf.nlist) if ivf is not None else 1
-    wanted = max(64 * nlist, 64 * min_train_points(index))
-    return min(n, max(POINTS_PER_CENTROID * nlist, min(wanted, 500_000)))
 
 
 def sample_positions(
@@ -352,129 +236,6 @@ def gather_rows(source: VectorSource, positions: np.ndarray, batch_size: int) ->
     if filled != len(positions):
         raise ValueError(f"the vectors ended after {offset} rows; expected {source.count}")
     return out
-
-
-class ExactNeighbours:
-    """Exact top-k of fixed queries over vectors that arrive batch by batch.
-
-    Positions count from ``offset`` in arrival order, so shards can each keep one and
-    :meth:`merge` combines them into the answer over the whole corpus.
-    """
-
-    def __init__(self, queries: np.ndarray, k: int, metric: Metric, offset: int = 0) -> None:
-        self._queries = queries
-        self._k = k
-        self._metric = metric
-        self._heap = faiss.ResultHeap(len(queries), k, keep_max=metric == "ip")
-        self._next = offset
-
-    def add(self, vectors: np.ndarray) -> None:
-        """Fold in the next batch (already prepared for the metric)."""
-        k = min(self._k, len(vectors))
-        if k:
-            distances, positions = faiss.knn(
-                self._queries, vectors, k, metric=faiss_metric(self._metric)
-            )
-            self._heap.add_result(distances, positions + self._next)
-        self._next += len(vectors)
-
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(distances, positions)``, each ``(nq, k)``, best first (-1 where fewer than k)."""
-        self._heap.finalize()
-        return self._heap.D, self._heap.I
-
-    @staticmethod
-    def merge(
-        parts: Iterable[tuple[np.ndarray, np.ndarray]], k: int, metric: Metric
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Combine per-shard results (positions already global) into the corpus-wide top-k."""
-        heap = None
-        for distances, positions in parts:
-            if heap is None:
-                heap = faiss.ResultHeap(len(distances), k, keep_max=metric == "ip")
-            keep = positions >= 0
-            # Padding slots of a shard smaller than k must never win against real rows.
-            worst = -np.inf if metric == "ip" else np.inf
-            heap.add_result(
-                np.where(keep, distances, worst).astype(np.float32),
-                np.where(keep, positions, -1).astype(np.int64),
-            )
-        if heap is None:
-            raise ValueError("no exact-search results to merge")
-        heap.finalize()
-        return heap.D, heap.I
-
-
-def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int = RECALL_K) -> float:
-    """Mean share of the true top-k that the approximate top-k contains.
-
-    Args:
-        found, truth: ``(nq, >= k)`` positions, best first; -1 marks empty slots (an index
-            with fewer than k vectors), which count neither as hits nor as misses.
-        k: list length compared.
-
-    Returns:
-        The recall, or 1.0 when there is nothing to find.
-    """
-    hits = total = 0
-    for found_row, true_row in zip(found[:, :k], truth[:, :k], strict=True):
-        true_top = set(true_row[true_row >= 0].tolist())
-        hits += len(true_top.intersection(found_row.tolist()))
-        total += len(true_top)
-    return hits / total if total else 1.0
-
-
-def tune_search_parameter(
-    index: faiss.Index,
-    queries: np.ndarray,
-    truth: np.ndarray,
-    target: float,
-    k: int = RECALL_K,
-) -> Tuning:
-    """Set the smallest search parameter whose recall@k reaches ``target`` (and leave it set).
-
-    Doubles the value until the target is met, then bisects between the last value that missed
-    and the first that met it (recall grows with nprobe/efSearch). If even the largest value
-    misses, the largest is kept and the returned tuning says the target was not reached.
-    """
-    parameter = search_parameter(index)
-    if parameter is None:
-        _, found = index.search(queries, k)
-        return Tuning(None, None, recall_at_k(found, truth, k), target)
-    name, smallest, largest = parameter
-    tried: dict[int, float] = {}
-
-    def recall_at(value: int) -> float:
-        if value not in tried:
-            set_search_params(index, {name: value})
-            _, found = index.search(queries, k)
-            tried[value] = recall_at_k(found, truth, k)
-        return tried[value]
-
-    missed, value = None, smallest
-    while recall_at(value) < target and value < largest:
-        missed, value = value, min(2 * value, largest)
-    if recall_at(value) >= target and missed is not None:
-        met = value
-        while met - missed > 1:
-            middle = (met + missed) // 2
-            if recall_at(middle) >= target:
-                met = middle
-            else:
-                missed = middle
-        value = met
-    set_search_params(index, {name: value})
-    return Tuning(name, value, tried[value], target, tuple(sorted(tried.items())))
-
-
-def queries_per_second(index: faiss.Index, queries: np.ndarray, k: int, repeats: int = 3) -> float:
-    """Batch search throughput: median over ``repeats`` searches of all ``queries``."""
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        index.search(queries, k)
-        seconds.append(time.perf_counter() - start)
-    return len(queries) / max(statistics.median(seconds), 1e-9)
 
 
 def _on_device(index: faiss.Index, work: Callable[[faiss.Index], None], use_gpu: bool):
@@ -538,7 +299,7 @@ def fill_index(
     metric: Metric,
     *,
     use_gpu: bool,
-    exact: ExactNeighbours | None = None,
+    exact: ExactTopK | None = None,
 ) -> tuple[faiss.Index, str]:
     """Add raw vector batches to a trained index (feeding ``exact`` the same batches).
 
@@ -609,7 +370,7 @@ def build_index(source: VectorSource, settings: BuildSettings) -> BuiltIndex:
     """
     trained = train_on_sample(source, settings)
     start = time.perf_counter()
-    exact = ExactNeighbours(trained.queries, RECALL_K, settings.metric)
+    exact = ExactTopK(trained.queries, RECALL_K, metric=settings.metric, kernel="faiss")
     batches = (vectors for _, vectors in source.batches(settings.batch_size))
     index, device = fill_index(
         trained.index,

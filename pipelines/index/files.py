@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.index.build import faiss_message, set_search_params
+from pipelines.index.faiss_ops import faiss_message, set_search_params
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.output_dir import join, read_manifest
 from pipelines.io.staged_output import StagedOutput

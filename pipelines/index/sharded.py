@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,18 +34,17 @@ import numpy as np
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+
 from pipelines.index.build import (
-    RECALL_K,
     BuildSettings,
     BuiltIndex,
-    ExactNeighbours,
     TrainedIndex,
     fill_index,
     finish_build,
-    set_search_params,
     skip_rows,
     train_on_sample,
 )
+from pipelines.index.faiss_ops import set_search_params
 from pipelines.index.files import (
     INDEX_FILE,
     SHARDS_DIR,
@@ -53,15 +53,11 @@ from pipelines.index.files import (
     shard_file_name,
     write_index_file,
 )
-from pipelines.io.atomic import (
-    replace,
-    staging_path,
-    write_bytes_replacing,
-    write_json_replacing,
-)
+from pipelines.index.tuning import RECALL_K
 from pipelines.io.embeddings import EmbeddingsDataset, embedding_matrix
-from pipelines.io.output_dir import join
+from pipelines.io.output_dir import join, write_json
 from pipelines.vectors.checks import require_finite
+from pipelines.vectors.exact_truth import ExactTopK
 
 WORK_DIR = "_work"
 HELD_OUT_SHARD = f"{SHARDS_DIR}/held-out.faiss"
@@ -203,9 +199,21 @@ def read_row_range(task: ShardTask, batch_size: int) -> Iterator[np.ndarray]:
                         yield vectors
 
 
+def _write_bytes(path: str, data: bytes) -> None:
+    with FileSystems.create(path) as handle:
+        handle.write(data)
+
+
 def _read_bytes(path: str) -> bytes:
     with FileSystems.open(path) as handle:
         return handle.read()
+
+
+def _replace(staging: str, final: str) -> None:
+    """Move a finished temporary file into place, replacing an earlier attempt's file."""
+    if FileSystems.exists(final):
+        FileSystems.delete([final])
+    FileSystems.rename([staging], [final])
 
 
 def prepare_sharded_build(
@@ -219,7 +227,7 @@ def prepare_sharded_build(
     write_index_file(trained.index, build.trained_path)
     buffer = io.BytesIO()
     np.save(buffer, trained.queries, allow_pickle=False)
-    write_bytes_replacing(build.queries_path, buffer.getvalue())
+    _write_bytes(build.queries_path, buffer.getvalue())
     return build, trained
 
 
@@ -238,8 +246,12 @@ class _FillShardFn(beam.DoFn):
 
     def process(self, task: ShardTask) -> Iterator[str]:
         build, settings = self._build, self._build.settings
-        exact = ExactNeighbours(
-            self._queries, RECALL_K, settings.metric, offset=task.first_position
+        exact = ExactTopK(
+            self._queries,
+            RECALL_K,
+            metric=settings.metric,
+            offset=task.first_position,
+            kernel="faiss",
         )
         batches = read_row_range(task, settings.batch_size)
         index, device = fill_index(
@@ -256,14 +268,16 @@ class _FillShardFn(beam.DoFn):
             )
         name = shard_file_name(task.shard, task.n_shards)
         final = join(build.output, name)
-        staging = staging_path(final)
+        staging = f"{final}.{uuid.uuid4().hex}.tmp"
         size, sha256 = write_index_file(index, staging)
-        replace(staging, final)
+        _replace(staging, final)
 
         distances, positions = exact.result()
         buffer = io.BytesIO()
         np.savez(buffer, distances=distances, positions=positions)
-        write_bytes_replacing(build.exact_path(task.shard), buffer.getvalue())
+        staging = f"{build.exact_path(task.shard)}.{uuid.uuid4().hex}.tmp"
+        _write_bytes(staging, buffer.getvalue())
+        _replace(staging, build.exact_path(task.shard))
 
         report = {
             "name": name,
@@ -272,7 +286,9 @@ class _FillShardFn(beam.DoFn):
             "rows": int(index.ntotal),
             "device": device,
         }
-        write_json_replacing(build.report_path(task.shard), report)
+        staging = f"{build.report_path(task.shard)}.{uuid.uuid4().hex}.tmp"
+        write_json(staging, report)
+        _replace(staging, build.report_path(task.shard))
         self._added.inc(int(index.ntotal))
         yield name
 
@@ -347,7 +363,7 @@ def finish_sharded_build(
     for task in build.tasks:
         with np.load(io.BytesIO(_read_bytes(build.exact_path(task.shard)))) as exact:
             parts.append((exact["distances"], exact["positions"]))
-    _, truth = ExactNeighbours.merge(parts, RECALL_K, settings.metric)
+    _, truth = ExactTopK.merge(parts, RECALL_K, settings.metric)
 
     shards = [
         read_index_file(join(build.output, r["name"]), r["size"], r["sha256"]) for r in reports

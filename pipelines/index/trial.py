@@ -29,18 +29,10 @@ from dataclasses import asdict, dataclass
 import faiss
 import numpy as np
 
-from pipelines.index.build import (
-    RECALL_K,
-    VectorSource,
-    faiss_metric,
-    gather_rows,
-    new_index,
-    prepare_vectors,
-    queries_per_second,
-    sample_positions,
-    tune_search_parameter,
-)
+from pipelines.index.build import VectorSource, gather_rows, sample_positions
+from pipelines.index.faiss_ops import faiss_metric, new_index, prepare_vectors
 from pipelines.index.planner import IndexPlan, MemoryEstimate, ivf_nlist
+from pipelines.index.tuning import RECALL_K, queries_per_second, tune_search_parameter
 
 logger = logging.getLogger(__name__)
 

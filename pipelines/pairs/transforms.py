@@ -9,7 +9,7 @@ id order: ``n * d * 4`` bytes, twice that while sorting) and writes, per range, 
 ``neighbors/`` and ``pairs/`` shards of those rows. Ranges are contiguous in id order, so the
 shards are too.
 
-:class:`ClusterBlockedPairs` (SemDeDup-style, see ``pipelines.vectors.cluster_blocks``)::
+:class:`ClusterBlockedPairs` (SemDeDup-style, see ``pipelines.vectors.block_plan``)::
 
     ListShards -> SpreadShards -> RouteToBlocks -> GroupBlockFiles -> SearchBlocks
         -> GroupByOutputShard -> MergeAndWrite
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
@@ -44,7 +45,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from pipelines.io.atomic import StagedFiles, write_parquet_replacing
+
+from pipelines.io.atomic import write_parquet_replacing
 from pipelines.io.centroids import load_centroids
 from pipelines.io.embeddings import embedding_matrix
 from pipelines.io.output_dir import join, write_json
@@ -59,7 +61,8 @@ from pipelines.pairs.files import (
     part_path,
 )
 from pipelines.pairs.merge import merge_neighbors, merge_pairs
-from pipelines.vectors.cluster_blocks import nearest_centroids, search_block
+from pipelines.vectors.block_plan import nearest_centroids
+from pipelines.vectors.block_search import search_block
 from pipelines.vectors.precision import Precision
 
 logger = logging.getLogger(__name__)
@@ -196,6 +199,34 @@ class GroupResult:
     blocks: tuple[tuple[int, int], ...] = ()
 
 
+class _StagedWriters:
+    """Parquet files written under temporary names and renamed together when all are done."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self._schema = schema
+        self._open: dict[str, tuple[str, object, pq.ParquetWriter]] = {}
+
+    def write(self, path: str, table: pa.Table) -> None:
+        if path not in self._open:
+            staging = f"{path}.{uuid.uuid4().hex}.tmp"
+            handle = FileSystems.create(staging)
+            self._open[path] = (staging, handle, pq.ParquetWriter(handle, self._schema))
+        self._open[path][2].write_table(table)
+
+    def close(self) -> list[str]:
+        """Close every file and move it to its final name; returns the final names."""
+        for _, handle, writer in self._open.values():
+            writer.close()
+            handle.close()
+        finals = sorted(self._open)
+        for final in finals:
+            if FileSystems.exists(final):  # a retry of the same element: same rows, replace
+                FileSystems.delete([final])
+            FileSystems.rename([self._open[final][0]], [final])
+        self._open.clear()
+        return finals
+
+
 class _RouteFn(beam.DoFn):
     """``(index, embeddings shard)`` -> its rows, written by block group; ``(group, file)``."""
 
@@ -216,7 +247,7 @@ class _RouteFn(beam.DoFn):
     def process(self, item: tuple[int, str]) -> Iterator[tuple[int, str]]:
         index, path = item
         reader = self._settings.reader
-        writers = StagedFiles(routed_schema(reader.dim))
+        writers = _StagedWriters(routed_schema(reader.dim))
         for ids, vectors in reader.read_shard(path):
             probes = nearest_centroids(vectors, self._centroids, self._nprobe)  # (b, nprobe)
             blocks = probes.reshape(-1)
@@ -285,8 +316,8 @@ class _SearchGroupFn(beam.DoFn):
         shards = table["shard"].to_numpy()
         ids = table["id"].combine_chunks()
         vectors = embedding_matrix(table["embedding"])
-        neighbors = StagedFiles(NEIGHBORS_SCHEMA)
-        pairs = StagedFiles(PAIRS_SCHEMA)
+        neighbors = _StagedWriters(NEIGHBORS_SCHEMA)
+        pairs = _StagedWriters(PAIRS_SCHEMA)
         sizes = []
         starts = np.flatnonzero(np.diff(blocks, prepend=-1))
         for lo, hi in pairwise([*starts.tolist(), len(blocks)]):
@@ -302,7 +333,7 @@ class _SearchGroupFn(beam.DoFn):
             yield shard, GroupResult(group, shard in written, blocks_here)
 
     def _search(
-        self, group: int, block: _Block, neighbors: StagedFiles, pairs: StagedFiles
+        self, group: int, block: _Block, neighbors: _StagedWriters, pairs: _StagedWriters
     ) -> None:
         s = self._settings
         size = len(block.ids)
@@ -388,10 +419,10 @@ class ClusterBlockedPairs(beam.PTransform):
     Args:
         settings: output, vectors, k, threshold.
         centroids_path: ``centroids.npy`` (from
-        :func:`pipelines.vectors.cluster_blocks.plan_blocks`). nprobe: blocks each vector joins (its
+        :func:`pipelines.vectors.block_plan.plan_blocks`). nprobe: blocks each vector joins (its
         nearest centroids). groups: ``(blocks,)`` the group of each block
-        (:func:`pipelines.vectors.cluster_blocks.
-            group_blocks`); a worker holds one group's vectors at a time.
+        (:func:`pipelines.vectors.block_plan.group_blocks`); a worker holds one group's vectors
+        at a time.
         n_shards: output shards; an item's row is in shard ``crc32(id) % n_shards``.
         max_block: block size above which a block is counted and logged as over the cap.
 

@@ -2,8 +2,7 @@
 
 :func:`self_topk` gives every row its ``k`` most similar other rows (inner product, i.e. cosine
 for L2-normalised rows), exactly in float32, with ties broken by the smaller index.
-:func:`pairs_above` turns such neighbour lists into unique pairs ``a < b`` above a threshold, and
-:func:`self_pairs_above` finds every pair above a threshold exactly, however many there are.
+Pairs above a threshold, from such lists or exactly, are in :mod:`pipelines.vectors.pairs_above`.
 
 How :func:`self_topk` is fast and still exact:
 
@@ -38,7 +37,6 @@ the running lists (``m x w``), never an ``n x n`` matrix.
 
 Example:
     >>> indices, scores = self_topk(vectors, k=10)  # each row's 10 nearest other rows
-    >>> a, b, s = pairs_above(indices, scores, threshold=0.9)
 """
 
 from __future__ import annotations
@@ -153,11 +151,11 @@ def self_topk(
     Example:
         >>> indices, scores = self_topk(vectors, 10, rows=(0, 50_000))  # the first half's lists
     """
-    vectors = _checked_vectors(vectors)
+    vectors = checked_vectors(vectors)
     n, dim = vectors.shape
     if not 1 <= k <= n - 1:
         raise ValueError(f"k must be between 1 and {n - 1} (the other rows), got {k}")
-    start, stop = _checked_rows(rows, n)
+    start, stop = checked_rows(rows, n)
     block = DEFAULT_BLOCK_SIZE if block_size is None else block_size
     if block < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -167,7 +165,7 @@ def self_topk(
         stats.rows += stop - start
         stats.precision = "bfloat16" if bf16 else "float32"
         stats.candidate_width = width
-    with _exact_fp32_matmul(), torch.inference_mode():
+    with exact_fp32_matmul(), torch.inference_mode():
         data = torch.from_numpy(vectors)
         # An upper bound on the norms: fp32 rounding is far inside the bound's 1% slack.
         norms = torch.linalg.vector_norm(data, dim=1) * (1 + 1e-5)
@@ -447,8 +445,8 @@ def _exact_rows(
 
 
 @contextlib.contextmanager
-def _exact_fp32_matmul() -> Iterator[None]:
-    """fp32 products in fp32: the error bound assumes no reduced-precision (bf16/TF32) GEMM."""
+def exact_fp32_matmul() -> Iterator[None]:
+    """fp32 products in fp32 inside: the error bound assumes no bf16/TF32 GEMM."""
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
@@ -457,116 +455,12 @@ def _exact_fp32_matmul() -> Iterator[None]:
         torch.set_float32_matmul_precision(previous)
 
 
-def pairs_above(
-    indices: np.ndarray, scores: np.ndarray, threshold: float, row_offset: int = 0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Unique pairs ``a < b`` with score ``>= threshold`` from neighbour lists.
-
-    Only pairs present in some row's list are found: a row with more than ``k`` neighbours at
-    or above the threshold loses the rest (unless those neighbours list it in turn). For every
-    pair above a threshold use :func:`self_pairs_above`.
-
-    Args:
-        indices: ``(m, k)`` int64 neighbours of the rows ``row_offset .. row_offset + m - 1``
-            (as returned by :func:`self_topk`, whose ``rows[0]`` is the offset).
-        scores: ``(m, k)`` float32 scores of those neighbours.
-        threshold: in ``[-1, 1]``, compared in float32.
-        row_offset: index of the first row.
-
-    Returns:
-        ``a`` int64, ``b`` int64 and ``score`` float32 arrays, ``a < b``, each pair once,
-        sorted by ``(a, b)``.
+def checked_vectors(vectors: np.ndarray) -> np.ndarray:
+    """``vectors`` as contiguous float32 ``(n, d)``, ``n >= 2``, finite and small enough.
 
     Raises:
-        ValueError: shapes disagree, or ``threshold`` is outside ``[-1, 1]``.
+        ValueError: the shape, a NaN or infinite value, or norms that could overflow float32.
     """
-    indices = np.asarray(indices)
-    scores = np.asarray(scores, dtype=np.float32)
-    if indices.ndim != 2 or indices.shape != scores.shape:
-        raise ValueError(
-            f"indices and scores must be 2-d of the same shape, got {indices.shape} and "
-            f"{scores.shape}"
-        )
-    _check_threshold(threshold)
-    keep = scores >= np.float32(threshold)
-    row = np.broadcast_to(np.arange(len(indices), dtype=np.int64)[:, None] + row_offset, keep.shape)
-    a, b, s = row[keep], indices[keep].astype(np.int64), scores[keep]
-    low, high = np.minimum(a, b), np.maximum(a, b)
-    order = np.lexsort((high, low))
-    low, high, s = low[order], high[order], s[order]
-    first = np.ones(len(low), dtype=bool)
-    first[1:] = (low[1:] != low[:-1]) | (high[1:] != high[:-1])
-    return low[first], high[first], s[first]
-
-
-def self_pairs_above(
-    vectors: np.ndarray,
-    threshold: float,
-    *,
-    rows: tuple[int, int] | None = None,
-    block_size: int | None = None,
-    precision: Precision = "auto",
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every pair ``a < b`` with score ``>= threshold``, exactly, however many there are.
-
-    Scores are those of :func:`self_topk` (float64 sums of the float32 products, rounded to
-    float32). Each pair of blocks is multiplied once (upper triangle) in the candidate dtype;
-    pairs within the error bound below the threshold are rescored exactly. Memory grows with
-    the number of pairs found, so use it with a threshold that keeps that number bounded.
-
-    Args:
-        vectors: ``(n, d)`` float32, finite.
-        threshold: in ``[-1, 1]``, compared in float32.
-        rows: return only the pairs whose smaller index ``a`` lies in ``[start, stop)``, so
-            that the ranges of several calls partition the pairs.
-        block_size: rows per block (one ``block_size^2`` tile in memory).
-        precision: dtype of the candidate pass, as for :func:`self_topk`.
-
-    Returns:
-        ``a``, ``b`` int64 and ``score`` float32, sorted by ``(a, b)``.
-
-    Raises:
-        ValueError: bad ``vectors``, ``rows``, ``block_size``, ``threshold`` or ``precision``.
-    """
-    vectors = _checked_vectors(vectors)
-    _check_threshold(threshold)
-    n, dim = vectors.shape
-    start, stop = _checked_rows(rows, n)
-    block = DEFAULT_BLOCK_SIZE if block_size is None else block_size
-    if block < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
-    bf16 = use_bf16(precision)
-    limit = np.float32(threshold)
-    found_a, found_b, found_s = [], [], []
-    with _exact_fp32_matmul(), torch.inference_mode():
-        data = torch.from_numpy(vectors)
-        norms = torch.linalg.vector_norm(data, dim=1) * (1 + 1e-5)
-        slack = (candidate_error_bound(dim, bf16) * float(norms.max()) * norms).float()
-        candidates = data.to(torch.bfloat16) if bf16 else data
-        for first in range(start, stop, block):
-            last = min(first + block, stop)
-            # Candidate score >= threshold - bound |x_a||x_b| for every pair above the threshold.
-            admit = (limit - slack[first:last])[:, None]
-            for column in range(first, n, block):
-                tile = candidates[first:last] @ candidates[column : column + block].T
-                with one_thread():
-                    row, other = (tile >= admit).nonzero(as_tuple=True)
-                    a, b = row + first, other + column
-                    upper = b > a
-                    a, b = a[upper], b[upper]
-                    scores = pair_scores(data, a, b)
-                    keep = scores >= limit
-                found_a.append(a[keep])
-                found_b.append(b[keep])
-                found_s.append(scores[keep])
-    if not found_a:
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
-    a, b, s = (torch.cat(part).numpy() for part in (found_a, found_b, found_s))
-    order = np.lexsort((b, a))
-    return a[order], b[order], s[order]
-
-
-def _checked_vectors(vectors: np.ndarray) -> np.ndarray:
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or vectors.shape[1] < 1:
         raise ValueError(f"vectors must be a 2-d (n, d) array with d >= 1, got {vectors.shape}")
@@ -581,15 +475,11 @@ def _checked_vectors(vectors: np.ndarray) -> np.ndarray:
     return vectors
 
 
-def _checked_rows(rows: tuple[int, int] | None, n: int) -> tuple[int, int]:
+def checked_rows(rows: tuple[int, int] | None, n: int) -> tuple[int, int]:
+    """The query range ``[start, stop)`` (all ``n`` rows for None), checked against ``n``."""
     if rows is None:
         return 0, n
     start, stop = rows
     if not 0 <= start <= stop <= n:
         raise ValueError(f"rows must satisfy 0 <= start <= stop <= {n}, got {rows}")
     return int(start), int(stop)
-
-
-def _check_threshold(threshold: float) -> None:
-    if not -1.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold must lie in [-1, 1], got {threshold}")

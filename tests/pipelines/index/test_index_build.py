@@ -6,14 +6,13 @@ from planted_vectors import clustered_vectors, exact_top_k, recall
 from pipelines.index.build import (
     ArraySource,
     BuildSettings,
-    ExactNeighbours,
     build_index,
     gather_rows,
     index_order,
-    recall_at_k,
     sample_positions,
     skip_rows,
 )
+from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
 
 # Reached at nprobe 5 on this data: doubling tries 1, 2, 4, 8, then bisection tries 6 and 5.
 TARGET = 0.98
@@ -45,16 +44,16 @@ def test_recall_at_k_counts_overlap_and_ignores_padding():
 def test_exact_neighbours_streamed_and_merged_match_brute_force(corpus):
     queries = corpus[:50]
     expected = exact_top_k(corpus, queries, 10)
-    streamed = ExactNeighbours(queries, 10, "ip")
+    streamed = ExactTopK(queries, 10, metric="ip", kernel="faiss")
     for start in range(0, len(corpus), 1000):
         streamed.add(corpus[start : start + 1000])
     assert np.array_equal(streamed.result()[1], expected)
     halves = []
     for lo, hi in ((0, 5000), (5000, len(corpus))):
-        part = ExactNeighbours(queries, 10, "ip", offset=lo)
+        part = ExactTopK(queries, 10, metric="ip", offset=lo, kernel="faiss")
         part.add(corpus[lo:hi])
         halves.append(part.result())
-    assert np.array_equal(ExactNeighbours.merge(halves, 10, "ip")[1], expected)
+    assert np.array_equal(ExactTopK.merge(halves, 10, "ip")[1], expected)
 
 
 def test_sampling_skipping_and_index_order_agree():

@@ -7,10 +7,9 @@ import torch
 from pipelines.vectors.allpairs import (
     SelfTopkStats,
     candidate_error_bound,
-    pairs_above,
-    self_pairs_above,
     self_topk,
 )
+from pipelines.vectors.pairs_above import pairs_above, self_pairs_above
 from sbert_core.precision import cpu_has_fast_bf16
 
 PRECISIONS = ["float32", "bfloat16"]

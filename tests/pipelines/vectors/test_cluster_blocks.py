@@ -8,18 +8,17 @@ from planted import gaussian_mixture, unit_rows
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.pairs.files import neighbors_table, pairs_table
 from pipelines.pairs.merge import merge_neighbors, merge_pairs
-from pipelines.vectors.cluster_blocks import (
-    SampleTruth,
-    Tuning,
+from pipelines.vectors.block_plan import (
+    ProbeTuning,
     choose_nprobe,
     default_clusters,
     group_blocks,
     nearest_centroids,
     plan_blocks,
-    recall_at_k,
-    search_block,
     shared_probe_recall,
 )
+from pipelines.vectors.block_search import search_block
+from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
 from pipelines.vectors.kmeans import fit_spherical_kmeans
 
 
@@ -169,11 +168,11 @@ def test_plan_blocks_splits_a_cluster_too_large_for_one_worker():
 def test_sample_truth_streams_the_exact_answer(vectors):
     scores = exact_scores(vectors)
     rows = np.array([3, 40, 50, 399])
-    truth = SampleTruth(vectors[rows], rows, 6)
+    truth = ExactTopK(vectors[rows], 6, exclude_rows=rows, keep_vectors=True)
     ids = [f"id{i}" for i in range(len(vectors))]
     for start in range(0, len(vectors), 64):
-        truth.add(pa.array(ids[start : start + 64]), vectors[start : start + 64])
-    true_ids, true_scores = truth.result()
+        truth.add(vectors[start : start + 64], pa.array(ids[start : start + 64]))
+    true_ids, (true_scores, _) = truth.neighbor_ids(), truth.result()
     np.testing.assert_allclose(true_scores, -np.sort(-scores[rows], axis=1)[:, :6], atol=1e-6)
     assert true_ids[1][:3] == ["id50", "id60", "id70"]  # duplicates count, the query does not
     assert "id40" not in true_ids[1]
@@ -186,8 +185,10 @@ def test_recall_counts_ties_as_hits():
     true_scores = np.array([[0.9, 0.8], [0.7, 0.6]], np.float32)
     found_ids = [["a", "x"], ["y", "z"]]
     found_scores = [[0.9, 0.8], [0.6, 0.5]]  # "x" ties with "b"; "y" ties with "d"
-    assert recall_at_k(found_ids, found_scores, true_ids, true_scores, 2) == pytest.approx(0.75)
-    assert recall_at_k([["a"], []], [[0.9], []], true_ids, true_scores, 2) == pytest.approx(0.25)
+    ties = {"found_scores": found_scores, "true_scores": true_scores}
+    assert recall_at_k(found_ids, true_ids, 2, **ties) == pytest.approx(0.75)
+    ties = {"found_scores": [[0.9], []], "true_scores": true_scores}
+    assert recall_at_k([["a"], []], true_ids, 2, **ties) == pytest.approx(0.25)
 
 
 def test_default_clusters():
@@ -227,7 +228,7 @@ def test_predicted_recall_is_the_recall_of_the_merged_blocks(blocked):
 
 def test_choose_nprobe_stops_at_the_target_or_the_work_cap(blocked):
     data, top, centroids = blocked
-    tuning = Tuning(data[::5], data[top[::5]], 0.9)
+    tuning = ProbeTuning(data[::5], data[top[::5]], 0.9)
     # Twelve blocks of 1,500 vectors: each probe costs ~8% of the exact work.
     choice = choose_nprobe(centroids, data, len(data), tuning, max_work=1.0)
     probes = nearest_centroids(data, centroids, 12)

@@ -1,0 +1,112 @@
+"""Tuning an index's search parameter to a target recall, and measuring its throughput.
+
+Beam-free. The search parameter (``nprobe`` for IVF, ``efSearch`` for HNSW) is set to the
+smallest value whose recall@10 against the exact answer
+(:class:`pipelines.vectors.exact_truth.ExactTopK`) reaches the target.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from pipelines.index.faiss_ops import set_search_params
+from pipelines.vectors.exact_truth import recall_at_k
+
+RECALL_K = 10
+# Needing efSearch beyond this means the graph is too sparse for the data (raise M or use
+# another index), not that a larger value should be searched for; tuning stops there.
+MAX_EF_SEARCH = 4096
+
+
+@dataclass(frozen=True)
+class SearchTuning:
+    """The tuned search parameter and the recall@10 measured at each value tried."""
+
+    parameter: str | None  # None: the index is exact and has nothing to tune
+    value: int | None
+    recall: float
+    target: float
+    tried: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def reached(self) -> bool:
+        """Whether the chosen value reaches the target recall."""
+        return self.recall >= self.target
+
+    @property
+    def search_params(self) -> dict[str, int]:
+        """``{parameter: value}`` for ``ParameterSpace``; empty for exact indexes."""
+        return {} if self.parameter is None else {self.parameter: int(self.value)}
+
+
+def search_parameter(index: faiss.Index) -> tuple[str, int, int] | None:
+    """``(name, smallest, largest)`` of the parameter that trades speed for recall, or None."""
+    if isinstance(index, faiss.IndexShards):
+        index = faiss.downcast_index(index.at(0))
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        return "nprobe", 1, int(ivf.nlist)
+    base = (
+        faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
+    )
+    if isinstance(base, faiss.IndexHNSW):
+        return "efSearch", RECALL_K, MAX_EF_SEARCH
+    return None
+
+
+def tune_search_parameter(
+    index: faiss.Index,
+    queries: np.ndarray,
+    truth: np.ndarray,
+    target: float,
+    k: int = RECALL_K,
+) -> SearchTuning:
+    """Set the smallest search parameter whose recall@k reaches ``target`` (and leave it set).
+
+    Doubles the value until the target is met, then bisects between the last value that missed
+    and the first that met it (recall grows with nprobe/efSearch). If even the largest value
+    misses, the largest is kept and the returned tuning says the target was not reached.
+    """
+    parameter = search_parameter(index)
+    if parameter is None:
+        _, found = index.search(queries, k)
+        return SearchTuning(None, None, recall_at_k(found, truth, k), target)
+    name, smallest, largest = parameter
+    tried: dict[int, float] = {}
+
+    def recall_at(value: int) -> float:
+        if value not in tried:
+            set_search_params(index, {name: value})
+            _, found = index.search(queries, k)
+            tried[value] = recall_at_k(found, truth, k)
+        return tried[value]
+
+    missed, value = None, smallest
+    while recall_at(value) < target and value < largest:
+        missed, value = value, min(2 * value, largest)
+    if recall_at(value) >= target and missed is not None:
+        met = value
+        while met - missed > 1:
+            middle = (met + missed) // 2
+            if recall_at(middle) >= target:
+                met = middle
+            else:
+                missed = middle
+        value = met
+    set_search_params(index, {name: value})
+    return SearchTuning(name, value, tried[value], target, tuple(sorted(tried.items())))
+
+
+def queries_per_second(index: faiss.Index, queries: np.ndarray, k: int, repeats: int = 3) -> float:
+    """Batch search throughput: median over ``repeats`` searches of all ``queries``."""
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        index.search(queries, k)
+        seconds.append(time.perf_counter() - start)
+    return len(queries) / max(statistics.median(seconds), 1e-9)
