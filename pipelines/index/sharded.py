@@ -24,7 +24,6 @@ from __future__ import annotations
 import io
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -54,8 +53,14 @@ from pipelines.index.files import (
     write_index_file,
 )
 from pipelines.index.tuning import RECALL_K
+from pipelines.io.atomic import (
+    replace,
+    staging_path,
+    write_bytes_replacing,
+    write_json_replacing,
+)
 from pipelines.io.embeddings import EmbeddingsDataset, embedding_matrix
-from pipelines.io.output_dir import join, write_json
+from pipelines.io.output_dir import join
 from pipelines.vectors.checks import require_finite
 from pipelines.vectors.exact_truth import ExactTopK
 
@@ -199,21 +204,9 @@ def read_row_range(task: ShardTask, batch_size: int) -> Iterator[np.ndarray]:
                         yield vectors
 
 
-def _write_bytes(path: str, data: bytes) -> None:
-    with FileSystems.create(path) as handle:
-        handle.write(data)
-
-
 def _read_bytes(path: str) -> bytes:
     with FileSystems.open(path) as handle:
         return handle.read()
-
-
-def _replace(staging: str, final: str) -> None:
-    """Move a finished temporary file into place, replacing an earlier attempt's file."""
-    if FileSystems.exists(final):
-        FileSystems.delete([final])
-    FileSystems.rename([staging], [final])
 
 
 def prepare_sharded_build(
@@ -227,7 +220,7 @@ def prepare_sharded_build(
     write_index_file(trained.index, build.trained_path)
     buffer = io.BytesIO()
     np.save(buffer, trained.queries, allow_pickle=False)
-    _write_bytes(build.queries_path, buffer.getvalue())
+    write_bytes_replacing(build.queries_path, buffer.getvalue())
     return build, trained
 
 
@@ -268,16 +261,14 @@ class _FillShardFn(beam.DoFn):
             )
         name = shard_file_name(task.shard, task.n_shards)
         final = join(build.output, name)
-        staging = f"{final}.{uuid.uuid4().hex}.tmp"
+        staging = staging_path(final)
         size, sha256 = write_index_file(index, staging)
-        _replace(staging, final)
+        replace(staging, final)
 
         distances, positions = exact.result()
         buffer = io.BytesIO()
         np.savez(buffer, distances=distances, positions=positions)
-        staging = f"{build.exact_path(task.shard)}.{uuid.uuid4().hex}.tmp"
-        _write_bytes(staging, buffer.getvalue())
-        _replace(staging, build.exact_path(task.shard))
+        write_bytes_replacing(build.exact_path(task.shard), buffer.getvalue())
 
         report = {
             "name": name,
@@ -286,9 +277,7 @@ class _FillShardFn(beam.DoFn):
             "rows": int(index.ntotal),
             "device": device,
         }
-        staging = f"{build.report_path(task.shard)}.{uuid.uuid4().hex}.tmp"
-        write_json(staging, report)
-        _replace(staging, build.report_path(task.shard))
+        write_json_replacing(build.report_path(task.shard), report)
         self._added.inc(int(index.ntotal))
         yield name
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
@@ -46,7 +45,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipelines.io.atomic import write_parquet_replacing
+from pipelines.io.atomic import StagedFiles, write_parquet_replacing
 from pipelines.io.centroids import load_centroids
 from pipelines.io.embeddings import embedding_matrix
 from pipelines.io.output_dir import join, write_json
@@ -199,34 +198,6 @@ class GroupResult:
     blocks: tuple[tuple[int, int], ...] = ()
 
 
-class _StagedWriters:
-    """Parquet files written under temporary names and renamed together when all are done."""
-
-    def __init__(self, schema: pa.Schema) -> None:
-        self._schema = schema
-        self._open: dict[str, tuple[str, object, pq.ParquetWriter]] = {}
-
-    def write(self, path: str, table: pa.Table) -> None:
-        if path not in self._open:
-            staging = f"{path}.{uuid.uuid4().hex}.tmp"
-            handle = FileSystems.create(staging)
-            self._open[path] = (staging, handle, pq.ParquetWriter(handle, self._schema))
-        self._open[path][2].write_table(table)
-
-    def close(self) -> list[str]:
-        """Close every file and move it to its final name; returns the final names."""
-        for _, handle, writer in self._open.values():
-            writer.close()
-            handle.close()
-        finals = sorted(self._open)
-        for final in finals:
-            if FileSystems.exists(final):  # a retry of the same element: same rows, replace
-                FileSystems.delete([final])
-            FileSystems.rename([self._open[final][0]], [final])
-        self._open.clear()
-        return finals
-
-
 class _RouteFn(beam.DoFn):
     """``(index, embeddings shard)`` -> its rows, written by block group; ``(group, file)``."""
 
@@ -247,7 +218,7 @@ class _RouteFn(beam.DoFn):
     def process(self, item: tuple[int, str]) -> Iterator[tuple[int, str]]:
         index, path = item
         reader = self._settings.reader
-        writers = _StagedWriters(routed_schema(reader.dim))
+        writers = StagedFiles(routed_schema(reader.dim))
         for ids, vectors in reader.read_shard(path):
             probes = nearest_centroids(vectors, self._centroids, self._nprobe)  # (b, nprobe)
             blocks = probes.reshape(-1)
@@ -316,8 +287,8 @@ class _SearchGroupFn(beam.DoFn):
         shards = table["shard"].to_numpy()
         ids = table["id"].combine_chunks()
         vectors = embedding_matrix(table["embedding"])
-        neighbors = _StagedWriters(NEIGHBORS_SCHEMA)
-        pairs = _StagedWriters(PAIRS_SCHEMA)
+        neighbors = StagedFiles(NEIGHBORS_SCHEMA)
+        pairs = StagedFiles(PAIRS_SCHEMA)
         sizes = []
         starts = np.flatnonzero(np.diff(blocks, prepend=-1))
         for lo, hi in pairwise([*starts.tolist(), len(blocks)]):
@@ -333,7 +304,7 @@ class _SearchGroupFn(beam.DoFn):
             yield shard, GroupResult(group, shard in written, blocks_here)
 
     def _search(
-        self, group: int, block: _Block, neighbors: _StagedWriters, pairs: _StagedWriters
+        self, group: int, block: _Block, neighbors: StagedFiles, pairs: StagedFiles
     ) -> None:
         s = self._settings
         size = len(block.ids)
