@@ -37,7 +37,8 @@ representative is removed, and an item with no pair >= T is kept:
 For all methods but components the representative is the best-ranked member by ``--rank``:
 ``central`` (largest sum of scores of its pairs >= T), ``corpus`` (corpus order, as ``first``),
 ``longest``, ``random`` (``--seed``) or ``column:NAME`` (a numeric corpus field, largest first;
-needs ``--corpus``).
+needs ``--corpus``). ``--keep`` given to another method is read as the ranking of the same
+name (``first`` as ``corpus``), so command lines and configs written for components still run.
 
 The items are all the embedded ids the pairs were computed from (the embeddings named in the
 pairs manifest, or ``--embeddings``), so ``rows in == kept + removed`` always. The pairs must

@@ -8,7 +8,7 @@ import argparse
 from apache_beam.io.filesystems import FileSystems
 
 from jobs.parsers.dedup import build_parser
-from pipelines.dedup.choices import DEFAULT_RADIUS_GAP, DEFAULT_RANK, RANKINGS
+from pipelines.dedup.choices import DEFAULT_RADIUS_GAP, DEFAULT_RANK, KEEP_AS_RANK
 from pipelines.dedup.groups import sweep_thresholds
 from pipelines.dedup.sweep import MethodSettings, parse_rank
 from pipelines.vectors.checks import check_cosine
@@ -41,10 +41,13 @@ def check_args(args: argparse.Namespace) -> None:
             "--rank chooses the kept member for the other methods; components uses --keep"
         )
     if args.method != "components" and args.keep is not None:
-        raise ValueError(
-            f"--keep chooses the kept member of components; --method {args.method} keeps the "
-            f"best-ranked member: use --rank ({', '.join(RANKINGS)})"
-        )
+        if args.rank is not None:
+            raise ValueError(
+                f"--keep chooses the kept member of components; --method {args.method} keeps "
+                "the best-ranked member by --rank: give one of them"
+            )
+        # Read as the ranking that means the same (so configs written for components run).
+        args.rank, args.keep = KEEP_AS_RANK[args.keep], None
     args.rank = parse_rank(args.rank if args.rank is not None else DEFAULT_RANK)
     if args.rank.startswith("column:") and args.corpus is None:
         raise ValueError(f"--rank {args.rank} reads the field from the corpus: pass --corpus")

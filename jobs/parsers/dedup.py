@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep",
         default=None,
         choices=KEEP_POLICIES,
-        help="components: which member of a group is kept (default: first)",
+        help="components: which member of a group is kept (default: first); the other methods "
+        "read it as --rank (first: corpus)",
     )
     parser.add_argument(
         "--rank",

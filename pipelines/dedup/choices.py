@@ -10,6 +10,8 @@ METHODS: tuple[str, ...] = ("components", "ranked", "star", "split", "mutual", "
 # components' --keep: which member of a connected component is kept.
 KeepPolicy = Literal["first", "longest", "central"]
 KEEP_POLICIES: tuple[str, ...] = ("first", "longest", "central")
+# --keep given to a method other than components means the ranking of the same name.
+KEEP_AS_RANK = {"first": "corpus", "longest": "longest", "central": "central"}
 # --rank values; "column:NAME" ranks by a numeric corpus field (largest first).
 RANKINGS: tuple[str, ...] = ("corpus", "longest", "central", "random", "column:NAME")
 # Star (central ranking, radius T - 0.10) on QQP dev: best pair-F1 0.754 with a largest group

@@ -627,6 +627,8 @@ def test_star_is_the_default_and_components_is_todays_grouping(chain):
     # An explicit radius is kept as a gap below every sweep threshold, floored at the pairs'.
     tight = run([*argv, "--radius", "0.9"])
     assert tight.radius == 0.9 and tight.largest == 3  # = ranked: only pairs >= 0.9
+    # --keep (components' option) is read as the ranking of the same name by the others.
+    assert run([*argv, "--keep", "first"]).keep == run([*argv, "--rank", "corpus"]).keep == "corpus"
 
 
 def test_sweep_covers_every_method_in_the_manifest_and_the_dry_run(chain, capsys):
@@ -756,7 +758,7 @@ def test_unknown_label_ids_can_be_skipped_and_are_counted(small):
         (["--radius", "0.7"], r"--radius 0.7 is below the pairs' threshold 0.8"),
         (["--radius", "0.95"], r"--radius must not exceed --threshold 0.9"),
         (["--method", "components", "--radius", "0.85"], "--radius is for --method star or split"),
-        (["--keep", "longest"], "--keep chooses the kept member of components"),
+        (["--keep", "longest", "--rank", "central"], "--keep chooses the kept member of"),
         (["--method", "components", "--rank", "longest"], "components uses --keep"),
         (["--rank", "tallest"], "--rank must be one of"),
         (["--rank", "column:year"], "reads the field from the corpus"),
