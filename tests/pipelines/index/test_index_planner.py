@@ -2,7 +2,7 @@ import faiss
 import numpy as np
 import pytest
 
-from pipelines.index.build import new_index
+from pipelines.index.faiss_ops import new_index
 from pipelines.index.planner import BudgetTooSmallError, estimate_for_factory, ivf_nlist, plan_index
 from pipelines.io.sizes import format_size, parse_size
 
