@@ -27,10 +27,7 @@ corrupt compression, a damaged Parquet file, an unreadable CSV header) raises
 
 from __future__ import annotations
 
-import csv
 import json
-import re
-import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +35,15 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
+from pipelines.io.text_rows import (
+    DelimitedRecords,
+    LongLine,
+    Row,
+    decode_line,
+    ending_length,
+    physical_lines,
+    too_large_reason,
+)
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import detect_format
 
@@ -47,13 +53,6 @@ DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
 # runs on until the next quote character, which in a file of unquoted rows may never come.
 DEFAULT_MAX_RECORD_LINES = 1000
 ON_BAD_FILE_CHOICES = ("fail", "skip")
-UTF8_BOM = b"\xef\xbb\xbf"
-# csv refuses fields over 128 KiB by default; we apply our own, larger record limit instead.
-csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-# Reading the rest of an over-long line in pieces of this size keeps memory bounded.
-_DRAIN_CHUNK = 1 << 20
-# A lone \r ends a line too (universal newlines), but not the \r of \r\n.
-_LONE_CR = re.compile(rb"(?<=\r)(?!\n)")
 # What the standard library and pyarrow raise on a truncated or corrupt file: gzip, bz2 and
 # zlib errors are OSError, EOFError or zlib.error; Parquet errors are ArrowException or OSError;
 # a nested Parquet string that is not UTF-8 fails the conversion with UnicodeDecodeError.
@@ -182,81 +181,24 @@ def raw_rows(stream: BinaryIO, path: str, spec: CorpusSpec) -> Iterator:
         raise DamagedFileError(path, 0, describe_damage(err)) from err
 
 
-# ---------------------------------------------------------------------------- physical lines
-
-
-@dataclass(frozen=True)
-class _LongLine:
-    """A physical line over the record limit: its first bytes and its size (the rest skipped)."""
-
-    head: bytes
-    size: int
-
-
-def _physical_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | _LongLine]:
-    """Lines with their endings, the byte order mark dropped; a line over ``limit`` bytes (not
-    counting its ending) comes as a :class:`_LongLine` and is never held whole."""
-    readline = stream.readline
-    line = readline(limit + 2)  # room for the line and a \r\n
-    read = len(line)
-    if line.startswith(UTF8_BOM):
-        line = line[len(UTF8_BOM) :]
-    while line:
-        if read >= limit + 2 and not line.endswith(b"\n"):
-            head, size = line[: EXCERPT_CHARS * 4], len(line)
-            while not line.endswith(b"\n"):
-                line = readline(_DRAIN_CHUNK)
-                if not line:
-                    break
-                size += len(line)
-            yield _LongLine(head, size - _ending_length(line))
-        elif b"\r" in line and not (line.endswith(b"\r\n") and line.count(b"\r") == 1):
-            yield from (part for part in _LONE_CR.split(line) if part)
-        else:
-            yield line
-        line = readline(limit + 2)
-        read = len(line)
-
-
-def _ending_length(line: bytes) -> int:
-    if line.endswith(b"\r\n"):
-        return 2
-    return 1 if line.endswith((b"\n", b"\r")) else 0
-
-
-def _decode(line: bytes) -> str:
-    # errors="surrogateescape" maps each byte that is not UTF-8 to U+DC80..U+DCFF, so that a bad
-    # row is rejected by name and can still be shown and copied byte for byte.
-    return line.decode("utf-8", "surrogateescape")
-
-
-def _too_large_reason(size: int, spec: CorpusSpec) -> str:
-    return f"record larger than the {spec.max_record_bytes}-byte limit ({size} bytes)"
-
-
-@dataclass(frozen=True)
-class _Row:
-    """One row of a text file before it becomes a record."""
-
-    text: str  # the row as read, with its line ending(s); an over-long line's start only
-    values: list[str] | None = None  # CSV/TSV fields
-    problem: str | None = None  # why it cannot become a record
+# ------------------------------------------------------------------- rows of a text file
 
 
 def _rows_of(stream: BinaryIO, path: str, fmt: str, spec: CorpusSpec) -> Iterator:
-    """The header (None for txt/jsonl) followed by every :class:`_Row` of a text file."""
-    lines = _physical_lines(stream, spec.max_record_bytes)
+    """The header (None for txt/jsonl) followed by every :class:`Row` of a text file."""
+    limit = spec.max_record_bytes
+    lines = physical_lines(stream, limit)
     if fmt in ("txt", "jsonl"):
         yield None
         for line in lines:
-            if isinstance(line, _LongLine):
-                yield _Row(_decode(line.head), problem=_too_large_reason(line.size, spec))
+            if isinstance(line, LongLine):
+                yield Row(decode_line(line.head), problem=too_large_reason(line.size, limit))
                 continue
-            size = len(line) - _ending_length(line)
-            problem = _too_large_reason(size, spec) if size > spec.max_record_bytes else None
-            yield _Row(_decode(line), problem=problem)
+            size = len(line) - ending_length(line)
+            problem = too_large_reason(size, limit) if size > limit else None
+            yield Row(decode_line(line), problem=problem)
         return
-    records = _DelimitedRecords(lines, fmt, spec)
+    records = DelimitedRecords(lines, fmt, max_bytes=limit, max_lines=spec.max_record_lines)
     rows = iter(records)
     header = next(rows, None)
     if header is None:
@@ -267,110 +209,6 @@ def _rows_of(stream: BinaryIO, path: str, fmt: str, spec: CorpusSpec) -> Iterato
     records.expected_fields = len(header.values)
     yield header.values
     yield from rows
-
-
-class _StrayQuote(Exception):
-    """A quoted CSV field ran past the limits; raised through the csv reader."""
-
-
-class _LongFirstLine(Exception):
-    """A record starts with a line over the size limit."""
-
-    def __init__(self, line: _LongLine) -> None:
-        super().__init__()
-        self.line = line
-
-
-class _DelimitedRecords:
-    """CSV/TSV records over physical lines, with stray quotes contained (see the module doc)."""
-
-    def __init__(self, lines: Iterator[bytes | _LongLine], fmt: str, spec: CorpusSpec) -> None:
-        self._lines = lines
-        self._fmt = fmt
-        self._spec = spec
-        self._back: list[bytes | _LongLine] = []  # lines to read again, the next one last
-        self._pending: list[tuple[bytes, str]] = []  # the current record's lines, raw and decoded
-        self._size = 0
-        self.expected_fields: int | None = None  # set once the header is read
-
-    def _reader(self):
-        if self._fmt == "tsv":
-            return csv.reader(self._feed(), delimiter="\t", quoting=csv.QUOTE_NONE)
-        return csv.reader(self._feed())
-
-    def _next_line(self) -> bytes | _LongLine | None:
-        return self._back.pop() if self._back else next(self._lines, None)
-
-    def _feed(self) -> Iterator[str]:
-        """Lines for the csv reader; it asks for a second line of a record only inside quotes."""
-        spec = self._spec
-        while True:
-            line = self._next_line()
-            if line is None:
-                if self._pending:
-                    raise _StrayQuote("still open at the end of the file")
-                return
-            if self._pending:
-                if isinstance(line, _LongLine) or self._size + len(line) > spec.max_record_bytes:
-                    self._back.append(line)
-                    raise _StrayQuote(f"still open after {spec.max_record_bytes} bytes")
-                if len(self._pending) >= spec.max_record_lines:
-                    self._back.append(line)
-                    raise _StrayQuote(f"still open after {spec.max_record_lines} lines")
-            elif isinstance(line, _LongLine):
-                raise _LongFirstLine(line)
-            text = _decode(line)
-            self._pending.append((line, text))
-            self._size += len(line)
-            yield text
-
-    def _rewind(self, why: str) -> _Row:
-        """Reject the current record's first line and read its other lines again."""
-        (_, first), *rest = self._pending
-        self._back.extend(line for line, _ in reversed(rest))
-        reason = (
-            f"unterminated quoted field ({why}); this line is rejected and reading resumed at "
-            "the next line"
-        )
-        return _Row(first, problem=reason)
-
-    def __iter__(self) -> Iterator[_Row]:
-        reader = self._reader()
-        name = self._fmt.upper()
-        while True:
-            self._pending, self._size = [], 0
-            try:
-                values = next(reader)
-            except StopIteration:
-                return
-            except _LongFirstLine as long:
-                problem = _too_large_reason(long.line.size, self._spec)
-                yield _Row(_decode(long.line.head), problem=problem)
-                reader = self._reader()
-                continue
-            except _StrayQuote as err:
-                yield self._rewind(str(err))
-                reader = self._reader()
-                continue
-            except csv.Error as err:
-                if len(self._pending) > 1:
-                    yield self._rewind(f"{err}")
-                else:
-                    yield _Row(self._text(), problem=f"malformed {name} row: {err}")
-                continue
-            expected = self.expected_fields
-            if expected is not None and len(values) != expected and len(self._pending) > 1:
-                why = f"its record spans {len(self._pending)} lines and has {len(values)} fields"
-                yield self._rewind(why + f", the header has {expected}")
-                continue
-            size = self._size - _ending_length(self._pending[-1][0])
-            if size > self._spec.max_record_bytes:
-                yield _Row(self._text(), problem=_too_large_reason(size, self._spec))
-                continue
-            yield _Row(self._text(), values=values)
-
-    def _text(self) -> str:
-        return "".join(text for _, text in self._pending)
 
 
 # ---------------------------------------------------------------------------- rows to records
@@ -439,7 +277,7 @@ def _batch_rows(batch: pa.RecordBatch) -> list[dict]:
             if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
                 binary = pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()
                 values = column.cast(binary).to_pylist()
-                columns.append([None if v is None else _decode(v) for v in values])
+                columns.append([None if v is None else decode_line(v) for v in values])
             else:
                 columns.append(column.to_pylist())
         names = batch.schema.names
@@ -466,7 +304,9 @@ def _make_record(
     text = values[spec.text_field]
     size = _utf8_size(text)
     if size > spec.max_record_bytes:
-        return RejectedRow(record_id, source, _too_large_reason(size, spec), excerpt(text))
+        return RejectedRow(
+            record_id, source, too_large_reason(size, spec.max_record_bytes), excerpt(text)
+        )
     kept = tuple((name, _as_string(values.get(name))) for name in spec.keep_fields)
     return CorpusRecord(record_id, text, source, kept)
 
