@@ -170,7 +170,10 @@ def _run_pipeline(
         records = unique[RECORDS]
         rejected.append(unique[REJECTED])
     # Grouping by id already redistributed the records; no second shuffle is needed.
-    embedded = records | "Embed" >> Embed(handler, n_groups=n_groups, reshuffle=not args.id_field)
+    embed = Embed(handler, n_groups=n_groups, reshuffle=not args.id_field)
+    if args.accelerator:  # GPUs for this step only; local runners ignore the hint
+        embed = embed.with_resource_hints(accelerator=args.accelerator)
+    embedded = records | "Embed" >> embed
     rejected.append(embedded[REJECTED])
     written = [
         embedded[EMBEDDED]

@@ -95,7 +95,7 @@ case "$command" in
     # values may contain commas (an input glob such as gs://b/{a,b}/*.txt).
     parameters="^~^input=$input~output=$output~keep-text=true~device=cuda~compute-dtype=float16"
     parameters+="~sdk_container_image=$WORKER_IMAGE~sdk_location=container"
-    parameters+="~dataflow_service_options=worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver"
+    parameters+="~dataflow_service_options=worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver:5xx"
     parameters+="~number_of_worker_harness_threads=1~disk_size_gb=100"
     gcloud dataflow flex-template run "sbert-embed-$(date -u +%Y%m%d-%H%M%S)" \
       --project "$GCP_PROJECT" \

@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="publish a run in which every row was rejected (default: such a run fails)",
     )
+    parser.add_argument(
+        "--accelerator",
+        default=None,
+        help="GPUs for the embed step only, as Beam's accelerator resource hint (Dataflow right "
+        "fitting: the other steps keep the job's machine type), e.g. "
+        "'type:nvidia-l4;count:1;machine_type:g2-standard-8;install-nvidia-driver:5xx' "
+        "(default: none; local runners ignore it)",
+    )
     add_overwrite(parser)
     add_model_arguments(parser, normalize=True)
     return parser

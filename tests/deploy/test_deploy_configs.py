@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import apache_beam as beam
+import apache_beam.testing.test_pipeline
 import pytest
 from apache_beam.options.pipeline_options import (
     DebugOptions,
@@ -54,7 +55,7 @@ ENV = {
     "CORPUS": "s3://my-bucket/corpus/*.jsonl.gz",
     "OUTPUT": "s3://my-bucket/embeddings/corpus",
 }
-ACCELERATOR = "worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver"
+ACCELERATOR = "worker_accelerator=type:nvidia-l4;count:1;install-nvidia-driver:5xx"
 
 
 @pytest.fixture
@@ -483,3 +484,92 @@ def test_flex_launcher_base_matches_the_worker_python() -> None:
     text = (DEPLOY / "dataflow" / "flex-template" / "Dockerfile").read_text(encoding="utf-8")
     assert "python311-template-launcher-base" in text
     assert "FLEX_TEMPLATE_PYTHON_PY_FILE=/template/launch.py" in text
+
+
+# --- examples/dataflow.yaml: GPUs only where the embed step runs (issue 16, item 9) ---
+
+EXAMPLE = ROOT / "examples" / "dataflow.yaml"
+# The GPU machine families of Compute Engine: no step but Embed may ask for one.
+GPU_MACHINES = re.compile(r"^(g2|a2|a3|a4)-")
+PINNED_DRIVER = re.compile(r"(^|;)install-nvidia-driver:\d(\d\d|xx)($|;)")
+
+
+def example_plans(deploy_env, tmp_path):
+    """(Beam options, {stage: StagePlan}) of examples/dataflow.yaml, with a local job_dir (the
+    gcp extra that opens gs:// is not installed here)."""
+    import dataclasses
+
+    from jobs.run import _beam_argv
+    from jobs.run_config import load_run_config
+    from jobs.run_inputs import CheckedInputs
+    from jobs.run_stages import plan_stages
+
+    config = dataclasses.replace(load_run_config(EXAMPLE), job_dir=str(tmp_path / "job"))
+    beam_args = _beam_argv(config)
+    checked = CheckedInputs(corpus=(), model={"model_id": config.model}, finetune=None)
+    plans = {plan.name: plan for plan in plan_stages(config, checked, beam_args)}
+    return config, PipelineOptions(beam_args), plans
+
+
+def accelerator_of(argv) -> str | None:
+    found = [a.split("=", 1)[1] for a in argv if a.startswith("--accelerator=")]
+    return found[0] if found else None
+
+
+def test_dataflow_example_puts_gpus_on_the_embed_step_only(deploy_env, tmp_path) -> None:
+    config, options, plans = example_plans(deploy_env, tmp_path)
+    # Every Dataflow job runs on CPU workers; right fitting forbids worker_accelerator.
+    assert not GPU_MACHINES.match(options.view_as(WorkerOptions).machine_type)
+    assert not options.view_as(GoogleCloudOptions).dataflow_service_options
+    assert "accelerator" not in " ".join(config.beam)
+    # The embed stage's Embed step asks for an L4 with a pinned driver; no other stage does.
+    hint = accelerator_of(plans["embed"].argv)
+    assert hint is not None and "type:nvidia-l4" in hint and "count:1" in hint
+    assert "machine_type:g2-standard-8" in hint
+    assert PINNED_DRIVER.search(hint), hint
+    assert [name for name, plan in plans.items() if accelerator_of(plan.argv)] == ["embed"]
+    args = embed.build_parser().parse_args(list(plans["embed"].argv))
+    assert (args.device, args.compute_dtype, args.dtype) == ("cuda", "float16", "float32")
+
+
+def test_dataflow_example_worker_counts_match_its_comments(deploy_env, tmp_path) -> None:
+    config, options, _ = example_plans(deploy_env, tmp_path)
+    workers = options.view_as(WorkerOptions).max_num_workers
+    comments = [line for line in EXAMPLE.read_text().splitlines() if "#" in line]
+    stated = [int(n) for line in comments for n in re.findall(r"(\d+) (?:Dataflow )?workers", line)]
+    assert stated and set(stated) == {workers}
+    assert config.index.shards == workers  # "the 16 index shards ... filled in parallel"
+
+
+@pytest.mark.parametrize(
+    "path", [DEPLOY / "dataflow" / "embed-gpu.yaml", DEPLOY / "dataflow" / "submit.sh"]
+)
+def test_gpu_deploy_files_pin_the_driver(path: Path) -> None:
+    drivers = re.findall(r"install-nvidia-driver[^;\"\s]*", path.read_text())
+    assert drivers and all(PINNED_DRIVER.search(d) for d in drivers), drivers
+
+
+def test_the_accelerator_hint_reaches_the_embed_transforms_only(tmp_path, tiny_st_dir) -> None:
+    """sbert embed --accelerator: the Embed step's transforms carry Beam's accelerator hint in
+    the pipeline proto (what Dataflow reads); reading and writing do not. Runs locally, where
+    the hint is ignored."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one text\nanother text\n")
+    hint = "type:nvidia-l4;count:1;machine_type:g2-standard-8;install-nvidia-driver:5xx"
+    pipeline = beam.testing.test_pipeline.TestPipeline(
+        runner="FnApiRunner", is_integration_test=False, blocking=True
+    )
+    argv = ["--input", str(corpus), "--output", str(tmp_path / "out"), "--model", str(tiny_st_dir)]
+    summary = embed.run([*argv, "--accelerator", hint], test_pipeline=pipeline)
+    assert summary.embedded == 2
+    proto = pipeline.to_runner_api()
+    hinted = set()
+    for transform in proto.components.transforms.values():
+        hints = (
+            proto.components.environments[transform.environment_id].resource_hints
+            if transform.environment_id
+            else {}
+        )
+        if any(hint.encode() == value for value in hints.values()):
+            hinted.add(transform.unique_name.split("/")[0])
+    assert hinted == {"Embed"}
