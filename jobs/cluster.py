@@ -31,13 +31,13 @@ from dataclasses import dataclass
 import apache_beam as beam
 import numpy as np
 
-from jobs.beam_options import is_local, pipeline_options, runner_name
+from jobs.beam_options import runner_name
 from jobs.errors import JobFailedError
 from jobs.job_options import (
     job_output,
 )
 from jobs.parsers.cluster import MIN_SAMPLE, SAMPLE_PER_CLUSTER, build_parser
-from jobs.pipeline_run import transform_runner
+from jobs.pipeline_run import options_for, show_progress, transform_runner
 from pipelines.cluster.assign import ASSIGNMENTS
 from pipelines.cluster.run import (
     ClusterSettings,
@@ -118,13 +118,12 @@ def run(
     settings = ClusterSettings(
         **{field.name: getattr(args, field.name) for field in dataclasses.fields(ClusterSettings)}
     )
-    options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
+    options = options_for(beam_args, test_pipeline)
     out = job_output("cluster", args.output, args.overwrite, argv, LAYOUT)
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     final, args.output = args.output, out.attempt
     with out:
-        if is_local(options):
-            logging.getLogger("pipelines").setLevel(logging.INFO)
+        show_progress(options)
 
         start = time.perf_counter()
         if args.method == "kmeans":
@@ -186,13 +185,9 @@ def _manifest(args, datasets, summary: ClusterSummary, profiles, details: dict, 
 
 
 def check_options(argv: list[str]) -> None:
-    """Check this command's option values without reading inputs or touching any output.
-
-    ``sbert run`` calls it for every stage before running the first one.
-
-    Raises:
-        ValueError, FileNotFoundError: a value the command would refuse, naming the option.
-    """
+    """The option values and the ``--text-from`` glob, checked before ``sbert run`` starts any
+    stage (no input is read, no output touched); ValueError or FileNotFoundError names the
+    option."""
     args, _ = build_parser().parse_known_args(argv)
     _check_options(args)
     if args.text_from is not None and not has_manifest(args.text_from):

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.parsers.finetune import build_parser
-from sbert_core import DEFAULT_MODEL, __version__
+from pipelines.io.manifest_fields import software_versions
+from sbert_core import DEFAULT_MODEL
 from sbert_core.artifact import sha256_of_files
 from sbert_core.config import config_to_dict, load_config
 from sbert_core.evaluation import build_evaluator
@@ -251,13 +252,13 @@ def _manifest(
             },
             "test": {"before": before, "after": after},
         },
-        "software": {
-            "sbert_pipeline": __version__,
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "numpy": numpy.__version__,
-            "python": platform.python_version(),
-        },
+        "software": software_versions(
+            beam=False,
+            torch=torch.__version__,
+            transformers=transformers.__version__,
+            numpy=numpy.__version__,
+            python=platform.python_version(),
+        ),
     }
 
 

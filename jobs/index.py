@@ -26,11 +26,10 @@ from dataclasses import dataclass, replace
 import apache_beam as beam
 import faiss
 
-from jobs.beam_options import pipeline_options
 from jobs.errors import JobFailedError
 from jobs.job_options import job_output
 from jobs.parsers.index import build_parser
-from jobs.pipeline_run import transform_runner
+from jobs.pipeline_run import options_for, transform_runner
 from pipelines.index.build import BuildSettings, BuiltIndex, build_index
 from pipelines.index.faiss_ops import default_train_sample, min_train_points, new_index
 from pipelines.index.files import (
@@ -228,7 +227,7 @@ def _build(args, out, data, sized, settings, beam_args, test_pipeline) -> IndexS
 
 def _build_sharded(args, attempt: str, data, settings, beam_args, test_pipeline):
     """Train here, fill shards in Beam workers (writing below ``attempt``), merge here."""
-    options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
+    options = options_for(beam_args, test_pipeline)
     build, trained = prepare_sharded_build(data, attempt, settings, args.shards)
     fill = transform_runner(options, test_pipeline)("BuildIndexShards", BuildIndexShards(build))
     try:

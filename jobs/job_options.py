@@ -1,5 +1,7 @@
 """Option set-ups and start-up steps that the Beam jobs share, written once so that an option
-that means the same thing in several commands is spelled, checked and documented the same way."""
+that means the same thing in several commands is spelled, checked and documented the same way.
+
+The job parsers in ``jobs/parsers/`` use the option helpers, so this module loads no Beam."""
 
 from __future__ import annotations
 
@@ -10,13 +12,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pipelines.io.output_dir import OutputLayout
     from pipelines.io.staged_output import StagedOutput
-
-
-def job_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
-    """A job's parser: its module docstring shown as written; unknown options go to Beam."""
-    return argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
 
 
 def add_embeddings_inputs(parser: argparse.ArgumentParser, together: str) -> None:

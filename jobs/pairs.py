@@ -39,20 +39,18 @@ empty input gives empty outputs and a manifest.
 from __future__ import annotations
 
 import argparse
-import logging
 import time
 from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from jobs.beam_options import is_local, pipeline_options
 from jobs.errors import JobFailedError
 from jobs.job_options import (
     job_output,
 )
 from jobs.parsers.pairs import build_parser
-from jobs.pipeline_run import transform_runner
+from jobs.pipeline_run import options_for, show_progress, transform_runner
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.embeddings import EmbeddingsDataset, all_shards, count_rows, shard_paths
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
@@ -145,13 +143,12 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     # Unique ids and finite values are checked here, before any output exists.
     scan = reader.scan(blocking.picks() if blocking is not None else {})
     seconds = {"scan": time.perf_counter() - job_start}
-    options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
+    options = options_for(beam_args, test_pipeline)
     out = job_output("pairs", args.output, args.overwrite, argv, LAYOUT)
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     final, args.output = args.output, out.attempt
     with out:
-        if is_local(options):
-            logging.getLogger("pipelines").setLevel(logging.INFO)
+        show_progress(options)
 
         settings = PairsSettings(args.output, reader, args.k, args.threshold, args.precision)
         run_transform = transform_runner(options, test_pipeline)
@@ -203,13 +200,9 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
 
 
 def check_options(argv: list[str]) -> None:
-    """Check this command's option values without reading inputs or touching any output.
-
-    ``sbert run`` calls it for every stage before running the first one.
-
-    Raises:
-        ValueError, FileNotFoundError: a value the command would refuse, naming the option.
-    """
+    """The option values, ``--worker-memory`` and the ``--known-pairs`` file, checked before
+    ``sbert run`` starts any stage (no embeddings are read, no output touched); ValueError or
+    FileNotFoundError names the option."""
     args, _ = build_parser().parse_known_args(argv)
     _check_options(args)
     parse_size(args.worker_memory)

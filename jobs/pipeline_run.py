@@ -7,6 +7,7 @@ Dask runner leaves open, and name the runner for the manifest. Stage orchestrati
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult
 
-from jobs.beam_options import runner_name
+from jobs.beam_options import is_local, pipeline_options, runner_name
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,17 @@ class PipelineRun:
     result: PipelineResult
     seconds: float
     runner: str
+
+
+def options_for(beam_args: list[str], test_pipeline: beam.Pipeline | None) -> PipelineOptions:
+    """The options a run uses: the test pipeline's when given, else parsed from ``beam_args``."""
+    return test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
+
+
+def show_progress(options: PipelineOptions) -> None:
+    """Log the stages' progress (INFO) on a local runner, where the user watches the terminal."""
+    if is_local(options):
+        logging.getLogger("pipelines").setLevel(logging.INFO)
 
 
 def new_pipeline(options: PipelineOptions, test_pipeline: beam.Pipeline | None) -> beam.Pipeline:

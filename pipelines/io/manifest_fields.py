@@ -2,7 +2,9 @@
 embeddings manifest, the software versions and the creation time (docs/architecture.md,
 folder contracts).
 
-Beam's version is read from the installed distribution, so this module imports no Beam.
+Beam's version is read from the installed distribution and the model fields' names are imported
+when asked for, so this module loads without Beam: ``sbert finetune``, which runs where Beam may
+not be installed, uses it for its software versions.
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ from __future__ import annotations
 import time
 from importlib.metadata import version
 
-from pipelines.io.embeddings import MODEL_FIELDS
 from sbert_core import __version__
 
 
 def model_fields(manifest: dict) -> dict:
     """The model fields of an embeddings manifest (what later stages check inputs against)."""
+    from pipelines.io.embeddings import MODEL_FIELDS  # loads Beam's FileSystems
+
     return {field: manifest[field] for field in MODEL_FIELDS if field in manifest}
 
 
