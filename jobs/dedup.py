@@ -88,7 +88,6 @@ from pipelines.dedup.files import (
     GROUPS_FILE,
     KEPT_FILE,
     REMOVED_FILE,
-    PairsOutput,
     embed_error_ids,
     embedding_ids,
     groups_table,
@@ -109,6 +108,7 @@ from pipelines.dedup.outputs import REPORT_FILE, largest_groups, write_id_lists,
 from pipelines.dedup.summary import DedupSummary
 from pipelines.dedup.sweep import Ranker, group_at, sweep_methods
 from pipelines.io.output_dir import OutputLayout, join
+from pipelines.io.pairs_output import PairsOutput
 from pipelines.io.staged_output import prepare_output
 
 __all__ = ["build_parser", "check_options", "main", "run"]
@@ -138,7 +138,9 @@ def run(argv: list[str] | None = None) -> DedupSummary:
     pairs_output = PairsOutput.open(args.pairs)
     datasets = open_embeddings(pairs_output, args.embeddings)
     settings = settings_of(args, pairs_output.threshold)
-    needs_text = args.keep == "longest" or (args.method != "components" and args.rank == "longest")
+    # The methods of the sweep rank by --rank (components by --keep, at T only).
+    rank_by_length = args.rank == "longest"
+    needs_text = args.keep == "longest" or rank_by_length
     if needs_text and args.corpus is None and not all(d.has_text for d in datasets):
         option = "--keep longest" if args.keep == "longest" else "--rank longest"
         raise ValueError(
@@ -158,11 +160,16 @@ def run(argv: list[str] | None = None) -> DedupSummary:
     # Everything that can fail on the inputs happens before the output directory is touched.
     n, id_list = len(ids), ids.to_pylist()
     grouped = paired_items(n, source.pairs, args.threshold)
-    wanted = paired_items(n, source.pairs, source.thresholds[0]) if needs_text else grouped
+    wanted = paired_items(n, source.pairs, source.thresholds[0]) if rank_by_length else grouped
     index = {item: row for row, item in enumerate(id_list)}
     scan = _scan(args, datasets, index, wanted, settings.column) if args.corpus else None
     rank, order_basis = order_rank(id_list, datasets, scan)
-    texts, text_source = item_texts(datasets, scan, id_list, wanted)
+    # A dry run reads texts only when the ranking needs their lengths (the report shows them).
+    texts, text_source = (
+        item_texts(datasets, scan, id_list, wanted)
+        if needs_text or not args.dry_run
+        else ({}, None)
+    )
     lengths = text_lengths(texts, index, n)
     values = None if scan is None else scan.values
     ranker = Ranker(settings, n, source.pairs, rank, lengths, values)

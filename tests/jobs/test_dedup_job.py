@@ -788,3 +788,53 @@ def test_rank_by_a_corpus_column_keeps_the_largest_value(tmp_path):
     assert read_id_list(str(out / "kept_ids.txt")) == ["y"]
     run([*argv, str(corpus), "--rank", "corpus", "--overwrite"])
     assert read_id_list(str(out / "kept_ids.txt")) == ["x"]
+
+
+def test_rank_longest_keeps_the_longest_text_of_a_star(small):
+    root, pairs = small
+    out = root / "longest"
+    run(["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9", "--rank", "longest"])
+    rows = pq.read_table(out / "groups.parquet").to_pylist()
+    first = [(r["id"], r["is_representative"], r["score"]) for r in rows if r["group"] == 0]
+    # a3 is the longest; a1 joins it at 0.88 (>= the radius 0.8, under T), a2 at 0.91.
+    assert first == [
+        ("a3", True, None),
+        ("a1", False, pytest.approx(0.88)),
+        ("a2", False, pytest.approx(0.91)),
+    ]
+    assert manifest_of(out)["keep"] == "longest" and manifest_of(out)["settings"]["radius"] == 0.8
+
+
+def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir):
+    from jobs.parsers.dedup import build_parser
+    from jobs.run_config import load_run_config
+    from jobs.run_inputs import check_inputs
+    from jobs.run_stages import plan_stages
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": "two"}\n', encoding="utf-8")
+    labels = write_labels(tmp_path / "labels.tsv", [("a", "b", 1)], header=("x", "y", "dup"))
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"job_dir: {tmp_path / 'job'}\ninput: {{path: {corpus}, id_field: id}}\n"
+        f"model: {tiny_st_dir}\ncluster: {{k: 2}}\n"
+        f"dedup: {{threshold: 0.9, method: split, rank: longest, radius: 0.85, labels: {labels}, "
+        "target_precision: 0.9, options: {label-id-a: x, label-id-b: y, label-column: dup}}\n",
+        encoding="utf-8",
+    )
+    loaded = load_run_config(config)
+    plan = {p.name: p for p in plan_stages(loaded, check_inputs(loaded), [])}["dedup"]
+    args, rest = build_parser().parse_known_args(list(plan.argv))
+    assert rest == []
+    assert (args.method, args.rank, args.radius, args.labels) == (
+        "split",
+        "longest",
+        0.85,
+        str(labels),
+    )
+    assert (args.target_precision, args.label_id_a, args.label_id_b, args.label_column) == (
+        0.9,
+        "x",
+        "y",
+        "dup",
+    )
