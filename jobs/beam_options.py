@@ -34,7 +34,10 @@ def _beam_parser(beam_args: Sequence[str]):
     from apache_beam.options.pipeline_options import _BeamArgumentParser
 
     runner = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
-    module = _RUNNER_OPTION_MODULES.get(runner if isinstance(runner, str) else "")
+    runner = runner if isinstance(runner, str) else ""
+    # A runner named by its full path (package.module.Class) registers its options on import,
+    # as Beam imports it to create the runner.
+    module = _RUNNER_OPTION_MODULES.get(runner) or (runner.rpartition(".")[0] or None)
     if module is not None:
         # Without the runner's extra installed, Beam says so when the runner is created.
         with contextlib.suppress(ImportError):

@@ -55,13 +55,12 @@ from pipelines.io.centroids import CENTROIDS
 from pipelines.io.embeddings import EmbeddingsDataset, all_shards, count_rows, shard_paths
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout, join
+from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.io.sizes import parse_size
 from pipelines.pairs.clustered import ClusteredOptions, run_clustered
 from pipelines.pairs.exact import run_exact
 from pipelines.pairs.files import (
-    NEIGHBORS,
-    PAIRS,
     VectorReader,
     needs_normalizing,
     part_path,

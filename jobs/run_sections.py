@@ -18,8 +18,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines.io.embeddings import shard_paths
 from pipelines.io.html import REPORT_TEXT_CHARS, bar_chart_svg, size_histogram_svg
 from pipelines.io.output_dir import join
+from pipelines.io.pairs_output import PAIRS
 
 # How much of each kind the page lists; everything else is one link away.
 SHOWN_GROUPS = 10
@@ -77,7 +79,7 @@ def _similarity(pairs_dir: str, low: float, dedup_threshold: float | None) -> st
     above = 0
     # Compared in float32, as the pairs and dedup stages compare scores with thresholds.
     cut_at = np.float32(dedup_threshold if dedup_threshold is not None else np.inf)
-    for path in _parquet_files(join(pairs_dir, "pairs")):
+    for path in shard_paths(join(pairs_dir, PAIRS)):
         with FileSystems.open(path) as handle:
             for batch in pq.ParquetFile(handle).iter_batches(columns=["score"]):
                 scores = batch.column("score").to_numpy(zero_copy_only=False)
@@ -195,13 +197,6 @@ def _read_column(path: str, column: str) -> np.ndarray | None:
         return None
     with FileSystems.open(path) as handle:
         return pq.read_table(handle, columns=[column]).column(column).to_numpy()
-
-
-def _parquet_files(directory: str) -> list[str]:
-    if not FileSystems.exists(directory):
-        return []
-    pattern = join(directory, "*.parquet")
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
 def _member(id_: str, text: str | None) -> str:

@@ -1,9 +1,8 @@
-"""Files of the dedup stage: the ``pairs/`` output it reads and the ``dedup/`` files it writes.
+"""Files of the dedup stage: its inputs beside the pairs, and the ``dedup/`` files it writes.
 
-Reading (DESIGN.md ``pairs/``): ``PAIRS_DIR/_manifest.json`` (``method``, ``k``, ``threshold``:
-the score down to which ``pairs/`` is complete, or null, ``n``, and the embeddings it was
-computed from under ``embeddings``), ``PAIRS_DIR/pairs/*.parquet`` (``id_a``, ``id_b``,
-``score``) and ``PAIRS_DIR/neighbors/*.parquet`` (``id``, ``neighbor_ids``, ``scores``).
+Reading: the ``pairs/`` folder through :class:`pipelines.io.pairs_output.PairsOutput`; the
+embeddings the pairs were computed from (:func:`open_embeddings`), their ids and the embed
+stage's rejected ids.
 
 Writing: ``groups.parquet`` (:data:`GROUPS_SCHEMA`) and the id lists ``kept_ids.txt`` /
 ``removed_ids.txt``: UTF-8, one id per line, LF-terminated. Ids may contain anything, so three
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -25,12 +23,11 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.dedup.groups import DuplicateGroups
-from pipelines.io.embeddings import EmbeddingsDataset, require_compatible
-from pipelines.io.output_dir import join, read_manifest
-from pipelines.vectors.checks import check_cosine
+from pipelines.io.embeddings import EmbeddingsDataset, require_compatible, shard_paths
+from pipelines.io.output_dir import join
+from pipelines.io.pairs_output import PairsOutput
 from pipelines.vectors.cosine_range import clamp_cosines
 
-PAIRS_SUBDIR, NEIGHBORS_SUBDIR = "pairs", "neighbors"
 GROUPS_FILE, KEPT_FILE, REMOVED_FILE = "groups.parquet", "kept_ids.txt", "removed_ids.txt"
 ID_LIST_ENCODING = (
     "UTF-8, one id per line, LF-terminated; backslash, LF and CR inside an id are written as "
@@ -48,144 +45,6 @@ GROUPS_SCHEMA = pa.schema(
         pa.field("score", pa.float32()),
     ]
 )
-
-
-@dataclass(frozen=True)
-class PairColumns:
-    """Pairs as read: string ids of both ends and float32 scores."""
-
-    id_a: pa.Array
-    id_b: pa.Array
-    scores: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.scores)
-
-    @staticmethod
-    def concat(parts: list[PairColumns]) -> PairColumns:
-        """One set from several."""
-        if not parts:
-            empty = pa.array([], pa.string())
-            return PairColumns(empty, empty, np.zeros(0, np.float32))
-        return PairColumns(
-            pa.concat_arrays([part.id_a for part in parts]),
-            pa.concat_arrays([part.id_b for part in parts]),
-            np.concatenate([part.scores for part in parts]),
-        )
-
-
-@dataclass(frozen=True)
-class PairsOutput:
-    """A complete ``sbert pairs`` output directory."""
-
-    directory: str
-    manifest: dict
-
-    @classmethod
-    def open(cls, directory: str) -> PairsOutput:
-        """Open a pairs output; refuses one without a manifest or with a nonsensical threshold.
-
-        Raises:
-            FileNotFoundError: no manifest (missing directory or unfinished job).
-            ValueError: the manifest belongs to another stage or its threshold is not a cosine.
-        """
-        manifest = read_manifest(directory)
-        kind = manifest.get("kind", "pairs")
-        if kind != "pairs":
-            raise ValueError(f"{directory} holds {kind!r}, not the output of sbert pairs")
-        threshold = manifest.get("threshold")
-        if threshold is not None:
-            check_cosine(threshold, f"{directory}: the manifest's threshold")
-        return cls(directory, manifest)
-
-    @property
-    def threshold(self) -> float | None:
-        """Score down to which ``pairs/`` holds every pair (None: not written for a threshold)."""
-        value = self.manifest.get("threshold")
-        return None if value is None else float(value)
-
-    @property
-    def k(self) -> int | None:
-        """Neighbours per item in ``neighbors/``."""
-        value = self.manifest.get("k")
-        return None if value is None else int(value)
-
-    @property
-    def pair_files(self) -> list[str]:
-        """Parquet files of ``pairs/``, sorted."""
-        return _parquet_files(join(self.directory, PAIRS_SUBDIR))
-
-    @property
-    def neighbor_files(self) -> list[str]:
-        """Parquet files of ``neighbors/``, sorted."""
-        return _parquet_files(join(self.directory, NEIGHBORS_SUBDIR))
-
-    def embeddings_sources(self) -> list[tuple[str, dict | None]]:
-        """``(directory, manifest recorded then or None)`` of every embeddings input.
-
-        The manifest may name them as ``{"directory", "manifest"}``, a list of those, or plain
-        directory strings (also under ``embeddings_dirs`` or ``inputs``).
-        """
-        recorded = self.manifest.get("embeddings")
-        if recorded is None:
-            recorded = self.manifest.get("embeddings_dirs", self.manifest.get("inputs"))
-        if recorded is None:
-            return []
-        entries = recorded if isinstance(recorded, list) else [recorded]
-        sources = []
-        for entry in entries:
-            if isinstance(entry, str):
-                sources.append((entry, None))
-            elif isinstance(entry, dict) and isinstance(entry.get("directory"), str):
-                sources.append((entry["directory"], entry.get("manifest")))
-            else:
-                raise ValueError(
-                    f"{self.directory}: cannot read the embeddings entry {entry!r} of its manifest"
-                )
-        return sources
-
-    def read_pairs(self, min_score: float) -> PairColumns:
-        """The pairs of ``pairs/`` with ``score >= min_score`` (float32 comparison)."""
-        parts = []
-        limit = np.float32(min_score)
-        for path in self.pair_files:
-            for batch in _batches(path, ("id_a", "id_b", "score")):
-                scores = _float32(batch.column("score"), path)
-                keep = scores >= limit
-                mask = pa.array(keep)
-                parts.append(
-                    PairColumns(
-                        batch.column("id_a").filter(mask),
-                        batch.column("id_b").filter(mask),
-                        scores[keep],
-                    )
-                )
-        return PairColumns.concat(parts)
-
-    def read_neighbor_pairs(self, min_score: float) -> PairColumns:
-        """Pairs ``(id, neighbour)`` from ``neighbors/`` with ``score >= min_score``, as listed
-        (most pairs appear twice, once from each end)."""
-        parts = []
-        limit = np.float32(min_score)
-        for path in self.neighbor_files:
-            for batch in _batches(path, ("id", "neighbor_ids", "scores")):
-                neighbors, scores = batch.column("neighbor_ids"), batch.column("scores")
-                if not pc.all(
-                    pc.equal(pc.list_value_length(neighbors), pc.list_value_length(scores))
-                ).as_py():
-                    raise ValueError(f"{path}: neighbor_ids and scores differ in length in a row")
-                flat_scores = _float32(pc.list_flatten(scores), path)
-                keep = flat_scores >= limit
-                mask = pa.array(keep)
-                owners = batch.column("id").take(pc.list_parent_indices(neighbors))
-                parts.append(
-                    PairColumns(
-                        owners.filter(mask),
-                        pc.list_flatten(neighbors).filter(mask),
-                        flat_scores[keep],
-                    )
-                )
-        return PairColumns.concat(parts)
 
 
 def open_embeddings(pairs: PairsOutput, override: list[str] | None) -> list[EmbeddingsDataset]:
@@ -254,7 +113,7 @@ def embed_error_ids(datasets: list[EmbeddingsDataset]) -> set[str]:
     """Ids of the rows the embed jobs rejected (their ``errors/``), where the id was known."""
     found: set[str] = set()
     for dataset in datasets:
-        for path in _parquet_files(join(dataset.directory, "errors")):
+        for path in shard_paths(join(dataset.directory, "errors")):
             with FileSystems.open(path) as handle:
                 column = pq.read_table(handle, columns=["id"]).column("id")
             found.update(value for value in column.to_pylist() if value is not None)
@@ -340,28 +199,3 @@ def read_id_list(path: str) -> list[str]:
     with FileSystems.open(path) as handle:
         text = handle.read().decode("utf-8")
     return [decode_id(line) for line in text.split("\n")[:-1]] if text else []
-
-
-def _parquet_files(directory: str) -> list[str]:
-    if not FileSystems.exists(directory):
-        return []
-    pattern = join(directory, "*.parquet")
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
-
-
-def _batches(path: str, columns: tuple[str, ...]):
-    with FileSystems.open(path) as handle:
-        parquet = pq.ParquetFile(handle)
-        missing = [name for name in columns if name not in parquet.schema_arrow.names]
-        if missing:
-            raise ValueError(
-                f"{path} lacks the column(s) {', '.join(missing)} (has: "
-                f"{', '.join(parquet.schema_arrow.names)})"
-            )
-        yield from parquet.iter_batches(columns=list(columns), batch_size=1 << 20)
-
-
-def _float32(column: pa.Array, path: str) -> np.ndarray:
-    if column.null_count:
-        raise ValueError(f"{path}: {column.null_count} null scores")
-    return column.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)

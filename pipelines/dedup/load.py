@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from pipelines.dedup.files import PairColumns, PairsOutput
 from pipelines.dedup.groups import IndexedPairs, index_pairs
+from pipelines.io.pairs_output import PairColumns, PairsOutput
 
 
 @dataclass(frozen=True)

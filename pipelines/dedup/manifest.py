@@ -34,7 +34,7 @@ def dedup_manifest(
     Args:
         args: the job's checked options.
         settings: the method settings every method of the sweep ran with.
-        pairs_output: the :class:`pipelines.dedup.files.PairsOutput` read.
+        pairs_output: the :class:`pipelines.io.pairs_output.PairsOutput` read.
         datasets: the embeddings.
         source: the pairs loaded.
         groups: the chosen method's groups at the threshold.

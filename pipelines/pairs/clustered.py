@@ -13,8 +13,9 @@ import numpy as np
 
 from pipelines.io.centroids import CENTROIDS, save_centroids
 from pipelines.io.output_dir import join
+from pipelines.io.pairs_output import read_neighbors
 from pipelines.pairs.exact import FinishedRun, RunTransform
-from pipelines.pairs.files import Scan, read_neighbors
+from pipelines.pairs.files import Scan
 from pipelines.pairs.plan import MIN_GROUPS, ROWS_PER_SHARD, Blocking
 from pipelines.pairs.transforms import ClusterBlockedPairs, PairsSettings, read_reports
 from pipelines.vectors.block_plan import BlockPlan, ProbeTuning, group_blocks, plan_blocks

@@ -7,8 +7,8 @@ Output (DESIGN.md ``pairs/``), each folder a set of ``part-SSSSS-of-NNNNN.parque
 - ``pairs/``: ``id_a < id_b`` (ids compared as strings, i.e. by code point), ``score``; each
   pair once.
 
-Ids are the embeddings' ids, never positions. Reading side: :func:`open_pairs_output`,
-:func:`read_neighbors`, :func:`read_pairs` (later stages such as dedup start here).
+Ids are the embeddings' ids, never positions. The reading side, for later stages and for
+this stage's recall checks, is :mod:`pipelines.io.pairs_output`.
 
 Vectors: :class:`VectorReader` streams the embeddings shards (L2-normalising when the
 embeddings manifest does not promise unit float32 rows), :meth:`VectorReader.scan` checks the
@@ -19,7 +19,7 @@ id order, so that "ties by index" in the maths is "ties by id" in the output.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,15 +28,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.io.embeddings import embedding_matrix, shard_paths
-from pipelines.io.output_dir import join, read_manifest
+from pipelines.io.embeddings import embedding_matrix
+from pipelines.io.output_dir import join
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.vectors.checks import require_finite
 from pipelines.vectors.cosine_range import clamp_cosines
 from pipelines.vectors.precision import normalize_rows
-
-NEIGHBORS = "neighbors"
-PAIRS = "pairs"
 
 
 def part_path(output: str, folder: str, index: int, count: int) -> str:
@@ -85,44 +82,6 @@ def write_table(path: str, table: pa.Table) -> None:
     """Write one table to a Parquet file on any Beam filesystem (used for empty outputs)."""
     with FileSystems.create(path) as handle:
         pq.write_table(table, handle)
-
-
-def open_pairs_output(directory: str) -> dict:
-    """The manifest of a finished ``sbert pairs`` output.
-
-    Raises:
-        FileNotFoundError: no manifest (missing or unfinished run).
-        ValueError: the directory holds another stage's output.
-    """
-    manifest = read_manifest(directory)
-    if manifest.get("kind") != "pairs":
-        raise ValueError(f"{directory} holds {manifest.get('kind')!r}, not sbert pairs output")
-    return manifest
-
-
-def read_neighbors(directory: str, ids: Iterable[str] | None = None) -> pa.Table:
-    """The ``neighbors/`` rows of a pairs output (all, or only those of ``ids``)."""
-    wanted = None if ids is None else pa.array(sorted(set(ids)), pa.string())
-    return _read_parts(join(directory, NEIGHBORS), NEIGHBORS_SCHEMA, "id", wanted)
-
-
-def read_pairs(directory: str, min_score: float | None = None) -> pa.Table:
-    """The ``pairs/`` rows of a pairs output, optionally only those with ``score >= min_score``."""
-    table = _read_parts(join(directory, PAIRS), PAIRS_SCHEMA, None, None)
-    if min_score is not None:
-        table = table.filter(pc.greater_equal(table["score"], pa.scalar(min_score, pa.float32())))
-    return table
-
-
-def _read_parts(folder: str, schema: pa.Schema, key: str | None, wanted) -> pa.Table:
-    tables = []
-    for path in shard_paths(folder):
-        with FileSystems.open(path) as handle:
-            table = pq.read_table(handle, schema=schema)
-        if wanted is not None:
-            table = table.filter(pc.is_in(table[key], value_set=wanted))
-        tables.append(table)
-    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def needs_normalizing(manifest: dict) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.pairs.files import read_neighbors, read_pairs
+from pipelines.io.pairs_output import read_neighbors, read_pairs
 
 
 def known_pairs_recall(path: str, output: str, threshold: float | None) -> dict:

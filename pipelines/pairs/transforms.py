@@ -49,11 +49,10 @@ from pipelines.io.atomic import StagedFiles, write_parquet_replacing
 from pipelines.io.centroids import load_centroids
 from pipelines.io.embeddings import embedding_matrix
 from pipelines.io.output_dir import join, write_json
+from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.io.shards import stable_bucket
 from pipelines.pairs.files import (
-    NEIGHBORS,
-    PAIRS,
     VectorReader,
     neighbors_table,
     pairs_table,

@@ -64,3 +64,12 @@ def test_no_runner_means_the_local_runner_without_a_warning(caplog):
         options = pipeline_options([])
     assert options.view_as(StandardOptions).runner == LOCAL_RUNNER
     assert not [r for r in caplog.records if r.name == "jobs.beam_options"]
+
+
+@pytest.mark.parametrize(
+    "runner", ["DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"]
+)
+def test_options_of_a_runner_registered_on_import_are_known(runner):
+    check_beam_args(["--runner", runner, "--dask_client_address", "localhost:8786"])
+    with pytest.raises(UnknownOptionError, match="did you mean --dask_client_address"):
+        check_beam_args(["--runner", runner, "--dask_client_adress", "localhost:8786"])

@@ -15,8 +15,8 @@ from jobs.cli import main as cli_main
 from jobs.pairs import run
 from pipelines.io.embeddings import IncompatibleEmbeddingsError
 from pipelines.io.output_dir import OutputExistsError
+from pipelines.io.pairs_output import open_pairs_output, read_neighbors, read_pairs
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.files import open_pairs_output, read_neighbors, read_pairs
 
 K, THRESHOLD, DIM = 10, 0.9, 24
 TWINS, COPIES = 40, 14  # planted near-duplicate pairs; exact copies of one vector
