@@ -25,7 +25,6 @@ import multiprocessing
 import os
 import resource
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty
@@ -46,6 +45,7 @@ from pipelines.dedup.labels import (
 )
 from pipelines.dedup.methods import sweep_groupings
 from pipelines.dedup.ranking import rank_items
+from pipelines.dedup.sweep import MethodSettings
 from sbert_core.pair_metrics import best_f1 as pair_best_f1
 
 
@@ -139,12 +139,8 @@ def sweep_contender(
         return rank_items(contender.ranking, n, pairs=pairs, threshold=threshold)
 
     below = contender.radius_below
-    radius: Callable[[float], float] | None = None
-    if below is not None:
-
-        def radius(threshold: float) -> float:
-            return min(threshold, max(round(threshold - below, 6), floor))
-
+    # The radius rule of sbert dedup (MethodSettings.radius_at): T - gap, floored at the pairs.
+    radius = None if below is None else MethodSettings(radius_gap=below, floor=floor).radius_at
     groupings = sweep_groupings(
         contender.method, n, pairs, thresholds, rank_at, rep_threshold=radius, **contender.params
     )
