@@ -9,7 +9,8 @@ runner needs the second form because its sink finalisation sees no files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -83,6 +84,25 @@ class _WriteShardFn(beam.DoFn):
         yield final
 
 
+def _write_sharded(pcoll, prefix: str, n: int, key: Callable[[Any], str], to_table):
+    """Group elements into ``n`` shards by a stable hash of ``key(element)`` and write each shard
+    in one call (see the module docstring): a retried shard rewrites the same rows."""
+    return (
+        pcoll
+        | "KeyByShard" >> beam.Map(lambda element: (stable_bucket(key(element), n), element))
+        | "GroupShards" >> beam.GroupByKey()
+        | "WriteShards" >> beam.ParDo(_WriteShardFn(prefix, n, to_table))
+    )
+
+
+def _result_id(result: PredictionResult) -> str:
+    return result.example.id
+
+
+def _row_source(row: RejectedRow) -> str:
+    return row.source
+
+
 def _errors_table(rows: list[RejectedRow]) -> pa.Table:
     return pa.Table.from_pylist([row.to_dict() for row in rows], schema=ERRORS_SCHEMA)
 
@@ -110,13 +130,8 @@ class WriteEmbeddings(beam.PTransform):
 
     def expand(self, results):
         if self._num_shards is not None:
-            n = self._num_shards
-            return (
-                results
-                | "KeyByShard" >> beam.Map(lambda r: (stable_bucket(r.example.id, n), r))
-                | "GroupShards" >> beam.GroupByKey()
-                | "WriteShards" >> beam.ParDo(_WriteShardFn(self._prefix, n, self._tables.to_table))
-            )
+            shards = self._num_shards
+            return _write_sharded(results, self._prefix, shards, _result_id, self._tables.to_table)
         return (
             results
             | "BatchForWrite"
@@ -139,13 +154,8 @@ class WriteErrors(beam.PTransform):
 
     def expand(self, rejected):
         if self._num_shards is not None:
-            n = self._num_shards
-            return (
-                rejected
-                | "KeyByShard" >> beam.Map(lambda row: (stable_bucket(row.source, n), row))
-                | "GroupShards" >> beam.GroupByKey()
-                | "WriteShards" >> beam.ParDo(_WriteShardFn(self._prefix, n, _errors_table))
-            )
+            shards = self._num_shards
+            return _write_sharded(rejected, self._prefix, shards, _row_source, _errors_table)
         return (
             rejected
             | "ToErrorRows" >> beam.Map(RejectedRow.to_dict)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import BinaryIO
 
 import pyarrow as pa
@@ -104,13 +104,8 @@ class RejectedRow:
     excerpt: str
 
     def to_dict(self) -> dict:
-        """The ``errors/`` Parquet row."""
-        return {
-            "id": self.id,
-            "source": self.source,
-            "reason": self.reason,
-            "excerpt": self.excerpt,
-        }
+        """The ``errors/`` Parquet row (its fields, in ERRORS_SCHEMA's order)."""
+        return asdict(self)
 
 
 class DamagedFileError(DataFileError):
