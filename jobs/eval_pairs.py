@@ -5,20 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from jobs.model_options import add_model_arguments, encoder_settings
-from jobs.parsers import HelpFormatter, plain_text
+from jobs.model_options import encoder_settings
+from jobs.parsers.eval import eval_parser
 
 
 def add_parser(subparsers) -> None:
     """Register ``eval pairs`` on the ``eval`` sub-command's subparsers."""
-    parser = subparsers.add_parser(
-        "pairs",
-        help="average precision / best F1 on labelled pairs",
-        description=plain_text(__doc__),
-        formatter_class=HelpFormatter,
-    )
-    add_model_arguments(parser, old_dtype_flag=True)
-    parser.add_argument("--data", required=True, help="TSV/CSV/JSONL/Parquet file, gzip allowed")
+    summary = "average precision / best F1 on labelled pairs"
+    parser = eval_parser(subparsers, "pairs", summary, __doc__, main)
     parser.add_argument("--label-col", default="label", help="0/1 labels, or scores (see below)")
     parser.add_argument(
         "--positive-min",
@@ -27,11 +21,6 @@ def add_parser(subparsers) -> None:
         help="read --label-col as a score: pairs scoring at least this are positives "
         "(e.g. 4 for STSb)",
     )
-    parser.add_argument("--s1-col", default="sentence1", help="column with the first sentence")
-    parser.add_argument("--s2-col", default="sentence2", help="column with the second sentence")
-    parser.add_argument("--format", default=None, help="file format if the extension does not tell")
-    parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
-    parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -5,26 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from jobs.model_options import add_model_arguments, encoder_settings
-from jobs.parsers import HelpFormatter, plain_text
+from jobs.model_options import encoder_settings
+from jobs.parsers.eval import eval_parser
 
 
 def add_parser(subparsers) -> None:
     """Register ``eval sts`` on the ``eval`` sub-command's subparsers."""
-    parser = subparsers.add_parser(
-        "sts",
-        help="Spearman/Pearson x100 of similarity vs gold scores",
-        description=plain_text(__doc__),
-        formatter_class=HelpFormatter,
-    )
-    add_model_arguments(parser, old_dtype_flag=True)
-    parser.add_argument("--data", required=True, help="TSV/CSV/JSONL/Parquet file, gzip allowed")
+    summary = "Spearman/Pearson x100 of similarity vs gold scores"
+    parser = eval_parser(subparsers, "sts", summary, __doc__, main)
     parser.add_argument("--score-col", default="score", help="column with the gold score")
-    parser.add_argument("--s1-col", default="sentence1", help="column with the first sentence")
-    parser.add_argument("--s2-col", default="sentence2", help="column with the second sentence")
-    parser.add_argument("--format", default=None, help="file format if the extension does not tell")
-    parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
-    parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,0 +1,34 @@
+"""What the parsers of ``sbert eval sts`` and ``sbert eval pairs`` share; imports no torch."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from jobs.model_options import add_model_arguments
+from jobs.parsers import HelpFormatter, plain_text
+
+
+def eval_parser(
+    subparsers, name: str, summary: str, doc: str | None, handler: Callable[..., int]
+) -> argparse.ArgumentParser:
+    """Register ``sbert eval NAME``: the model options, then a file of sentence pairs (``--data``,
+    ``--s1-col``, ``--s2-col``, ``--format``) and ``--json``; the caller adds its own columns.
+
+    Args:
+        subparsers: the ``eval`` command's subparsers.
+        name: the evaluation's name; ``summary`` its line in ``sbert eval --help``.
+        doc: its module docstring, shown as the description.
+        handler: runs it (``handler(args)`` returns the exit status).
+    """
+    parser = subparsers.add_parser(
+        name, help=summary, description=plain_text(doc or ""), formatter_class=HelpFormatter
+    )
+    add_model_arguments(parser, old_dtype_flag=True)
+    parser.add_argument("--data", required=True, help="TSV/CSV/JSONL/Parquet file, gzip allowed")
+    parser.add_argument("--s1-col", default="sentence1", help="column with the first sentence")
+    parser.add_argument("--s2-col", default="sentence2", help="column with the second sentence")
+    parser.add_argument("--format", default=None, help="file format if the extension does not tell")
+    parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    parser.set_defaults(handler=handler)
+    return parser
