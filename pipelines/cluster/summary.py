@@ -32,6 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 from sklearn.feature_extraction.text import CountVectorizer
 
 from pipelines.io.html import REPORT_TEXT_CHARS, size_histogram_svg
+from pipelines.vectors.cosine_range import clamp_cosines
 
 SUMMARY_SCHEMA = pa.schema(
     [
@@ -154,6 +155,7 @@ def summarize(
         term_rows: rows whose texts feed the terms, per cluster (default: all members).
         top_terms: distinctive terms per cluster.
     """
+    scores = clamp_cosines(scores)  # stored cosines stay in [-1, 1]
     sizes = cluster_sizes(labels, n_clusters)
     clustered = labels >= 0
     score_sums = np.bincount(

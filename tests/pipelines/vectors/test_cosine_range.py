@@ -45,3 +45,13 @@ def test_every_table_stores_a_self_score_as_at_most_one():
     )
     stored = groups_table(ids, groups, np.array([0, 1]), np.array([np.nan, self_score]))
     assert stored.column("score").to_pylist() == [None, 1.0]
+
+
+def test_cluster_summaries_store_clamped_scores():
+    from pipelines.cluster.summary import summarize
+
+    v = unit_vector_whose_self_product_exceeds_one()
+    over = np.float32(np.dot(v, v))
+    (profile,) = summarize(["a", "b"], np.array([0, 0]), np.array([over, over]), 1, {})
+    assert profile.representative_scores == [1.0, 1.0]
+    assert profile.mean_score == 1.0
