@@ -367,6 +367,15 @@ def _validate_stage_values(config: RunConfig) -> None:
             f"{config.pairs.threshold}, so pairs between them were never written; lower "
             "pairs.threshold or raise dedup.threshold"
         )
+    if config.dedup.target_precision is not None:
+        check_in_range("dedup.target_precision", config.dedup.target_precision, 0.0, 1.0)
+    if config.dedup.radius is not None:
+        check_in_range("dedup.radius", config.dedup.radius, -1.0, 1.0)
+        if config.enabled("dedup") and not config.dedup.radius >= config.pairs.threshold:
+            raise ValueError(
+                f"dedup.radius: {config.dedup.radius} is below pairs.threshold "
+                f"{config.pairs.threshold}: pairs under it are not all known; raise dedup.radius"
+            )
 
 
 def check_in_range(

@@ -838,3 +838,24 @@ def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir
         "y",
         "dup",
     )
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("dedup.radius=0.7", r"dedup.radius: 0.7 is below pairs.threshold 0.8"),
+        ("dedup.radius=.nan", r"dedup.radius: must be in"),
+        ("dedup.target_precision=1.5", r"dedup.target_precision: must be in \[0, 1\]"),
+    ],
+)
+def test_run_config_dedup_ranges_are_checked_when_loaded(tmp_path, override, match):
+    from jobs.run_config import load_run_config
+
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"job_dir: {tmp_path / 'job'}\ninput: {{path: {tmp_path / 'c.jsonl'}}}\n"
+        "cluster: {k: 3}\npairs: {threshold: 0.8}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match=match):
+        load_run_config(config, [override])
