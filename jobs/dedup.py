@@ -3,7 +3,7 @@
     sbert dedup --pairs DIR --output DIR --threshold T
         [--method star|components|ranked|split|mutual|average] [--rank central|corpus|longest|
         random|column:NAME] [--seed S] [--radius R] [--mutual-k K] [--missing-score S]
-        [--keep first|longest|central]  (components only)
+        [--keep first|longest|central]  (components; the others read it as --rank)
         [--labels FILE [--label-id-a C] [--label-id-b C] [--label-column C]
          [--target-precision P] [--skip-unknown-labels]]
         [--corpus GLOB [--apply] [--id-field F] [--text-field F] [--format FMT]]
