@@ -21,12 +21,12 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 
-from jobs.beam_options import is_local, pipeline_options, runner_name
+from jobs.beam_options import runner_name
 from jobs.errors import JobFailedError
 from jobs.job_options import job_output
 from jobs.model_options import encoder_settings
 from jobs.parsers.embed import build_parser
-from jobs.pipeline_run import new_pipeline, run_pipeline
+from jobs.pipeline_run import new_pipeline, options_for, run_pipeline, show_progress
 from pipelines.embed.model_handler import (
     ZERO_VECTORS,
     DeterministicInferenceError,
@@ -57,7 +57,7 @@ from sbert_core.encoder_settings import EncoderSettings
 
 logger = logging.getLogger(__name__)
 
-# What an embed run writes: parts at the top level and under errors/ (see DESIGN.md).
+# What an embed run writes: parts at the top level and under errors/ (docs/architecture.md).
 LAYOUT = OutputLayout(datasets=("", "errors"))
 
 
@@ -96,7 +96,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     """
     args, beam_args = build_parser().parse_known_args(argv)
     spec, settings = _checked(args)
-    options = test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
+    options = options_for(beam_args, test_pipeline)
     # Fail before any work: the settings (above), the model's files, the input, then the output.
     info = settings.inspect()
     read_corpus = ReadCorpus(args.input, spec)
@@ -155,8 +155,7 @@ def _run_pipeline(
     """Build and run the pipeline into ``out``'s attempt area, then check and publish."""
     info, settings, schema = model
     keep_fields = spec.keep_fields
-    if is_local(options):
-        logging.getLogger("pipelines").setLevel(logging.INFO)
+    show_progress(options)
 
     handler = SbertModelHandler(
         settings, min_batch_size=args.min_batch_size, max_batch_size=args.max_batch_size

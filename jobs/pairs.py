@@ -25,13 +25,13 @@ when N allows) and written to the manifest.
 
 auto: exact up to 200,000 vectors (when it fits the worker memory), clustered above.
 
-Output (DESIGN.md ``pairs/``): ``neighbors/`` Parquet (``id``, ``neighbor_ids``, ``scores``:
-top-k per item, most similar first, equal scores by id), ``pairs/`` Parquet (``id_a < id_b``,
-``score >= T``, each pair once; without ``--threshold`` it holds one empty shard with the
-schema), ``centroids.npy`` (clustered), and ``_manifest.json``, written last and only on
-success. With ``--threshold``, exact mode writes every pair at or above T however many there
-are (not only those in the top-k lists); clustered mode writes every such pair that shares a
-block. Vectors are L2-normalised first unless the embeddings are unit float32 rows already, so
+Output (docs/architecture.md ``pairs/``): ``neighbors/`` Parquet (``id``, ``neighbor_ids``,
+``scores``: top-k per item, most similar first, equal scores by id), ``pairs/`` Parquet
+(``id_a < id_b``, ``score >= T``, each pair once; without ``--threshold`` it holds one empty
+shard with the schema), ``centroids.npy`` (clustered), and ``_manifest.json``, written last and
+only on success. With ``--threshold``, exact mode writes every pair at or above T however many
+there are (not only those in the top-k lists); clustered mode writes every such pair that shares
+a block. Vectors are L2-normalised first unless the embeddings are unit float32 rows already, so
 scores are cosine similarities. Ids must be unique; ``N = 1`` is refused (no other item), an
 empty input gives empty outputs and a manifest.
 """
