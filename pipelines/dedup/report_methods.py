@@ -8,9 +8,9 @@ import html
 from collections.abc import Sequence
 
 from pipelines.dedup.sweep import MethodSweep
-from pipelines.io.html import MARK_COLOUR
+from pipelines.io.html import Series, lines_svg
 
-_WIDTH, _HEIGHT, _PAD = 420, 360, 48
+_WIDTH, _HEIGHT = 420, 360
 # One colour per method, in METHODS order (the chosen one is drawn thicker).
 _COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#9d755d", "#e45756")
 
@@ -90,52 +90,33 @@ def labels_section(
 def pr_curve_svg(sweeps: Sequence[MethodSweep], threshold: float) -> str:
     """Precision (y) against recall (x), one line per method through its sweep points; the
     chosen method (first) drawn thicker, its point at ``threshold`` marked."""
-    plot = _WIDTH - 2 * _PAD
-
-    def xy(recall: float, precision: float) -> tuple[float, float]:
-        return _PAD + plot * recall, _PAD / 2 + plot * (1 - precision)
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" '
-        f'viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" aria-label="precision-recall curve">',
-        f'<rect x="{_PAD}" y="{_PAD / 2}" width="{plot}" height="{plot}" fill="none" '
-        'stroke="#333"/>',
-    ]
-    for value in (0.0, 0.5, 1.0):
-        x, y = xy(value, value)
-        parts.append(
-            f'<text x="{x:.1f}" y="{_PAD / 2 + plot + 14}" font-size="11" '
-            f'text-anchor="middle">{value:g}</text>'
-            f'<text x="{_PAD - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{value:g}'
-            "</text>"
-        )
+    lines = []
     for number, sweep in enumerate(sweeps):
-        colour = _COLOURS[number % len(_COLOURS)]
-        points = [xy(p.recall, p.precision) for p in sweep.labels or ()]
-        line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        width = 3 if number == 0 else 1.5
-        parts.append(
-            f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="{width}">'
-            f"<title>{html.escape(sweep.method)}</title></polyline>"
-        )
-        for (x, y), label in zip(points, sweep.labels or (), strict=True):
-            chosen = number == 0 and label.threshold == threshold
-            parts.append(
-                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{5 if chosen else 2.5}" '
-                f'fill="{MARK_COLOUR if chosen else colour}"><title>{html.escape(sweep.method)} '
-                f"at {label.threshold:g}: P {label.precision:.3f}, R {label.recall:.3f}, F1 "
-                f"{label.f1:.3f}</title></circle>"
+        labels = sweep.labels or ()
+        chosen = [i for i, label in enumerate(labels) if label.threshold == threshold]
+        lines.append(
+            Series(
+                sweep.method,
+                [label.recall for label in labels],
+                [label.precision for label in labels],
+                titles=[
+                    f"{sweep.method} at {label.threshold:g}: P {label.precision:.3f}, "
+                    f"R {label.recall:.3f}, F1 {label.f1:.3f}"
+                    for label in labels
+                ],
+                colour=_COLOURS[number % len(_COLOURS)],
+                stroke_width=3 if number == 0 else 1.5,
+                highlight=chosen[0] if number == 0 and chosen else None,
             )
-        parts.append(
-            f'<text x="{_PAD + plot - 4}" y="{_PAD / 2 + 14 + 13 * number}" font-size="11" '
-            f'text-anchor="end" fill="{colour}">{html.escape(sweep.method)}</text>'
         )
-    middle = _PAD / 2 + plot / 2
-    parts += [
-        f'<text x="{_PAD + plot / 2}" y="{_HEIGHT - 8}" font-size="12" text-anchor="middle">'
-        "recall</text>",
-        f'<text x="12" y="{middle}" font-size="12" text-anchor="middle" '
-        f'transform="rotate(-90 12 {middle})">precision</text>',
-        "</svg>",
-    ]
-    return "\n".join(parts)
+    return lines_svg(
+        lines,
+        "recall",
+        "precision",
+        x_range=(0.0, 1.0),
+        y_range=(0.0, 1.0),
+        legend=True,
+        aria_label="precision-recall curve",
+        width=_WIDTH,
+        height=_HEIGHT,
+    )

@@ -1,7 +1,8 @@
 """Pieces of the self-contained HTML reports (cluster, dedup, sbert run): text, inline SVG plots.
 
 Every report plot is drawn here: :func:`bar_chart_svg` (binned counts: cluster sizes, pair
-similarities) and :func:`line_chart_svg` (a curve of points: the dedup threshold sweep), on one
+similarities), :func:`line_chart_svg` (a curve of counts: the dedup threshold sweep) and
+:func:`lines_svg` (several curves: the precision-recall curve of every dedup method), on one
 frame with "nice" axis ticks (steps of 1, 2 or 5 times a power of ten) and an optional dashed
 marker line (the threshold in use). Labels are HTML-escaped; the SVG needs no scripts or network.
 """
@@ -52,13 +53,19 @@ def _tick_text(value: float, ticks: Sequence[float]) -> str:
 
 @dataclass(frozen=True)
 class _Frame:
-    """The plot area of one chart and its value-to-pixel mapping."""
+    """The plot area of one chart and its value-to-pixel mapping.
 
-    low: float
-    high: float
-    tallest: float
+    ``y_high`` is the top of the y axis; with ``counts`` the y axis is ``0 .. y_high`` and only
+    whole numbers are labelled.
+    """
+
+    x_low: float
+    x_high: float
+    y_high: float
     width: int
     height: int
+    y_low: float = 0.0
+    counts: bool = True
     left: int = 60
     right: int = 16
     top: int = 16
@@ -73,12 +80,13 @@ class _Frame:
         return self.height - self.top - self.bottom
 
     def x(self, value: float) -> float:
-        if self.high <= self.low:
+        if self.x_high <= self.x_low:
             return self.left + self.plot_w / 2
-        return self.left + self.plot_w * (value - self.low) / (self.high - self.low)
+        return self.left + self.plot_w * (value - self.x_low) / (self.x_high - self.x_low)
 
     def y(self, value: float) -> float:
-        return self.top + self.plot_h - self.plot_h * value / self.tallest
+        span = (self.y_high - self.y_low) or 1.0
+        return self.top + self.plot_h - self.plot_h * (value - self.y_low) / span
 
     def open(self, label: str) -> list[str]:
         base = self.top + self.plot_h
@@ -94,9 +102,9 @@ class _Frame:
     def close(self, x_label: str, y_label: str, *, integer_x: bool = False) -> list[str]:
         base, middle = self.top + self.plot_h, self.top + self.plot_h / 2
         parts = []
-        x_ticks = nice_ticks(self.low, self.high)
+        x_ticks = nice_ticks(self.x_low, self.x_high)
         if integer_x:
-            x_ticks = [tick for tick in x_ticks if tick == int(tick)] or [self.low]
+            x_ticks = [tick for tick in x_ticks if tick == int(tick)] or [self.x_low]
         for value in x_ticks:
             x = self.x(value)
             parts.append(
@@ -104,13 +112,15 @@ class _Frame:
                 f'<text x="{x:.1f}" y="{base + 16}" font-size="11" text-anchor="middle">'
                 f"{_tick_text(value, x_ticks)}</text>"
             )
-        y_ticks = [tick for tick in nice_ticks(0.0, self.tallest) if tick == int(tick)]
+        y_ticks = nice_ticks(self.y_low, self.y_high)
+        if self.counts:
+            y_ticks = [tick for tick in y_ticks if tick == int(tick)]
         for value in y_ticks:
             y = self.y(value)
             parts.append(
                 f'<line x1="{self.left - 4}" y1="{y:.1f}" x2="{self.left}" y2="{y:.1f}" '
                 f'stroke="#333"/><text x="{self.left - 6}" y="{y + 4:.1f}" font-size="11" '
-                f'text-anchor="end">{int(value)}</text>'
+                f'text-anchor="end">{_tick_text(value, y_ticks)}</text>'
             )
         parts += [
             f'<text x="{self.left + self.plot_w / 2}" y="{self.height - 8}" font-size="12" '
@@ -123,7 +133,7 @@ class _Frame:
 
     def marker(self, value: float | None, label: str | None) -> list[str]:
         """A dashed vertical line at ``value`` (nothing when it is outside the range)."""
-        if value is None or not self.low <= value <= self.high:
+        if value is None or not self.x_low <= value <= self.x_high:
             return []
         x, text = self.x(value), escape(label if label is not None else f"threshold {value:g}")
         # The label sits on the side with more room, so it stays inside the plot.
@@ -190,6 +200,90 @@ def bar_chart_svg(
     return "\n".join(parts)
 
 
+@dataclass(frozen=True)
+class Series:
+    """One line of a :func:`lines_svg` chart: points ``(xs[i], ys[i])``, each a dot.
+
+    Attributes:
+        name: shown in the legend and the line's tooltip.
+        titles: a tooltip per point (default ``"x: y"``).
+        highlight: the index of a point drawn larger in the marker colour (the one in use).
+    """
+
+    name: str
+    xs: Sequence[float]
+    ys: Sequence[float]
+    titles: Sequence[str] | None = None
+    colour: str = BAR_COLOUR
+    stroke_width: float = 2.0
+    highlight: int | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.xs) != len(self.ys):
+            raise ValueError(f"{self.name}: {len(self.xs)} x values but {len(self.ys)} y values")
+
+
+def lines_svg(
+    series: Sequence[Series],
+    x_label: str,
+    y_label: str,
+    *,
+    x_range: tuple[float, float] | None = None,
+    y_range: tuple[float, float] | None = None,
+    marker: float | None = None,
+    marker_label: str | None = None,
+    legend: bool = False,
+    aria_label: str | None = None,
+    width: int = 640,
+    height: int = 260,
+) -> str:
+    """An SVG chart of one or more lines through dotted points.
+
+    Args:
+        series: the lines, drawn in order.
+        x_label, y_label: axis titles.
+        x_range: the x axis (default: the points' smallest to largest x).
+        y_range: the y axis; default ``0 .. the largest y`` with whole-number ticks (counts).
+        marker: a value on the x axis drawn as a dashed line (e.g. the threshold in use).
+        marker_label: its label; default ``"threshold {marker:g}"``.
+        legend: write each series' name in its colour at the top right.
+        aria_label: the picture's accessible name (default ``"y_label by x_label"``).
+        width, height: the picture's size in pixels.
+    """
+    xs = [float(x) for line in series for x in line.xs]
+    ys = [float(y) for line in series for y in line.ys]
+    x_low, x_high = x_range or ((min(xs), max(xs)) if xs else (0.0, 1.0))
+    if y_range is None:
+        frame = _Frame(x_low, x_high, max(max(ys, default=0.0), 1.0), width, height)
+    else:
+        frame = _Frame(x_low, x_high, y_range[1], width, height, y_low=y_range[0], counts=False)
+    parts = frame.open(aria_label or f"{y_label} by {x_label}")
+    for number, line in enumerate(series):
+        pairs = zip(line.xs, line.ys, strict=True)
+        points = [(frame.x(float(x)), frame.y(float(y))) for x, y in pairs]
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        parts.append(
+            f'<polyline points="{path}" fill="none" stroke="{line.colour}" '
+            f'stroke-width="{line.stroke_width:g}"><title>{escape(line.name)}</title></polyline>'
+        )
+        for i, (x, y) in enumerate(points):
+            chosen = i == line.highlight
+            title = line.titles[i] if line.titles is not None else f"{line.xs[i]:g}: {line.ys[i]}"
+            parts.append(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{4 if chosen else 3}" '
+                f'fill="{MARK_COLOUR if chosen else line.colour}"><title>{escape(title)}</title>'
+                "</circle>"
+            )
+        if legend:
+            parts.append(
+                f'<text x="{frame.left + frame.plot_w - 4}" y="{frame.top + 12 + 13 * number}" '
+                f'font-size="11" text-anchor="end" fill="{line.colour}">{escape(line.name)}</text>'
+            )
+    parts += frame.marker(marker, marker_label)
+    parts += frame.close(x_label, y_label)
+    return "\n".join(parts)
+
+
 def line_chart_svg(
     xs: Sequence[float],
     ys: Sequence[int],
@@ -202,37 +296,19 @@ def line_chart_svg(
     width: int = 640,
     height: int = 260,
 ) -> str:
-    """An SVG line through points ``(xs[i], ys[i])`` (xs ascending), each point a dot.
-
-    Args:
-        xs, ys: the points; ``ys`` are counts (the y axis starts at 0).
-        x_label, y_label: axis titles.
-        titles: a tooltip per point; default ``"x: y"``.
-        marker: a value on the x axis drawn as a dashed line; the point at it is highlighted.
-        marker_label: its label; default ``"threshold {marker:g}"``.
-        width, height: the picture's size in pixels.
-    """
-    if len(xs) != len(ys):
-        raise ValueError(f"{len(xs)} x values but {len(ys)} y values")
-    if not len(xs):
-        frame = _Frame(0.0, 1.0, 1, width, height)
-        return "\n".join(frame.open(f"{y_label} by {x_label}") + frame.close(x_label, y_label))
-    frame = _Frame(float(xs[0]), float(xs[-1]), max(max(ys), 1), width, height)
-    parts = frame.open(f"{y_label} by {x_label}")
-    points = [(frame.x(float(x)), frame.y(float(y))) for x, y in zip(xs, ys, strict=True)]
-    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-    parts.append(f'<polyline points="{line}" fill="none" stroke="{BAR_COLOUR}" stroke-width="2"/>')
-    for i, (x, y) in enumerate(points):
-        chosen = marker is not None and xs[i] == marker
-        title = titles[i] if titles is not None else f"{xs[i]:g}: {ys[i]}"
-        parts.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{4 if chosen else 3}" '
-            f'fill="{MARK_COLOUR if chosen else BAR_COLOUR}"><title>{escape(title)}</title>'
-            "</circle>"
-        )
-    parts += frame.marker(marker, marker_label)
-    parts += frame.close(x_label, y_label)
-    return "\n".join(parts)
+    """One line of counts through points ``(xs[i], ys[i])``; the point at ``marker`` is
+    highlighted and the marker drawn as a dashed line (see :func:`lines_svg`)."""
+    highlight = next((i for i, x in enumerate(xs) if marker is not None and x == marker), None)
+    line = Series(y_label, xs, ys, titles=titles, highlight=highlight)
+    return lines_svg(
+        [line],
+        x_label,
+        y_label,
+        marker=marker,
+        marker_label=marker_label,
+        width=width,
+        height=height,
+    )
 
 
 def size_histogram_svg(sizes: np.ndarray, *, width: int = 640, height: int = 260) -> str:

@@ -7,7 +7,14 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from pipelines.io.html import bar_chart_svg, line_chart_svg, nice_ticks, size_histogram_svg
+from pipelines.io.html import (
+    Series,
+    bar_chart_svg,
+    line_chart_svg,
+    lines_svg,
+    nice_ticks,
+    size_histogram_svg,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -68,3 +75,25 @@ def test_cluster_size_ticks_are_whole_numbers():
     texts = _texts(size_histogram_svg(np.array([1, 1, 2, 3, 3, 3, 9])))
     numbers = [t for t in texts if t.replace(".", "").isdigit()]
     assert numbers and all("." not in t for t in numbers)
+
+
+def test_lines_chart_on_fixed_ranges_with_a_legend():
+    first = Series("star", [0.2, 0.6, 0.9], [1.0, 0.8, 0.5], highlight=1, stroke_width=3)
+    second = Series("components", [0.3, 0.95], [0.9, 0.2], colour="#f58518")
+    svg = lines_svg(
+        [first, second],
+        "recall",
+        "precision",
+        x_range=(0.0, 1.0),
+        y_range=(0.0, 1.0),
+        legend=True,
+        aria_label="precision-recall curve",
+    )
+    root = ET.fromstring(svg)
+    assert root.get("aria-label") == "precision-recall curve"
+    assert len(root.findall(f"{SVG}polyline")) == 2
+    assert [c.get("r") for c in root.findall(f"{SVG}circle")] == ["3", "4", "3", "3", "3"]
+    texts = _texts(svg)
+    assert {"star", "components", "0.0", "0.2", "1.0"} <= set(texts)
+    with pytest.raises(ValueError, match="star: 2 x values but 1 y values"):
+        Series("star", [0.1, 0.2], [0.5])
