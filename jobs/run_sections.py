@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.io.embeddings import shard_paths
-from pipelines.io.html import REPORT_TEXT_CHARS, bar_chart_svg, size_histogram_svg
+from pipelines.io.html import bar_chart_svg, shown_text, size_histogram_svg
 from pipelines.io.output_dir import join
 from pipelines.io.pairs_output import PAIRS
 
@@ -204,9 +204,7 @@ def _member(id_: str, text: str | None) -> str:
     label = f'<code title="id">{escape(id_)}</code>'
     if text is None:
         return label
-    if len(text) > REPORT_TEXT_CHARS:
-        text = text[: REPORT_TEXT_CHARS - 1] + "\u2026"
-    return f"{escape(text)} {label}"
+    return f"{shown_text(text)} {label}"
 
 
 def relative(job_dir: str, path: str) -> str:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from sklearn.feature_extraction.text import CountVectorizer
 
-from pipelines.io.html import REPORT_TEXT_CHARS, size_histogram_svg
+from pipelines.io.html import shown_text, size_histogram_svg
 from pipelines.vectors.cosine_range import clamp_cosines
 
 SUMMARY_SCHEMA = pa.schema(
@@ -275,6 +275,4 @@ def _member_html(id_: str, text: str | None) -> str:
     """A member's text (cut to REPORT_TEXT_CHARS), or its id when the text is unknown."""
     if text is None:
         return f"<code>{html.escape(id_)}</code>"
-    if len(text) > REPORT_TEXT_CHARS:
-        text = text[: REPORT_TEXT_CHARS - 1] + "\u2026"
-    return html.escape(text)
+    return shown_text(text)

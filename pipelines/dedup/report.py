@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.dedup.groups import Histogram, SweepPoint
-from pipelines.io.html import REPORT_TEXT_CHARS, bar_chart_svg, line_chart_svg
+from pipelines.io.html import bar_chart_svg, line_chart_svg, shown_text
 
 _WIDTH, _HEIGHT = 680, 280
 
@@ -196,10 +196,7 @@ def _member(member: Member) -> str:
     ident = f"<span class=id>{html.escape(member.id)}</span>"
     if member.text is None:
         return f"{score}{ident}"
-    text = member.text
-    if len(text) > REPORT_TEXT_CHARS:
-        text = text[: REPORT_TEXT_CHARS - 1] + "\u2026"
-    return f"{score}{html.escape(text)} {ident}"
+    return f"{score}{shown_text(member.text)} {ident}"
 
 
 def _text(value) -> str:

@@ -330,6 +330,14 @@ def size_histogram_svg(sizes: np.ndarray, *, width: int = 640, height: int = 260
     )
 
 
+def shown_text(text: str) -> str:
+    """``text`` HTML-escaped and cut to :data:`REPORT_TEXT_CHARS` characters (with an ellipsis);
+    the full text stays in the stage's Parquet output."""
+    if len(text) > REPORT_TEXT_CHARS:
+        text = text[: REPORT_TEXT_CHARS - 1] + "\u2026"
+    return escape(text)
+
+
 def write_text(path: str, text: str, mime_type: str = "text/html") -> None:
     """Write a text file on any Beam filesystem."""
     with FileSystems.create(path, mime_type=mime_type) as handle:
