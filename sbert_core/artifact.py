@@ -1,9 +1,10 @@
 """Reading and writing the sentence-transformers model directory format.
 
 A directory is either a sentence-transformers model (``modules.json`` naming a chain of
-Transformer -> Pooling -> optional Normalize) or a plain Hugging Face encoder (``config.json`` plus
-weights), which gets MEAN pooling, the paper's default. Only those module types are accepted:
-code named by a model folder is never imported, and pickle weights are refused unless allowed.
+Transformer -> Pooling -> any of Dense, LayerNorm, Normalize, Dropout; see
+:mod:`sbert_core.module_chain`) or a plain Hugging Face encoder (``config.json`` plus weights),
+which gets MEAN pooling, the paper's default. Only those module types are accepted: code named
+by a model folder is never imported, and pickle weights are refused unless allowed.
 Every path a model folder names (module folders in ``modules.json``, shards in a sharded-weight
 index) must stay inside the folder: no absolute paths, no ``..``, no symlink out of it.
 """
@@ -13,20 +14,18 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from sbert_core.errors import ModelLoadError
+from sbert_core.module_chain import HeadEntry, read_module_chain
 from sbert_core.pooling import PoolingConfig
+from sbert_core.prompts import PromptSettings
 
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 MANIFEST_FILE = "sbert_manifest.json"
-
-# The last component of a modules.json "type" decides the role; the prefix must be
-# sentence-transformers' own package, so a folder cannot point us at arbitrary code.
-_MODULE_ROLES = {"Transformer": "transformer", "Pooling": "pooling", "Normalize": "normalize"}
 
 
 @dataclass(frozen=True)
@@ -37,19 +36,28 @@ class ModelLayout:
         root: the model directory.
         transformer_dir: folder holding ``config.json``, weights and tokenizer files.
         pooling: pooling config, or None for a plain Hugging Face encoder (caller picks MEAN).
-        normalize: whether a Normalize module ends the chain.
+        heads: the modules after Pooling (Dense, LayerNorm, Normalize, Dropout), in order.
         max_seq_length: from ``sentence_bert_config.json``; None means "use the tokenizer's".
         do_lower_case: lower-case texts before tokenising.
         is_sentence_transformer: True when ``modules.json`` was found.
+        prompts: the prompts of ``config_sentence_transformers.json``.
+        padding_side: a tokenizer override from ``sentence_bert_config.json``, else None.
     """
 
     root: Path
     transformer_dir: Path
     pooling: PoolingConfig | None
-    normalize: bool
+    heads: tuple[HeadEntry, ...]
     max_seq_length: int | None
     do_lower_case: bool
     is_sentence_transformer: bool
+    prompts: PromptSettings = field(default_factory=PromptSettings)
+    padding_side: str | None = None
+
+    @property
+    def normalize(self) -> bool:
+        """Whether a Normalize module ends the chain."""
+        return bool(self.heads) and self.heads[-1].kind == "normalize"
 
 
 def read_layout(root: Path) -> ModelLayout:
@@ -65,41 +73,24 @@ def read_layout(root: Path) -> ModelLayout:
                 f"{root} is not a model directory: it has neither modules.json "
                 "(sentence-transformers) nor config.json (Hugging Face)"
             )
-        return ModelLayout(root, root, None, False, None, False, is_sentence_transformer=False)
+        # sentence-transformers reads no sentence-transformers config from a plain folder.
+        return ModelLayout(root, root, None, (), None, False, is_sentence_transformer=False)
 
-    modules = _read_json(modules_file)
-    if not isinstance(modules, list):
-        raise ModelLoadError(f"{modules_file}: expected a list of modules")
-    paths: dict[str, Path] = {}
-    for entry in sorted(modules, key=lambda m: m.get("idx", 0)):
-        module_type = str(entry.get("type", ""))
-        role = _MODULE_ROLES.get(module_type.rsplit(".", 1)[-1])
-        if role is None or not module_type.startswith("sentence_transformers."):
-            raise ModelLoadError(
-                f"{modules_file}: module type {module_type!r} is not supported (supported: "
-                f"{', '.join(_MODULE_ROLES)}); code named by a model folder is never imported"
-            )
-        paths[role] = inside_model_dir(root, str(entry.get("path", "")), modules_file)
-    if "transformer" not in paths:
-        raise ModelLoadError(f"{modules_file}: no Transformer module")
-
-    transformer_dir = paths["transformer"]
-    st_config_file = transformer_dir / "sentence_bert_config.json"
-    st_config = _read_json(st_config_file) if st_config_file.is_file() else {}
-    pooling = None
-    if "pooling" in paths:
-        try:
-            pooling = PoolingConfig.load(paths["pooling"] / "config.json")
-        except ValueError as err:
-            raise ModelLoadError(str(err)) from err
+    chain = read_module_chain(root, inside_model_dir)
+    try:
+        pooling = PoolingConfig.load(chain.pooling_dir / "config.json")
+    except ValueError as err:
+        raise ModelLoadError(str(err)) from err
     return ModelLayout(
         root=root,
-        transformer_dir=transformer_dir,
+        transformer_dir=chain.transformer_dir,
         pooling=pooling,
-        normalize="normalize" in paths,
-        max_seq_length=st_config.get("max_seq_length"),
-        do_lower_case=bool(st_config.get("do_lower_case", False)),
+        heads=chain.heads,
+        max_seq_length=chain.settings.max_seq_length,
+        do_lower_case=chain.settings.do_lower_case,
         is_sentence_transformer=True,
+        prompts=PromptSettings.read(root),
+        padding_side=chain.settings.padding_side,
     )
 
 

@@ -1,8 +1,14 @@
-"""The SBERT encoder: transformer -> pooling -> optional L2 normalisation.
+"""The SBERT encoder: transformer -> pooling -> Dense / LayerNorm / Normalize modules.
 
 It computes what sentence-transformers computes for the same model directory (same
-tokenisation, truncation, pooling and normalisation), with batches formed by tokenised length
-so that little time is spent on padding.
+tokenisation, truncation, prompts, pooling, modules after pooling and Matryoshka truncation),
+with batches formed by tokenised length so that little time is spent on padding.
+
+Prompts and truncation follow sentence-transformers' ``encode``: the prompt text is prepended
+to each text (``include_prompt=False`` pooling leaves its tokens out); the full chain runs, a
+Normalize module included; then vectors are cut to ``truncate_dim`` and, only when
+``normalize=True`` is asked for, L2-normalised again. So a model ending in Normalize gives
+unit vectors truncated, which are no longer unit length unless ``normalize=True``.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sbert_core.architectures import check_plain_folder_tokenizer, transformer_class
 from sbert_core.artifact import (
     SAFETENSORS_FILE,
     SAFETENSORS_INDEX,
@@ -29,9 +36,19 @@ from sbert_core.artifact import (
 )
 from sbert_core.batching import length_sorted_batches
 from sbert_core.errors import ModelLoadError
+from sbert_core.head_modules import (
+    HeadModule,
+    Normalize,
+    check_truncate_dim,
+    head_weight_file,
+    load_head_module,
+    out_width,
+    truncate,
+)
 from sbert_core.model_source import DEFAULT_MODEL, resolve_model_dir
 from sbert_core.pooling import PoolingConfig, PoolingMode, check_pooling_mode, pool
 from sbert_core.precision import DtypeName, dtype_name, resolve_dtype
+from sbert_core.prompts import PromptSettings, PromptTask, prompt_token_count
 from sbert_core.weight_checks import (
     check_finite_weights,
     check_loaded_model,
@@ -89,17 +106,41 @@ class ModelInfo:
     do_lower_case: bool
     config: object  # transformers.PretrainedConfig
     tokenizer: object  # transformers.PreTrainedTokenizerBase
+    heads: tuple[HeadModule, ...] = ()  # modules after pooling, weights loaded and checked
+    prompts: PromptSettings = field(default_factory=PromptSettings)
+    truncate_dim: int | None = None  # the load-time default of encode()
 
-    def describe(self) -> dict:
-        """What manifests record about the model."""
-        return {
-            "model_id": self.model_id,
-            "weights_sha256": self.weights_sha256,
-            "dim": self.pooling.dim,
-            "pooling": self.pooling.mode,
-            "normalized": self.normalize,
-            "max_seq_length": self.max_seq_length,
-        }
+    @property
+    def full_dim(self) -> int:
+        """Width of the vectors the chain gives, before any truncation."""
+        return _chain_width(self.pooling, self.heads)
+
+    @property
+    def dim(self) -> int:
+        """Width of the vectors ``encode`` gives by default (``truncate_dim`` if set)."""
+        return self.truncate_dim or self.full_dim
+
+    def describe(
+        self,
+        *,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        task: PromptTask | None = None,
+        truncate_dim: int | None = None,
+        normalize: bool | None = None,
+    ) -> dict:
+        """What manifests record about the model, for ``encode`` called with these arguments.
+
+        See :meth:`SentenceEncoder.describe`.
+        """
+        return _description(
+            self,
+            self.prompts.resolve(prompt_name, prompt, task),
+            check_truncate_dim(
+                truncate_dim if truncate_dim is not None else self.truncate_dim, self.full_dim
+            ),
+            normalize,
+        )
 
 
 def inspect_model(
@@ -109,6 +150,7 @@ def inspect_model(
     pooling: PoolingMode | None = None,
     normalize: bool | None = None,
     max_seq_length: int | None = None,
+    truncate_dim: int | None = None,
 ) -> ModelInfo:
     """Resolve, check and describe a model cheaply (configs, tokenizer, weight checksum).
 
@@ -117,12 +159,17 @@ def inspect_model(
 
     Safetensors weights are checked against the architecture of ``config.json`` (every
     parameter present with its shape, no foreign tensors) and for NaN/infinite values, one
-    memory-mapped tensor at a time.
+    memory-mapped tensor at a time. The modules after pooling (Dense, LayerNorm) are small and
+    are loaded here, their weights checked the same way.
+
+    The model's identity, ``weights_sha256``, covers the transformer's weight files and then
+    those of the modules after pooling, in chain order.
 
     Raises:
         ModelLoadError: missing or corrupt files, unsupported modules, unreachable hub id,
             weights that do not fit the architecture or hold NaN/infinite values.
-        ValueError: unknown pooling mode, or a max_seq_length beyond the model's limit.
+        ValueError: unknown pooling mode, a max_seq_length beyond the model's limit, or a
+            truncate_dim outside ``[1, dim]``.
     """
     from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -139,6 +186,11 @@ def inspect_model(
         tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as err:
         raise ModelLoadError(f"{source}: could not read the config or tokenizer ({err})") from err
+    if not layout.is_sentence_transformer:
+        check_plain_folder_tokenizer(tokenizer, directory)
+    if layout.padding_side is not None:
+        tokenizer.padding_side = layout.padding_side
+    transformer_class(config, source / "config.json")
     uses_pickle = files[0].suffix != ".safetensors"
     if not uses_pickle:
         single = files[0].name == SAFETENSORS_FILE
@@ -150,27 +202,41 @@ def inspect_model(
     hidden = int(getattr(config, "hidden_size", 0) or 0)
     pooling_config = layout.pooling or PoolingConfig(dim=hidden, mode="mean")
     if pooling is not None:
-        pooling_config = PoolingConfig(dim=pooling_config.dim, mode=pooling)
+        pooling_config = PoolingConfig(
+            dim=pooling_config.dim, mode=pooling, include_prompt=pooling_config.include_prompt
+        )
     if hidden and pooling_config.dim != hidden:
         raise ModelLoadError(
             f"{directory}: pooling dimension {pooling_config.dim} != hidden size {hidden}"
         )
+    heads: list[HeadModule] = []
+    width = pooling_config.output_dim
+    for entry in layout.heads:
+        module = load_head_module(entry.kind, entry.path, allow_pickle=allow_pickle, width=width)
+        heads.append(module)
+        width = out_width(module, width)
+    head_files = [f for f in (head_weight_file(entry.path) for entry in layout.heads) if f]
+    heads = _with_normalize(heads, normalize)
     return ModelInfo(
         model_id=model_id,
         transformer_dir=source,
-        weights_sha256=sha256_of_files(files),
+        weights_sha256=sha256_of_files([*files, *head_files]),
         uses_pickle=uses_pickle,
         pooling=pooling_config,
-        normalize=layout.normalize if normalize is None else normalize,
+        normalize=_ends_normalized(heads),
         max_seq_length=_max_seq_length(layout, config, tokenizer, max_seq_length),
         do_lower_case=layout.do_lower_case,
         config=config,
         tokenizer=tokenizer,
+        heads=tuple(heads),
+        prompts=layout.prompts,
+        truncate_dim=check_truncate_dim(truncate_dim, width),
     )
 
 
 class SentenceEncoder(nn.Module):
-    """A Sentence-BERT model: a Hugging Face encoder, a pooling strategy and optional normalisation.
+    """A Sentence-BERT model: a Hugging Face encoder, a pooling strategy and the modules after it
+    (Dense, LayerNorm, Normalize, Dropout), with the model's prompts.
 
     Build one with :meth:`load`. ``forward`` is differentiable (used by training);
     :meth:`encode` is the inference path.
@@ -180,6 +246,8 @@ class SentenceEncoder(nn.Module):
         >>> vectors = encoder.encode(["A man is playing a guitar.", "Someone plays music."])
         >>> vectors.shape
         (2, 384)
+        >>> encoder.encode(["what is sbert?"], task="query", truncate_dim=128).shape
+        (1, 128)
     """
 
     def __init__(
@@ -193,12 +261,20 @@ class SentenceEncoder(nn.Module):
         do_lower_case: bool = False,
         model_id: str = "",
         weights_sha256: str | None = None,
+        heads: Sequence[HeadModule] = (),
+        prompts: PromptSettings | None = None,
+        truncate_dim: int | None = None,
     ) -> None:
+        """Args are as :class:`ModelInfo` holds them; ``normalize`` True ends the chain with a
+        Normalize module (added if missing), False takes every Normalize module out."""
         super().__init__()
         self.transformer = transformer
         self.tokenizer = tokenizer
         self.pooling = pooling
-        self.normalize = normalize
+        self.heads = nn.ModuleList(_with_normalize(list(heads), normalize))
+        self.prompts = prompts or PromptSettings()
+        self.truncate_dim = check_truncate_dim(truncate_dim, self.full_dim)
+        self._prompt_lengths: dict[tuple[str, int], int] = {}
         self.max_seq_length = max_seq_length
         self.do_lower_case = do_lower_case
         self.model_id = model_id
@@ -221,6 +297,7 @@ class SentenceEncoder(nn.Module):
         max_seq_length: int | None = None,
         allow_pickle: bool = False,
         num_threads: int | None = None,
+        truncate_dim: int | None = None,
     ) -> SentenceEncoder:
         """Load a model directory, the packaged default, or a hub id.
 
@@ -229,18 +306,19 @@ class SentenceEncoder(nn.Module):
                 (MEAN pooling), ``all-MiniLM-L6-v2``, or a Hugging Face Hub id.
             device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available.
             dtype: ``float32`` (default, exact), ``bfloat16``, ``float16`` (CUDA) or ``auto``.
-            pooling: override the model's pooling (``mean``, ``max``, ``cls``).
-            normalize: override whether embeddings are L2-normalised (default: the model's).
+            pooling: override the model's pooling (any mode of :mod:`sbert_core.pooling`).
+            normalize: True ends the chain with Normalize, False drops every Normalize module
+                (default: the model's chain as saved).
             max_seq_length: override the truncation length (at most the model's limit).
             allow_pickle: accept ``pytorch_model.bin`` weights (they can run code when read).
             num_threads: torch intra-op threads for this process.
+            truncate_dim: default Matryoshka truncation of ``encode`` (as sentence-transformers'
+                ``truncate_dim``); None keeps every dimension.
 
         Raises:
             ModelLoadError: missing or corrupt files, unsupported modules, unreachable hub id.
-            ValueError: unknown pooling mode or dtype.
+            ValueError: unknown pooling mode or dtype, truncate_dim outside ``[1, dim]``.
         """
-        from transformers import AutoModel
-
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -251,12 +329,14 @@ class SentenceEncoder(nn.Module):
             pooling=pooling,
             normalize=normalize,
             max_seq_length=max_seq_length,
+            truncate_dim=truncate_dim,
         )
+        model_class = transformer_class(info.config, info.transformer_dir / "config.json")
         try:
-            transformer, loading_info = AutoModel.from_pretrained(
+            transformer, loading_info = model_class.from_pretrained(
                 info.transformer_dir,
                 config=info.config,
-                dtype=torch.float32,
+                dtype=compute_dtype,
                 use_safetensors=not info.uses_pickle,
                 trust_remote_code=False,
                 output_loading_info=True,
@@ -275,16 +355,39 @@ class SentenceEncoder(nn.Module):
             do_lower_case=info.do_lower_case,
             model_id=info.model_id,
             weights_sha256=info.weights_sha256,
+            heads=info.heads,
+            prompts=info.prompts,
+            truncate_dim=info.truncate_dim,
         )
         encoder.eval()
-        return encoder.to(device=device, dtype=compute_dtype)
+        encoder.to(device=device)
+        # The transformer was loaded in the compute dtype, its float32 buffers (rotary inverse
+        # frequencies) kept in float32 as sentence-transformers has them: casting the whole
+        # module would round them and cost decoders accuracy in bf16.
+        encoder.heads.to(compute_dtype)
+        return encoder
 
     # ------------------------------------------------------------------ properties
 
     @property
+    def full_dim(self) -> int:
+        """Width of the vectors the chain gives, before any truncation."""
+        return _chain_width(self.pooling, self.heads)
+
+    @property
     def dim(self) -> int:
-        """Embedding dimension."""
-        return self.pooling.dim
+        """Width of the vectors :meth:`encode` gives by default (``truncate_dim`` if set)."""
+        return self.truncate_dim or self.full_dim
+
+    @property
+    def normalize(self) -> bool:
+        """Whether the chain ends with a Normalize module."""
+        return _ends_normalized(self.heads)
+
+    @normalize.setter
+    def normalize(self, value: bool) -> None:
+        """True ends the chain with a Normalize module, False takes every one out."""
+        self.heads = nn.ModuleList(_with_normalize(list(self.heads), bool(value)))
 
     @property
     def device(self) -> torch.device:
@@ -296,27 +399,63 @@ class SentenceEncoder(nn.Module):
         """Compute dtype of the transformer (outputs are always float32)."""
         return next(self.transformer.parameters()).dtype
 
-    def describe(self) -> dict:
-        """What manifests record about this encoder."""
+    def describe(
+        self,
+        *,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        task: PromptTask | None = None,
+        truncate_dim: int | None = None,
+        normalize: bool | None = None,
+    ) -> dict:
+        """What manifests record about vectors ``encode`` gives with these arguments.
+
+        Beyond the model (``weights_sha256``, ``pooling``, ``max_seq_length``) this names the
+        prompt text applied (``prompt``, "" for none, and ``prompt_name`` when it is one of the
+        model's), the output ``dim`` (``truncate_dim`` if any; ``full_dim`` before it) and
+        whether the vectors are unit length (``normalized``): vectors made with different
+        prompts or dimensions differ in these fields.
+
+        Raises:
+            ValueError: as :meth:`encode` for the same arguments.
+        """
         return {
-            "model_id": self.model_id,
-            "weights_sha256": self.weights_sha256,
-            "dim": self.dim,
-            "pooling": self.pooling.mode,
-            "normalized": self.normalize,
-            "max_seq_length": self.max_seq_length,
+            **_description(
+                self,
+                self.prompts.resolve(prompt_name, prompt, task),
+                check_truncate_dim(
+                    truncate_dim if truncate_dim is not None else self.truncate_dim, self.full_dim
+                ),
+                normalize,
+            ),
             "dtype": dtype_name(self.dtype),
         }
 
+    def prompt_length(self, prompt: str) -> int:
+        """Leading tokens of ``prompt + text`` that are the prompt's (what ``include_prompt``
+        False leaves out of pooling), counted as sentence-transformers counts them."""
+        key = (prompt, self.max_seq_length)
+        if key not in self._prompt_lengths:
+            self._prompt_lengths[key] = prompt_token_count(
+                self.tokenizer,
+                prompt,
+                max_seq_length=self.max_seq_length,
+                lower=self.do_lower_case,
+            )
+        return self._prompt_lengths[key]
+
     # ------------------------------------------------------------------ tokenising
 
-    def tokenize(self, texts: Sequence[str]) -> Tokenized:
-        """Tokenise without padding, truncating at ``max_seq_length`` and recording who was cut.
+    def tokenize(self, texts: Sequence[str], prompt: str = "") -> Tokenized:
+        """Tokenise ``prompt + text`` without padding, truncating at ``max_seq_length`` and
+        recording who was cut.
 
         Raises:
             TypeError: an element is not a ``str``, naming its position.
         """
         texts = _checked_texts(texts)
+        if prompt:
+            texts = [prompt + text for text in texts]
         if not texts:
             return Tokenized([], np.zeros(0, np.int32), np.zeros(0, bool))
         # Tokenising a whole 15 MiB text to keep its first max_seq_length tokens took 80 s and
@@ -375,13 +514,16 @@ class SentenceEncoder(nn.Module):
         )["input_ids"]
 
     def pad(self, input_ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
-        """Right-pad token id lists into ``input_ids`` and ``attention_mask`` on our device."""
+        """Pad token id lists into ``input_ids`` and ``attention_mask`` on our device, on the
+        side the tokenizer pads (decoders such as Qwen3-Embedding pad on the left)."""
         width = max(len(ids) for ids in input_ids)
         padded = np.full((len(input_ids), width), self._pad_id, dtype=np.int64)  # (B, T)
         mask = np.zeros((len(input_ids), width), dtype=np.int64)  # (B, T)
+        left = getattr(self.tokenizer, "padding_side", "right") == "left"
         for row, ids in enumerate(input_ids):
-            padded[row, : len(ids)] = ids
-            mask[row, : len(ids)] = 1
+            start = width - len(ids) if left else 0
+            padded[row, start : start + len(ids)] = ids
+            mask[row, start : start + len(ids)] = 1
         device = self.device
         return {
             "input_ids": torch.from_numpy(padded).to(device),
@@ -391,18 +533,40 @@ class SentenceEncoder(nn.Module):
     # ------------------------------------------------------------------ computing
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, normalize: bool | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        normalize: bool | None = None,
+        prompt_length: int = 0,
     ) -> torch.Tensor:
-        """Sentence embeddings ``(B, d)`` in float32 for padded token ids ``(B, T)``."""
+        """Sentence embeddings ``(B, full_dim)`` in float32 for padded token ids ``(B, T)``
+        (computed in the transformer's dtype after pooling, as sentence-transformers does).
+
+        Args:
+            normalize: None runs the chain as it is; False skips its Normalize modules (the
+                vectors before normalisation); True makes sure the output is L2-normalised.
+            prompt_length: leading prompt tokens of every row (:meth:`prompt_length`), left out
+                of pooling when the model's pooling has ``include_prompt`` False.
+        """
         hidden = self.transformer(
             input_ids=input_ids, attention_mask=attention_mask
-        ).last_hidden_state  # (B, T, d)
+        ).last_hidden_state  # (B, T, h)
         # Pool in float32 even when the transformer runs in bf16/fp16: sums over many tokens
-        # lose precision in 8-bit mantissas.
-        embeddings = pool(hidden.float(), attention_mask, self.pooling.mode)  # (B, d)
-        if self.normalize if normalize is None else normalize:
+        # lose precision in 8-bit mantissas. The pooled vector then goes on in the compute
+        # dtype, as in sentence-transformers (a no-op in float32).
+        embeddings = pool(
+            hidden.float(),
+            attention_mask,
+            self.pooling.mode,
+            prompt_length=0 if self.pooling.include_prompt else prompt_length,
+        ).to(hidden.dtype)  # (B, h * number of modes)
+        for module in self.heads:
+            if normalize is False and isinstance(module, Normalize):
+                continue
+            embeddings = module(embeddings)  # (B, d)
+        if normalize and not self.normalize:
             embeddings = F.normalize(embeddings, p=2, dim=1)
-        return embeddings
+        return embeddings.float()
 
     def encode(
         self,
@@ -412,6 +576,10 @@ class SentenceEncoder(nn.Module):
         token_budget: int | None = None,
         normalize: bool | None = None,
         show_progress: bool = False,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        task: PromptTask | None = None,
+        truncate_dim: int | None = None,
     ) -> np.ndarray:
         """Embed texts; returns float32 ``(N, d)`` in input order.
 
@@ -419,8 +587,20 @@ class SentenceEncoder(nn.Module):
         ``token_budget`` of padded tokens (default: a budget of ``DEFAULT_TOKEN_BUDGET``).
         The number of truncated inputs is logged; use :meth:`encode_detailed` to get it.
 
+        Args:
+            normalize: None keeps the model's chain (sentence-transformers' default), True
+                L2-normalises the final (truncated) vectors, False drops Normalize modules.
+            prompt_name: one of the model's prompts (``self.prompts.prompts``) to prepend.
+            prompt: a prompt text to prepend instead (not with ``prompt_name``).
+            task: ``"query"`` or ``"document"``: the model's prompt of that name when neither
+                is given (sentence-transformers' ``encode_query`` / ``encode_document``);
+                without any of the three, the model's default prompt, if it names one.
+            truncate_dim: keep the first components only (default: the load-time one).
+
         Raises:
             TypeError: an element is not a ``str``, naming its position.
+            ValueError: an unknown prompt name or task, both prompt and prompt_name, or a
+                truncate_dim outside ``[1, full_dim]``.
         """
         result = self.encode_detailed(
             texts,
@@ -428,6 +608,10 @@ class SentenceEncoder(nn.Module):
             token_budget=token_budget,
             normalize=normalize,
             show_progress=show_progress,
+            prompt_name=prompt_name,
+            prompt=prompt,
+            task=task,
+            truncate_dim=truncate_dim,
         )
         if result.n_truncated:
             logger.info(
@@ -446,11 +630,21 @@ class SentenceEncoder(nn.Module):
         token_budget: int | None = None,
         normalize: bool | None = None,
         show_progress: bool = False,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        task: PromptTask | None = None,
+        truncate_dim: int | None = None,
     ) -> EncodeResult:
-        """Like :meth:`encode`, also returning token counts and truncation flags per text."""
-        tokens = self.tokenize(texts)
+        """Like :meth:`encode`, also returning token counts and truncation flags per text
+        (counted over ``prompt + text``)."""
+        prompt_text = self.prompts.resolve(prompt_name, prompt, task)
+        dim = check_truncate_dim(
+            truncate_dim if truncate_dim is not None else self.truncate_dim, self.full_dim
+        )
+        prompt_length = self.prompt_length(prompt_text)
+        tokens = self.tokenize(texts, prompt=prompt_text)
         n = len(tokens.input_ids)
-        embeddings = np.empty((n, self.dim), dtype=np.float32)
+        embeddings = np.empty((n, dim or self.full_dim), dtype=np.float32)
         if n:
             if batch_size is None and token_budget is None:
                 token_budget = DEFAULT_TOKEN_BUDGET.get(self.device.type, 2048)
@@ -461,7 +655,16 @@ class SentenceEncoder(nn.Module):
             with torch.inference_mode():
                 for indices in batches:
                     features = self.pad([tokens.input_ids[i] for i in indices])
-                    batch = self(**features, normalize=normalize)
+                    batch = self(
+                        **features,
+                        normalize=False if normalize is False else None,
+                        prompt_length=prompt_length,
+                    )  # (B, full_dim)
+                    # sentence-transformers' order: the whole chain, then truncation, then
+                    # normalisation only when asked for.
+                    batch = truncate(batch, dim)
+                    if normalize:
+                        batch = F.normalize(batch, p=2, dim=1)
                     embeddings[indices] = batch.cpu().numpy()
                     if progress is not None:
                         progress.update(len(indices))
@@ -478,6 +681,46 @@ class SentenceEncoder(nn.Module):
         from sbert_core.export import save_encoder
 
         return save_encoder(self, Path(path), overwrite=overwrite, extra_manifest=extra_manifest)
+
+
+def _with_normalize(heads: list[HeadModule], normalize: bool | None) -> list[HeadModule]:
+    """The chain with the ``normalize`` override: None as is, False without any Normalize
+    module, True ending with one."""
+    if normalize is False:
+        return [module for module in heads if not isinstance(module, Normalize)]
+    if normalize and not _ends_normalized(heads):
+        return [*heads, Normalize()]
+    return list(heads)
+
+
+def _ends_normalized(heads: Sequence[nn.Module]) -> bool:
+    return bool(heads) and isinstance(heads[-1], Normalize)
+
+
+def _chain_width(pooling: PoolingConfig, heads: Sequence[nn.Module]) -> int:
+    width = pooling.output_dim
+    for module in heads:
+        width = out_width(module, width)
+    return width
+
+
+def _description(model, prompt: str, truncate_dim: int | None, normalize: bool | None) -> dict:
+    """The manifest fields shared by :class:`ModelInfo` and :class:`SentenceEncoder`."""
+    truncated = truncate_dim is not None and truncate_dim < model.full_dim
+    return {
+        "model_id": model.model_id,
+        "weights_sha256": model.weights_sha256,
+        "dim": truncate_dim or model.full_dim,
+        "full_dim": model.full_dim,
+        "truncate_dim": truncate_dim,
+        "pooling": model.pooling.label,
+        "include_prompt": model.pooling.include_prompt,
+        "modules": ["Transformer", "Pooling", *(type(m).__name__ for m in model.heads)],
+        "normalized": bool(normalize) or (normalize is None and model.normalize and not truncated),
+        "max_seq_length": model.max_seq_length,
+        "prompt": prompt,
+        "prompt_name": model.prompts.name_of(prompt) if prompt else None,
+    }
 
 
 def _prefix_at_space(text: str, limit: int) -> str:

@@ -1,10 +1,12 @@
 """Saving an encoder as a sentence-transformers directory plus our ``sbert_manifest.json``.
 
 The layout is the one every sentence-transformers version reads: ``modules.json`` with the
-classic module type names, ``sentence_bert_config.json``, ``1_Pooling/config.json`` with the
-boolean pooling keys, optional ``2_Normalize/``, and the transformer's config, safetensors
-weights and tokenizer files at the top level. The directory is built next to its destination
-and renamed into place, so it appears whole or not at all.
+classic module type names, ``sentence_bert_config.json``, ``1_Pooling/config.json`` (boolean
+pooling keys and ``include_prompt``), one folder per module after pooling (``2_Dense/``,
+``3_Normalize/``, ... with their configs and safetensors weights), the model's prompts in
+``config_sentence_transformers.json``, and the transformer's config, safetensors weights and
+tokenizer files (padding side included) at the top level. The directory is built next to its
+destination and renamed into place, so it appears whole or not at all.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from sbert_core.artifact import MANIFEST_FILE, SAFETENSORS_FILE, sha256_of_files
+from sbert_core.head_modules import MODULE_TYPES, WEIGHTS_FILE, kind_of, save_head_module
 
 if TYPE_CHECKING:
     from sbert_core.encoder import SentenceEncoder
@@ -35,7 +38,9 @@ def save_encoder(
     """Write ``encoder`` to ``path`` and return it.
 
     Weights are saved in float32 whatever the encoder's compute dtype, so the artifact is the
-    same model on every machine.
+    same model on every machine. The manifest's ``weights_sha256`` covers the transformer's
+    weights and then those of the modules after pooling, in chain order (the identity
+    :func:`sbert_core.encoder.inspect_model` computes for the saved folder).
 
     Raises:
         FileExistsError: ``path`` exists and is not empty, and ``overwrite`` is False.
@@ -48,11 +53,11 @@ def save_encoder(
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        _write_model(encoder, staging)
+        head_weights = _write_model(encoder, staging)
         manifest = {
             **encoder.describe(),
             "dtype": "float32",
-            "weights_sha256": sha256_of_files([staging / SAFETENSORS_FILE]),
+            "weights_sha256": sha256_of_files([staging / SAFETENSORS_FILE, *head_weights]),
             "source": {"model_id": encoder.model_id, "weights_sha256": encoder.weights_sha256},
             "software": {
                 "sbert_pipeline": __version__,
@@ -72,18 +77,25 @@ def save_encoder(
     return path
 
 
-def _write_model(encoder: SentenceEncoder, out: Path) -> None:
+def _write_model(encoder: SentenceEncoder, out: Path) -> list[Path]:
+    """Write the model files; returns the weight files of the modules after pooling, in order."""
     import transformers
 
     from sbert_core import __version__
 
     transformer = encoder.transformer
     original_dtype = encoder.dtype
+    # Buffers kept in float32 while the weights run in bf16 (rotary frequencies) stay so.
+    float32_buffers = [n for n, b in transformer.named_buffers() if b.dtype == torch.float32]
     try:
         transformer.to(torch.float32)
         transformer.save_pretrained(out, safe_serialization=True)
     finally:
         transformer.to(original_dtype)
+        for name in float32_buffers:
+            owner, _, attribute = name.rpartition(".")
+            module = transformer.get_submodule(owner)
+            module._buffers[attribute] = module._buffers[attribute].float()
     tokenizer = encoder.tokenizer
     tokenizer.model_max_length = encoder.max_seq_length
     tokenizer.save_pretrained(out)
@@ -97,23 +109,21 @@ def _write_model(encoder: SentenceEncoder, out: Path) -> None:
             "type": "sentence_transformers.models.Pooling",
         },
     ]
-    if encoder.normalize:
-        modules.append(
-            {
-                "idx": 2,
-                "name": "2",
-                "path": "2_Normalize",
-                "type": "sentence_transformers.models.Normalize",
-            }
-        )
-        (out / "2_Normalize").mkdir()
+    (out / "1_Pooling").mkdir()
+    _write_json(out / "1_Pooling" / "config.json", encoder.pooling.to_dict())
+    head_weights = []
+    for idx, module in enumerate(encoder.heads, start=2):
+        module_type = MODULE_TYPES[kind_of(module)]
+        folder = f"{idx}_{module_type.rsplit('.', 1)[-1]}"
+        modules.append({"idx": idx, "name": str(idx), "path": folder, "type": module_type})
+        save_head_module(module, out / folder)
+        if (out / folder / WEIGHTS_FILE).is_file():
+            head_weights.append(out / folder / WEIGHTS_FILE)
     _write_json(out / "modules.json", modules)
     _write_json(
         out / "sentence_bert_config.json",
         {"max_seq_length": encoder.max_seq_length, "do_lower_case": encoder.do_lower_case},
     )
-    (out / "1_Pooling").mkdir()
-    _write_json(out / "1_Pooling" / "config.json", encoder.pooling.to_dict())
     _write_json(
         out / "config_sentence_transformers.json",
         {
@@ -122,11 +132,11 @@ def _write_model(encoder: SentenceEncoder, out: Path) -> None:
                 "transformers": transformers.__version__,
                 "pytorch": torch.__version__,
             },
-            "prompts": {},
-            "default_prompt_name": None,
+            **encoder.prompts.to_dict(),
             "similarity_fn_name": "cosine",
         },
     )
+    return head_weights
 
 
 def _write_json(path: Path, value) -> None:

@@ -265,6 +265,14 @@ def save_head_module(module: HeadModule, folder: Path) -> None:
         save_file(state, str(folder / WEIGHTS_FILE))
 
 
+def head_weight_file(folder: Path) -> Path | None:
+    """The weights file a module folder holds (safetensors first, as loading picks), or None."""
+    for name in (WEIGHTS_FILE, PICKLE_WEIGHTS_FILE):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
 def out_width(module: HeadModule, width: int) -> int:
     """Width of the vectors ``module`` gives for ``width``-d input."""
     return module.out_features if isinstance(module, Dense) else width

@@ -118,6 +118,29 @@ class PromptSettings:
             )
         return self.prompts[name]
 
+    def with_default(self, prompt_name: str | None, prompt: str | None) -> PromptSettings:
+        """These settings with ``prompt_name``, or the prompt text ``prompt``, as the default.
+
+        A text that is none of the prompts is added under the name ``training`` (``training_2``,
+        ... if that name is taken). This is how a model trained with a prompt records it.
+
+        Raises:
+            ValueError: both or neither given, or an unknown name.
+        """
+        if (prompt_name is None) == (prompt is None):
+            raise ValueError("give exactly one of a prompt name or a prompt text")
+        if prompt_name is not None:
+            self.resolve(prompt_name=prompt_name)
+            return PromptSettings(self.prompts, prompt_name)
+        name = self.name_of(prompt) if prompt else None
+        if name is None:
+            name = next(
+                candidate
+                for candidate in ("training", *(f"training_{i}" for i in range(2, 1000)))
+                if candidate not in self.prompts
+            )
+        return PromptSettings({**self.prompts, name: prompt}, name)
+
     def name_of(self, prompt: str) -> str | None:
         """A prompt name whose text is ``prompt`` (the first in name order), or None."""
         return next((name for name, text in self.prompts.items() if text == prompt), None)
@@ -125,3 +148,29 @@ class PromptSettings:
     def to_dict(self) -> dict:
         """The two keys of ``config_sentence_transformers.json`` this describes."""
         return {"prompts": dict(self.prompts), "default_prompt_name": self.default_prompt_name}
+
+
+def prompt_token_count(tokenizer, prompt: str, *, max_seq_length: int, lower: bool = False) -> int:
+    """How many leading tokens of ``prompt + text`` are the prompt's, as sentence-transformers
+    counts them for ``include_prompt=False``: the prompt tokenised alone (special tokens and
+    truncation as for a text), less a trailing special token (``[SEP]``, ``</s>``, EOS).
+
+    Leading special tokens (``[CLS]``, ``<s>``) count as prompt, so they are left out of pooling
+    with it, as there.
+    """
+    if not prompt:
+        return 0
+    ids = tokenizer(
+        [prompt.lower() if lower else prompt],
+        add_special_tokens=True,
+        truncation=True,
+        max_length=max_seq_length,
+        padding=False,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+        verbose=False,
+    )["input_ids"][0]
+    count = len(ids)
+    if ids and ids[-1] in set(tokenizer.all_special_ids):
+        count -= 1
+    return count

@@ -39,11 +39,12 @@ def expected_parameters(config) -> tuple[str, dict[str, tuple[int, ...]], set[st
         ``(base_model_prefix, {name: shape}, buffer names, the meta model)``; tied parameters
         appear under each of their names.
     """
-    from transformers import AutoModel
+    # The class that will load the weights: T5-family folders hold only the encoder.
+    from sbert_core.architectures import build_from_config
 
     try:
         with torch.device("meta"):
-            model = AutoModel.from_config(config, trust_remote_code=False)
+            model = build_from_config(config)
     except (ValueError, KeyError, TypeError, RuntimeError) as err:
         raise ModelLoadError(
             f"config.json describes no model this library can build ({err})"

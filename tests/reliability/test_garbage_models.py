@@ -229,5 +229,5 @@ def test_tied_parameters_are_covered_by_any_of_their_names(tmp_path):
     check_weight_coverage(tensors, config, weights)
     shared = {"shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
     without = {name: value for name, value in tensors.items() if name not in shared}
-    with pytest.raises(ModelLoadError, match=r"'decoder\.embed_tokens\.weight' is missing"):
+    with pytest.raises(ModelLoadError, match=r"'encoder\.embed_tokens\.weight' is missing"):
         check_weight_coverage(without, config, weights)
