@@ -158,6 +158,8 @@ def embed_columns(
             key: torch.cat([column[key] for column in features])
             for key in ("input_ids", "attention_mask")
         }
+        if "prompt_length" in features[0]:  # one prompt for every column (the trainer's)
+            merged["prompt_length"] = features[0]["prompt_length"]
         embeddings = model(**merged, **options)  # (k·B, d)
         return list(embeddings.split([column["input_ids"].shape[0] for column in features]))
     return [model(**column, **options) for column in features]
@@ -194,7 +196,8 @@ class SoftmaxLoss(nn.Module):
             raise ValueError(f"num_labels must be at least 2, got {num_labels}")
         self.model = model
         self.concatenation = parts
-        self.classifier = nn.Linear(len(parts) * model.dim, num_labels)
+        # Training embeds whole vectors: a load-time truncate_dim applies to encode() only.
+        self.classifier = nn.Linear(len(parts) * model.full_dim, num_labels)
 
     def logits(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Class scores ``(B, num_labels)`` for embedded pairs (used to evaluate accuracy)."""

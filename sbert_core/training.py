@@ -42,7 +42,7 @@ from torch import nn
 
 from sbert_core.config import config_to_dict
 from sbert_core.encoder import SentenceEncoder
-from sbert_core.training_batches import BatchFeatures, BatchPlan
+from sbert_core.training_batches import BatchFeatures, BatchPlan, training_prompt
 from sbert_core.training_checkpoint import (
     Checkpoint,
     latest_checkpoint,
@@ -214,7 +214,10 @@ class _TrainingRun:
         self.scaler = (
             torch.amp.GradScaler(self.device.type) if config.precision == "float16" else None
         )
-        self.batches = BatchFeatures(self.encoder, examples, config.merge_columns, self.device)
+        prompt = training_prompt(self.encoder, config)
+        self.batches = BatchFeatures(
+            self.encoder, examples, config.merge_columns, self.device, prompt=prompt
+        )
 
         self.step = 0
         self.epoch = 0

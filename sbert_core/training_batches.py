@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from sbert_core.encoder import SentenceEncoder
+from sbert_core.training_config import TrainingConfig
 from sbert_core.training_data import ExampleSet
 
 
@@ -66,17 +67,40 @@ class BatchPlan:
         return parts[rank * self.accumulation : (rank + 1) * self.accumulation]
 
 
+def training_prompt(encoder: SentenceEncoder, config: TrainingConfig) -> str:
+    """The prompt every training text gets ("" for none).
+
+    A configured prompt (``prompt_name`` or ``prompt``) becomes the encoder's default prompt, so
+    the trained model records it and embeds as it was trained (dev evaluation included).
+    """
+    if config.prompt_name is None and config.prompt is None:
+        return ""
+    encoder.prompts = encoder.prompts.with_default(config.prompt_name, config.prompt)
+    return encoder.prompts.resolve()
+
+
 class BatchFeatures:
-    """Token ids of every training text (tokenised once, up front) and batch assembly."""
+    """Token ids of every training text (tokenised once, up front) and batch assembly.
+
+    With a ``prompt``, every text is tokenised as ``prompt + text`` and each batch carries the
+    prompt's token count, which pooling leaves out when the model's pooling has
+    ``include_prompt`` False (as at inference).
+    """
 
     def __init__(
-        self, encoder: SentenceEncoder, examples: ExampleSet, merge: bool, device: torch.device
+        self,
+        encoder: SentenceEncoder,
+        examples: ExampleSet,
+        merge: bool,
+        device: torch.device,
+        prompt: str = "",
     ) -> None:
         unique = list(dict.fromkeys(text for column in examples.texts for text in column))
         position = {text: i for i, text in enumerate(unique)}
         self.encoder = encoder
         self.merge = merge
-        self.token_ids = encoder.tokenize(unique).input_ids
+        self.token_ids = encoder.tokenize(unique, prompt=prompt).input_ids
+        self.prompt_length = encoder.prompt_length(prompt)
         self.columns = [np.array([position[t] for t in column]) for column in examples.texts]
         self.target_values = (
             None
@@ -88,13 +112,18 @@ class BatchFeatures:
         """One padded batch per column; with ``merge`` all columns share one width."""
         columns = [[self.token_ids[i] for i in column[indices]] for column in self.columns]
         if not self.merge:
-            return [self.encoder.pad(ids) for ids in columns]
-        joint = self.encoder.pad([ids for column in columns for ids in column])  # (k·B, T)
-        rows = len(indices)
-        return [
-            {key: tensor[c * rows : (c + 1) * rows] for key, tensor in joint.items()}
-            for c in range(len(columns))
-        ]
+            batches = [self.encoder.pad(ids) for ids in columns]
+        else:
+            joint = self.encoder.pad([ids for column in columns for ids in column])  # (k·B, T)
+            rows = len(indices)
+            batches = [
+                {key: tensor[c * rows : (c + 1) * rows] for key, tensor in joint.items()}
+                for c in range(len(columns))
+            ]
+        if self.prompt_length:
+            for batch in batches:
+                batch["prompt_length"] = self.prompt_length
+        return batches
 
     def targets(self, indices: np.ndarray) -> torch.Tensor | None:
         """Scores or labels of the examples at ``indices``."""

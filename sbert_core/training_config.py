@@ -43,6 +43,11 @@ class TrainingConfig:
     pooling: PoolingMode | None = "mean"
     # Truncate inputs to this many tokens; None: the base model's limit.
     max_seq_length: int | None = None
+    # A prompt prepended to every training text: one of the base model's prompts by name, or a
+    # text. The trained model records it as its default prompt, so it embeds as it was trained.
+    # None for both: no prompt (sentence-transformers' trainer applies none by default either).
+    prompt_name: str | None = None
+    prompt: str | None = None
     seed: int = 42
     # Autocast for the forward pass (weights and optimizer stay float32): bfloat16 on GPUs or on
     # CPUs with AVX512-BF16/AMX; float16 on GPUs only, with loss scaling.
@@ -95,5 +100,7 @@ class TrainingConfig:
                 raise ValueError(f"{name} must be >= 1 or null, got {value}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0 or null, got {self.max_grad_norm}")
+        if self.prompt_name is not None and self.prompt is not None:
+            raise ValueError("give either prompt_name or prompt, not both")
         if self.evaluate_every < 0 or self.checkpoint_every < 0:
             raise ValueError("evaluate_every and checkpoint_every must be >= 0")
