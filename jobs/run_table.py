@@ -142,11 +142,22 @@ def _embed_facts(manifest: dict) -> dict:
     return {key: counts.get(key) for key in ("read", "embedded", "rejected")}
 
 
-def _reads_embeddings(stage: str) -> Head:
-    def head(config: Any, out: Mapping[str, str]) -> list[str]:
-        return ["--embeddings", out["embed"], "--output", out[stage]]
+def _embeddings_stage(name: str, folder: str, **rest: Any) -> StageSpec:
+    """A stage that reads the embed stage's output with ``--embeddings DIR --output DIR``, runs
+    ``jobs.<name>`` and takes its options from its own config section."""
 
-    return head
+    def head(config: Any, out: Mapping[str, str]) -> list[str]:
+        return ["--embeddings", out["embed"], "--output", out[name]]
+
+    return StageSpec(
+        name=name,
+        folder=folder,
+        module=f"jobs.{name}",
+        inputs=("embed",),
+        head=head,
+        sections=(name,),
+        **rest,
+    )
 
 
 def _index_beam(config: Any) -> bool:
@@ -225,36 +236,24 @@ STAGES: tuple[StageSpec, ...] = (
         facts=_embed_facts,
         headline=(("read", "rows read"), ("embedded", "embedded"), ("rejected", "rejected")),
     ),
-    StageSpec(
-        name="index",
-        folder="index",
-        module="jobs.index",
-        inputs=("embed",),
-        head=_reads_embeddings("index"),
-        sections=("index",),
+    _embeddings_stage(
+        "index",
+        "index",
         beam=_index_beam,
         check=_index_check,
         facts=_index_facts,
     ),
-    StageSpec(
-        name="cluster",
-        folder="clusters",
-        module="jobs.cluster",
-        inputs=("embed",),
-        head=_reads_embeddings("cluster"),
-        sections=("cluster",),
+    _embeddings_stage(
+        "cluster",
+        "clusters",
         tail=_cluster_tail,
         facts=_cluster_facts,
         headline=(("clusters", "clusters"),),
         report=cluster_sections,
     ),
-    StageSpec(
-        name="pairs",
-        folder="pairs",
-        module="jobs.pairs",
-        inputs=("embed",),
-        head=_reads_embeddings("pairs"),
-        sections=("pairs",),
+    _embeddings_stage(
+        "pairs",
+        "pairs",
         facts=_pairs_facts,
         headline=(("pairs", "similar pairs"),),
         report=pairs_sections,

@@ -46,6 +46,7 @@ from pipelines.io.corpus_reader import (
     read_corpus_file,
 )
 from pipelines.io.schemas import ERRORS_SCHEMA
+from pipelines.vectors.records import field_record
 from sbert_core.tabular import detect_format
 
 CORPUS_DIR, REJECTED_FILE = "corpus", "corpus_rejected.parquet"
@@ -168,13 +169,7 @@ class ApplyCounts:
 
     def to_json(self) -> dict:
         """For the manifest."""
-        return {
-            "rows_read": self.rows,
-            "written": self.written,
-            "removed": self.removed,
-            "not_embedded": self.not_embedded,
-            "files": self.files,
-        }
+        return field_record(self, {"rows": "rows_read"})
 
 
 def write_deduplicated_corpus(

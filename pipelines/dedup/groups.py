@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 
 from pipelines.dedup.choices import KEEP_POLICIES, KeepPolicy
 from pipelines.vectors.checks import check_cosine
+from pipelines.vectors.records import field_record
 
 
 class UnionFind:
@@ -340,15 +341,7 @@ class SweepPoint:
 
     def to_json(self) -> dict:
         """For the manifest."""
-        return {
-            "threshold": self.threshold,
-            "pairs": self.pairs,
-            "groups": self.groups,
-            "grouped": self.grouped,
-            "removed": self.removed,
-            "kept": self.kept,
-            "largest": self.largest,
-        }
+        return field_record(self)
 
 
 def threshold_sweep(n: int, pairs: IndexedPairs, thresholds: Sequence[float]) -> list[SweepPoint]:

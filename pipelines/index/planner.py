@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from pipelines.io.sizes import format_size
+from pipelines.vectors.records import field_record
 
 Metric = Literal["ip", "l2"]
 Family = Literal["flat", "hnsw", "ivf_flat", "ivf_pq"]
@@ -88,16 +89,13 @@ class IndexPlan:
 
     def to_json(self) -> dict:
         """A JSON-ready record for the index manifest."""
-        return {
-            "n": self.n,
-            "dim": self.dim,
-            "metric": self.metric,
-            "budget_bytes": self.budget_bytes,
-            "chosen": asdict(self.chosen),
-            "considered": [
+        return field_record(
+            self,
+            chosen=asdict(self.chosen),
+            considered=[
                 {**asdict(c), "fits": c.bytes <= self.budget_bytes} for c in self.considered
             ],
-        }
+        )
 
 
 def ivf_nlist(n: int) -> int:

@@ -37,6 +37,7 @@ import torch
 
 from pipelines.vectors.kmeans import KMeansFit, assign, fit_spherical_kmeans
 from pipelines.vectors.precision import Precision
+from pipelines.vectors.records import field_record
 
 logger = logging.getLogger(__name__)
 
@@ -78,28 +79,26 @@ class NprobeChoice:
     Attributes:
         nprobe: the choice.
         predicted_recall: recall@k that the tuning queries will get (None: not tuned).
-        work: estimated exact work of all blocks, as a fraction of searching all pairs.
         reached: whether ``predicted_recall`` reached the target (None: not tuned).
+        work: estimated exact work of all blocks, as a fraction of searching all pairs.
         curve: ``(nprobe, predicted recall, work)`` of every value tried.
     """
 
     nprobe: int
     predicted_recall: float | None
-    work: float
     reached: bool | None
+    work: float
     curve: tuple[tuple[int, float, float], ...] = ()
 
     def describe(self) -> dict:
         """What a manifest records about the choice."""
-        return {
-            "nprobe": self.nprobe,
-            "predicted_recall": self.predicted_recall,
-            "target_reached": self.reached,
-            "estimated_work_fraction": self.work,
-            "curve": [
+        return field_record(
+            self,
+            {"reached": "target_reached", "work": "estimated_work_fraction"},
+            curve=[
                 {"nprobe": p, "predicted_recall": r, "work_fraction": w} for p, r, w in self.curve
             ],
-        }
+        )
 
 
 @dataclass(frozen=True)
@@ -178,7 +177,7 @@ def choose_nprobe(
         if recall >= tuning.target:
             break
     nprobe, recall, work = curve[-1]
-    return NprobeChoice(nprobe, recall, work, recall >= tuning.target, tuple(curve))
+    return NprobeChoice(nprobe, recall, recall >= tuning.target, work, tuple(curve))
 
 
 def _tuning_probes(tuning: ProbeTuning, centroids: np.ndarray, top: int):
@@ -296,9 +295,9 @@ def plan_blocks(
         fixed = min(nprobe, len(centroids))
         work = estimated_work(nearest_centroids(sample, centroids, fixed), len(centroids), n_total)
         if tuning is None:
-            return NprobeChoice(fixed, None, work, None)
+            return NprobeChoice(fixed, None, None, work)
         recall = shared_probe_recall(*_tuning_probes(tuning, centroids, fixed), fixed)
-        return NprobeChoice(fixed, recall, work, recall >= tuning.target, ((fixed, recall, work),))
+        return NprobeChoice(fixed, recall, recall >= tuning.target, work, ((fixed, recall, work),))
 
     choice = pick(fit.centroids)
     centroids, split = split_oversized(

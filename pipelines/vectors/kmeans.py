@@ -35,6 +35,7 @@ import torch
 
 from pipelines.vectors.checks import require_finite
 from pipelines.vectors.precision import Precision, normalize_rows, one_thread, use_bf16
+from pipelines.vectors.records import field_record
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,14 @@ class CentroidSums:
         return updated, empty
 
 
+# KMeansFit attributes under another name in the manifest.
+_FIT_KEYS = {
+    "objective": "objective_sample",
+    "reseeded": "reseeded_clusters",
+    "n_fitted": "sample_size",
+}
+
+
 @dataclass(frozen=True)
 class KMeansFit:
     """A fitted spherical k-means model and how the fit went."""
@@ -112,15 +121,7 @@ class KMeansFit:
 
     def describe(self) -> dict:
         """What a manifest records about the fit."""
-        return {
-            "objective_sample": self.objective,
-            "iterations": self.iterations,
-            "converged": self.converged,
-            "reseeded_clusters": self.reseeded,
-            "empty_clusters": self.empty_clusters,
-            "sample_size": self.n_fitted,
-            "seed": self.seed,
-        }
+        return field_record(self, _FIT_KEYS, skip=("centroids", "history"))
 
 
 def assign(
