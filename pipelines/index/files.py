@@ -1,6 +1,6 @@
 """The ``index/`` directory: FAISS index file(s), ids by position, and a manifest written last.
 
-Layout (see DESIGN.md, data contracts)::
+Layout (see docs/architecture.md, folder contracts)::
 
     index/
       index.faiss            the index, or for unmergeable types (HNSW) built with --shards:

@@ -1,4 +1,7 @@
-"""Explicit Arrow schemas for the Parquet files this project writes (see DESIGN.md contracts)."""
+"""Explicit Arrow schemas for the Parquet files this project writes.
+
+See docs/architecture.md, folder contracts.
+"""
 
 from __future__ import annotations
 

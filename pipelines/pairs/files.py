@@ -1,6 +1,6 @@
 """The pairs stage's files: ``neighbors/`` and ``pairs/`` Parquet, and the vectors it reads.
 
-Output (DESIGN.md ``pairs/``), each folder a set of ``part-SSSSS-of-NNNNN.parquet`` shards:
+Output (docs/architecture.md, ``pairs/``), each folder a set of Parquet shards:
 
 - ``neighbors/``: ``id``, ``neighbor_ids`` (list of ids, most similar first, equal scores by id),
   ``scores`` (their cosine similarities, float32); one row per embedded item.

@@ -85,7 +85,7 @@ def write_pairs(
     k: int = 3,
     **manifest_fields,
 ) -> Path:
-    """A pairs/ output as ``sbert pairs`` writes it (DESIGN.md ``pairs/``)."""
+    """A pairs/ output as ``sbert pairs`` writes it (docs/architecture.md, ``pairs/``)."""
     (directory / "pairs").mkdir(parents=True)
     (directory / "neighbors").mkdir()
     rows = [{"id_a": min(a, b), "id_b": max(a, b), "score": s} for a, b, s in pairs]
