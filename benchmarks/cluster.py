@@ -43,6 +43,7 @@ import time
 import numpy as np
 
 from benchmarks.common import ROOT, write_result
+from benchmarks.parser import benchmark_parser
 
 # The sample ``sbert cluster`` fits on by default (jobs.cluster, not imported: it pulls in Beam).
 SAMPLE_PER_CLUSTER, MIN_SAMPLE = 64, 20_000
@@ -140,14 +141,9 @@ def child(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--n", type=int, default=1_000_000)
+    parser = benchmark_parser(__doc__, 1_000_000)
     parser.add_argument("--k", type=int, default=1000)
-    parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--noise", type=float, default=0.5)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
     args = parser.parse_args()

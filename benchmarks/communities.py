@@ -13,7 +13,6 @@ The last line is ``ours/sentence-transformers speed ratio: X``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -21,6 +20,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import write_result
+from benchmarks.parser import benchmark_parser
 
 
 def planted_groups(n: int, dim: int, seed: int) -> np.ndarray:
@@ -49,14 +49,9 @@ def planted_groups(n: int, dim: int, seed: int) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--n", type=int, default=50_000)
-    parser.add_argument("--dim", type=int, default=384)
+    parser = benchmark_parser(__doc__, 50_000)
     parser.add_argument("--threshold", type=float, default=0.75)
     parser.add_argument("--min-size", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()
 

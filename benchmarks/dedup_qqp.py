@@ -20,7 +20,6 @@ with components at its best F1.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import resource
@@ -32,6 +31,7 @@ from queue import Empty
 import numpy as np
 
 from benchmarks.common import DATA_DIR, read_tsv, write_result
+from benchmarks.parser import benchmark_parser
 from pipelines.dedup.groups import IndexedPairs, sweep_thresholds
 from pipelines.dedup.labels import (
     LabelColumns,
@@ -188,9 +188,7 @@ def parse_sweep(text: str) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--cache", type=Path, default=None, help="embeddings/pairs cache folder")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--floor", type=float, default=0.70, help="lowest pair score kept")

@@ -12,7 +12,6 @@ The last line is ``pipeline/encode throughput ratio: X``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -21,12 +20,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import DATA_DIR, interleaved_medians, read_tsv, write_result
+from benchmarks.parser import benchmark_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=os.cpu_count())

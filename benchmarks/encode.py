@@ -11,18 +11,16 @@ The last line is ``ours/sentence-transformers speed ratio: X`` (fp32 vs fp32).
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import torch
 
 from benchmarks.common import DATA_DIR, interleaved_medians, stsb_sentences, write_result
+from benchmarks.parser import benchmark_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

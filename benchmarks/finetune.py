@@ -20,7 +20,6 @@ line is ``ours/sentence-transformers speed ratio: X`` (> 1: ours is faster).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import tempfile
@@ -29,6 +28,7 @@ import time
 import torch
 
 from benchmarks.common import DATA_DIR, write_result
+from benchmarks.parser import benchmark_parser
 
 SEED = 42
 BATCH_SIZE = 16
@@ -111,9 +111,7 @@ def train_theirs(examples, epochs: int, threads: int, device: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--limit", type=int, default=None, help="train on the first N pairs only")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=os.cpu_count())

@@ -28,7 +28,6 @@ last line is ``ours/best-baseline queries/s ratio at equal recall: X``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -36,6 +35,7 @@ import faiss
 import numpy as np
 
 from benchmarks.common import interleaved_medians, write_result
+from benchmarks.parser import benchmark_parser
 from pipelines.index.build import ArraySource, BuildSettings, build_index
 from pipelines.index.faiss_ops import set_search_params
 from pipelines.index.planner import plan_index
@@ -150,11 +150,7 @@ def build_baseline(factory, corpus, queries, truth, recall_to_match):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--n", type=int, default=1_000_000, help="planted vectors")
-    parser.add_argument("--dim", type=int, default=384)
+    parser = benchmark_parser(__doc__, 1_000_000)
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--spread", type=float, default=1.0)
     parser.add_argument("--embeddings", default=None, help="use an embed output instead")
@@ -163,7 +159,6 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--repeats", type=int, default=5, help="timing rounds (median)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
     faiss.omp_set_num_threads(args.threads)

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import ROOT, write_result
+from benchmarks.parser import benchmark_parser
 
 K = 10
 TOLERANCE = 1e-5  # scores within this of a row's k-th best are ties up to rounding
@@ -242,9 +243,7 @@ def run_child(name: str, data: Path, result: Path, threads: int, timeout: float)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--sizes", default="20000,100000,300000", help="comma-separated N")
     parser.add_argument("--embeddings", default=None, help="an embed output (else planted)")
     parser.add_argument("--dim", type=int, default=384, help="planted vectors only")

@@ -28,7 +28,6 @@ The last line gives the recall numbers.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -42,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.common import write_result
+from benchmarks.parser import benchmark_parser
 
 SUB, NOISE, TWIN, SUBSPACE = 1.0, 0.5, 0.15, 16
 CHUNK = 50_000  # rows generated (and written as one shard) at a time
@@ -169,14 +169,9 @@ def extrapolate_exact(directory: str, rows: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--n", type=int, default=1_000_000)
-    parser.add_argument("--dim", type=int, default=384)
+    parser = benchmark_parser(__doc__, 1_000_000)
     parser.add_argument("--topics", type=int, default=None, help="default: n / 400")
     parser.add_argument("--pairs", type=int, default=None, help="planted pairs (default n/100)")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--threshold", type=float, default=0.95)
     parser.add_argument("--clusters", type=int, default=None, help="default: the job's")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from jobs.model_options import encoder_settings
-from jobs.parsers.eval import eval_parser
+from jobs.parsers.eval import eval_parser, evaluate
 
 
 def add_parser(subparsers) -> None:
@@ -38,14 +36,12 @@ def main(args: argparse.Namespace) -> int:
         positive_min=args.positive_min,
         fmt=args.format,
     )
-    settings = encoder_settings(args)
-    encoder = settings.load()
-    metrics = evaluator(encoder, **settings.encode_kwargs())
-    if args.json:
-        print(json.dumps({"model": encoder.model_id, "data": str(args.data), **metrics}, indent=2))
+    result = evaluate(evaluator, args)
+    if result is None:  # printed as JSON
         return 0
+    model_id, metrics = result
     print(
-        f"model: {encoder.model_id}\ndata:  {args.data} "
+        f"model: {model_id}\ndata:  {args.data} "
         f"({metrics['n_pairs']} pairs, {metrics['n_positive']} positive)"
     )
     print(f"{'similarity':<12}{'AP':>8}{'F1':>8}{'P':>8}{'R':>8}{'threshold':>12}")

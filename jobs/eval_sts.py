@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from jobs.model_options import encoder_settings
-from jobs.parsers.eval import eval_parser
+from jobs.parsers.eval import eval_parser, evaluate
 
 
 def add_parser(subparsers) -> None:
@@ -23,13 +21,11 @@ def main(args: argparse.Namespace) -> int:
     evaluator = STSEvaluator.from_file(
         args.data, score_col=args.score_col, s1_col=args.s1_col, s2_col=args.s2_col, fmt=args.format
     )
-    settings = encoder_settings(args)
-    encoder = settings.load()
-    metrics = evaluator(encoder, **settings.encode_kwargs())
-    if args.json:
-        print(json.dumps({"model": encoder.model_id, "data": str(args.data), **metrics}, indent=2))
+    result = evaluate(evaluator, args)
+    if result is None:  # printed as JSON
         return 0
-    print(f"model: {encoder.model_id}\ndata:  {args.data} ({metrics['n_pairs']} pairs)")
+    model_id, metrics = result
+    print(f"model: {model_id}\ndata:  {args.data} ({metrics['n_pairs']} pairs)")
     print(f"{'similarity':<12}{'spearman':>10}{'pearson':>10}")
     for name in SIMILARITIES:
         print(f"{name:<12}{metrics[name + '_spearman']:>10.2f}{metrics[name + '_pearson']:>10.2f}")

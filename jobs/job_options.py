@@ -34,6 +34,22 @@ def add_precision(parser: argparse.ArgumentParser, help_text: str) -> None:
     )
 
 
+def add_kmeans_fit(
+    parser: argparse.ArgumentParser, scope: str, per_cluster: int, min_sample: int
+) -> None:
+    """``--sample N`` and ``--iterations N`` of a k-means fit on a sample of the rows
+    (``pipelines.vectors.sampling.sample_size`` reads ``--sample``; ``scope`` starts the help,
+    e.g. ``"clustered: "``)."""
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        help=f"{scope}rows the k-means fit uses (default {per_cluster} per cluster, at least "
+        f"{min_sample:,}, at most 2 GiB of vectors; clamped to the number of rows)",
+    )
+    parser.add_argument("--iterations", type=int, default=20, help="k-means iterations, at most")
+
+
 def add_overwrite(parser: argparse.ArgumentParser) -> None:
     """``--overwrite``: replace an existing output (only one this project wrote)."""
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")

@@ -57,3 +57,21 @@ def command_parser(prog: str, module: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(
         prog=prog, description=module_description(module), formatter_class=HelpFormatter
     )
+
+
+def config_parser(
+    prog: str, module: str, config_help: str, set_metavar: str, set_help: str
+) -> argparse.ArgumentParser:
+    """The parser of a command driven by a config YAML (``sbert run``, ``sbert submit``): the
+    ``config`` path and repeatable ``--set KEY=VALUE`` overrides (into ``args.overrides``)."""
+    parser = command_parser(prog, module)
+    parser.add_argument("config", help=config_help)
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar=set_metavar,
+        help=set_help,
+    )
+    return parser

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.job_options import add_embeddings_inputs, add_overwrite, add_precision
+from jobs.job_options import add_embeddings_inputs, add_kmeans_fit, add_overwrite, add_precision
 from jobs.parsers import command_parser
 
 # The k-means fit's sample: rows per cluster, and at least this many rows.
@@ -18,14 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_embeddings_inputs(parser, "clustered")
     parser.add_argument("--method", default="kmeans", choices=["kmeans", "communities"])
     parser.add_argument("--k", type=int, default=None, help="number of clusters (kmeans)")
-    parser.add_argument(
-        "--sample",
-        type=int,
-        default=None,
-        help=f"rows the k-means fit uses (default: {SAMPLE_PER_CLUSTER} per cluster, at least "
-        f"{MIN_SAMPLE:,}, at most 2 GiB of vectors; clamped to the number of rows)",
-    )
-    parser.add_argument("--iterations", type=int, default=20, help="Lloyd iterations, at most")
+    add_kmeans_fit(parser, "", SAMPLE_PER_CLUSTER, MIN_SAMPLE)
     parser.add_argument(
         "--refine-passes",
         type=int,

@@ -1,11 +1,13 @@
-"""What the parsers of ``sbert eval sts`` and ``sbert eval pairs`` share; imports no torch."""
+"""What ``sbert eval sts`` and ``sbert eval pairs`` share: their parser and how they run the
+evaluator; imports no torch (the model loads only when an evaluation runs)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 
-from jobs.model_options import add_model_arguments
+from jobs.model_options import add_model_arguments, encoder_settings
 from jobs.parsers import HelpFormatter, plain_text
 
 
@@ -32,3 +34,19 @@ def eval_parser(
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.set_defaults(handler=handler)
     return parser
+
+
+def evaluate(evaluator: Callable[..., dict], args: argparse.Namespace) -> tuple[str, dict] | None:
+    """Run ``evaluator`` on the model the options name, with their encode settings.
+
+    Returns:
+        None when ``--json`` was given (the metrics are printed as one JSON object with the model
+        and the data file); else the model id and the metrics, for the command's table.
+    """
+    settings = encoder_settings(args)
+    encoder = settings.load()
+    metrics = evaluator(encoder, **settings.encode_kwargs())
+    if args.json:
+        print(json.dumps({"model": encoder.model_id, "data": str(args.data), **metrics}, indent=2))
+        return None
+    return encoder.model_id, metrics

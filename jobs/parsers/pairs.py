@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.job_options import add_embeddings_inputs, add_overwrite, add_precision
+from jobs.job_options import add_embeddings_inputs, add_kmeans_fit, add_overwrite, add_precision
 from jobs.parsers import command_parser
 from pipelines.pairs.plan import (
     DEFAULT_MAX_BLOCK,
@@ -59,14 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="clustered: clusters whose block would hold more vectors are split (default "
         f"{DEFAULT_MAX_BLOCK:,}, less if --worker-memory needs it)",
     )
-    parser.add_argument(
-        "--sample",
-        type=int,
-        default=None,
-        help=f"clustered: rows the k-means fit uses (default {SAMPLE_PER_CLUSTER} per cluster, "
-        f"at least {MIN_SAMPLE:,}, at most 2 GiB of vectors)",
-    )
-    parser.add_argument("--iterations", type=int, default=20, help="k-means iterations, at most")
+    add_kmeans_fit(parser, "clustered: ", SAMPLE_PER_CLUSTER, MIN_SAMPLE)
     parser.add_argument(
         "--recall-sample",
         type=int,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.parsers import command_parser
+from jobs.parsers import config_parser
 
 # The stages of sbert run, in order (jobs.run_table.STAGE_NAMES, which imports Beam;
 # tests/jobs/test_cli.py checks that they agree).
@@ -13,15 +13,12 @@ STAGE_ORDER: tuple[str, ...] = ("finetune", "embed", "index", "cluster", "pairs"
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``sbert run``."""
-    parser = command_parser("sbert run", "jobs.run")
-    parser.add_argument("config", help="job config YAML (see examples/quickstart.yaml)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set dedup.threshold=0.95 (repeatable)",
+    parser = config_parser(
+        "sbert run",
+        "jobs.run",
+        "job config YAML (see examples/quickstart.yaml)",
+        "KEY=VALUE",
+        "override a config value, e.g. --set dedup.threshold=0.95 (repeatable)",
     )
     parser.add_argument(
         "--only",

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.parsers import command_parser
+from jobs.parsers import config_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``sbert submit`` itself."""
-    parser = command_parser("sbert submit", "jobs.submit")
-    parser.add_argument("config", help="job config YAML (see deploy/)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one value, e.g. --set args.output=gs://bucket/out (repeatable)",
+    parser = config_parser(
+        "sbert submit",
+        "jobs.submit",
+        "job config YAML (see deploy/)",
+        "SECTION.KEY=VALUE",
+        "override one value, e.g. --set args.output=gs://bucket/out (repeatable)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the command line instead of running it"
