@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.parsers.eval import eval_parser, evaluate
+from jobs.parsers.eval import eval_parser, evaluate, pair_file
 
 
 def add_parser(subparsers) -> None:
@@ -29,12 +29,7 @@ def main(args: argparse.Namespace) -> int:
     )  # loads torch: only when run
 
     evaluator = SimilarityClassificationEvaluator.from_file(
-        args.data,
-        label_col=args.label_col,
-        s1_col=args.s1_col,
-        s2_col=args.s2_col,
-        positive_min=args.positive_min,
-        fmt=args.format,
+        args.data, label_col=args.label_col, positive_min=args.positive_min, **pair_file(args)
     )
     result = evaluate(evaluator, args)
     if result is None:  # printed as JSON

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.parsers.eval import eval_parser, evaluate
+from jobs.parsers.eval import eval_parser, evaluate, pair_file
 
 
 def add_parser(subparsers) -> None:
@@ -18,9 +18,7 @@ def main(args: argparse.Namespace) -> int:
     """Run the evaluation and print the metrics."""
     from sbert_core.evaluation import SIMILARITIES, STSEvaluator  # loads torch: only when run
 
-    evaluator = STSEvaluator.from_file(
-        args.data, score_col=args.score_col, s1_col=args.s1_col, s2_col=args.s2_col, fmt=args.format
-    )
+    evaluator = STSEvaluator.from_file(args.data, score_col=args.score_col, **pair_file(args))
     result = evaluate(evaluator, args)
     if result is None:  # printed as JSON
         return 0

@@ -130,14 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        path = screenshot(
-            args.report,
-            args.output,
-            width=args.width,
-            height=args.height,
-            timeout=args.timeout,
-            colors=args.colors,
-        )
+        path = screenshot(**vars(args))  # the options are named as its parameters
     except (FileNotFoundError, RuntimeError) as err:
         print(f"screenshot_report: error: {err}", file=sys.stderr)
         return 2

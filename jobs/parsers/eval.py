@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from typing import Any
 
 from jobs.model_options import add_model_arguments, encoder_settings
 from jobs.parsers import HelpFormatter, plain_text
@@ -34,6 +35,12 @@ def eval_parser(
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.set_defaults(handler=handler)
     return parser
+
+
+def pair_file(args: argparse.Namespace) -> dict[str, Any]:
+    """The sentence-pair file options of :func:`eval_parser` as keyword arguments of an
+    evaluator's ``from_file`` (the file itself is ``args.data``)."""
+    return {"s1_col": args.s1_col, "s2_col": args.s2_col, "fmt": args.format}
 
 
 def evaluate(evaluator: Callable[..., dict], args: argparse.Namespace) -> tuple[str, dict] | None:
