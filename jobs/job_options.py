@@ -50,6 +50,12 @@ def add_kmeans_fit(
     parser.add_argument("--iterations", type=int, default=20, help="k-means iterations, at most")
 
 
+def add_seed(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--seed N`` (default 0): the job's random choices (``help_text`` says which) are the
+    same on every run with the same seed."""
+    parser.add_argument("--seed", type=int, default=0, help=help_text)
+
+
 def add_overwrite(parser: argparse.ArgumentParser) -> None:
     """``--overwrite``: replace an existing output (only one this project wrote)."""
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.job_options import add_embeddings_inputs, add_kmeans_fit, add_overwrite, add_precision
+from jobs.job_options import (
+    add_embeddings_inputs,
+    add_kmeans_fit,
+    add_overwrite,
+    add_precision,
+    add_seed,
+)
 from jobs.parsers import command_parser
 
 # The k-means fit's sample: rows per cluster, and at least this many rows.
@@ -25,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="Lloyd passes over all rows after the sample fit (each reads the input once)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (sample and seeding)")
+    add_seed(parser, "random seed (sample and seeding)")
     add_precision(
         parser, "candidate search of the assignment; labels are the fp32 nearest centroid anyway"
     )

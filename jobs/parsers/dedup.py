@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from jobs.job_options import add_seed
 from jobs.parsers import command_parser
 from pipelines.dedup.choices import (
     DEFAULT_METHOD,
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the other methods: which member is kept, one of {', '.join(RANKINGS)} "
         f"(default: {DEFAULT_RANK})",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of --rank random")
+    add_seed(parser, "seed of --rank random")
     parser.add_argument(
         "--radius",
         type=float,

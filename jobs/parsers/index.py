@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.job_options import add_overwrite
+from jobs.job_options import add_overwrite, add_seed
 from jobs.parsers import command_parser
 
 
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=int, default=65536, help="vectors read and added per step"
     )
-    parser.add_argument("--seed", type=int, default=0, help="for the training and query sample")
+    add_seed(parser, "for the training and query sample")
     parser.add_argument(
         "--shards",
         type=int,

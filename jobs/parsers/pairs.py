@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.job_options import add_embeddings_inputs, add_kmeans_fit, add_overwrite, add_precision
+from jobs.job_options import (
+    add_embeddings_inputs,
+    add_kmeans_fit,
+    add_overwrite,
+    add_precision,
+    add_seed,
+)
 from jobs.parsers import command_parser
 from pipelines.pairs.plan import (
     DEFAULT_MAX_BLOCK,
@@ -90,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"clustered: output shards (default one per {ROWS_PER_SHARD:,} items)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="k-means and recall sample seed")
+    add_seed(parser, "k-means and recall sample seed")
     add_precision(
         parser, "candidate pass of the exact search; results are the fp32 answer either way"
     )
