@@ -98,14 +98,16 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     spec, settings = _checked(args)
     options = options_for(beam_args, test_pipeline)
     # Fail before any work: the settings (above), the model's files, the input, then the output.
-    info = settings.inspect()
+    # What the manifest records: the model with the prompt and dimensions these settings
+    # choose (an unknown prompt name or a truncate_dim above the model's fails here).
+    description = settings.describe(settings.inspect())
     read_corpus = ReadCorpus(args.input, spec)
     refuse_output_inside_input(args.output, args.input, read_corpus.files)
-    schema = output_schema(info.pooling.dim, args.dtype, args.keep_text, spec.keep_fields)
+    schema = output_schema(description["dim"], args.dtype, args.keep_text, spec.keep_fields)
     out = job_output("embed", args.output, args.overwrite, argv, LAYOUT)
     with out:
         return _run_pipeline(
-            args, out, (info, settings, schema), options, spec, read_corpus, test_pipeline
+            args, out, (description, settings, schema), options, spec, read_corpus, test_pipeline
         )
 
 
@@ -153,7 +155,7 @@ def _run_pipeline(
     args, out: StagedOutput, model, options, spec, read_corpus, test_pipeline
 ) -> EmbedSummary:
     """Build and run the pipeline into ``out``'s attempt area, then check and publish."""
-    info, settings, schema = model
+    description, settings, schema = model
     keep_fields = spec.keep_fields
     show_progress(options)
 
@@ -199,7 +201,7 @@ def _run_pipeline(
     except DeterministicInferenceError as err:
         raise JobFailedError(f"{err}; nothing was published") from None
     return _finish(
-        args, out, info, options, spec, read_corpus.files, finished.result, finished.seconds
+        args, out, description, options, spec, read_corpus.files, finished.result, finished.seconds
     )
 
 
@@ -213,7 +215,14 @@ def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int
 
 
 def _finish(
-    args, out: StagedOutput, info, options, spec: CorpusSpec, files, result, seconds: float
+    args,
+    out: StagedOutput,
+    description: dict,
+    options,
+    spec: CorpusSpec,
+    files,
+    result,
+    seconds: float,
 ) -> EmbedSummary:
     """Count what was written, check nothing was lost, then publish with the manifest."""
     attempt = out.attempt
@@ -251,7 +260,7 @@ def _finish(
         )
     manifest = {
         "kind": "embeddings",
-        **info.describe(),
+        **description,
         "dtype": args.dtype,
         "compute_dtype": args.compute_dtype,
         "counts": {

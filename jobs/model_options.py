@@ -45,10 +45,22 @@ _DESTS = {
     "token_budget": "token_budget",
     "num_threads": "threads",
     "allow_pickle": "allow_pickle",
+    "prompt_name": "prompt_name",
+    "prompt": "prompt",
+    "truncate_dim": "truncate_dim",
 }
 # The options of a command that encodes queries for an existing index (``sbert search``): how
-# the vectors are made is the index's, only where the model runs is the command's.
-_QUERY_FIELDS = ("model", "device", "num_threads", "allow_pickle")
+# the vectors are made is the index's; where the model runs, and the query prompt, are the
+# command's (``--truncate-dim`` there may only repeat the index's).
+_QUERY_FIELDS = (
+    "model",
+    "device",
+    "num_threads",
+    "allow_pickle",
+    "prompt_name",
+    "prompt",
+    "truncate_dim",
+)
 
 
 class DeprecatedAlias(argparse.Action):
@@ -74,7 +86,8 @@ def add_model_arguments(
     normalize: bool = False,
     query_only: bool = False,
 ) -> None:
-    """Add ``--model``, ``--compute-dtype``, pooling, batching and device options to ``parser``.
+    """Add ``--model``, ``--compute-dtype``, pooling, prompt, truncation, batching and device
+    options to ``parser``.
 
     Args:
         parser: the command's parser; the options form its "model" group.
@@ -82,8 +95,9 @@ def add_model_arguments(
             warning (commands whose ``--dtype`` meant the compute dtype before; no command
             that stores vectors in a chosen dtype may set it).
         normalize: also add ``--normalize/--no-normalize`` (commands that write vectors).
-        query_only: only ``--model`` (default: the index's), ``--device``, ``--threads`` and
-            ``--allow-pickle``, for commands that encode queries against an existing index.
+        query_only: only ``--model`` (default: the index's), ``--device``, ``--threads``,
+            ``--allow-pickle``, the query prompt and ``--truncate-dim`` (the index's), for
+            commands that encode queries against an existing index.
     """
     group = parser.add_argument_group("model")
     if query_only:
@@ -137,6 +151,8 @@ def add_model_arguments(
             default=None,
             help="tokens per text at most (default: the model's)",
         )
+    _add_prompt_arguments(group, query_only=query_only)
+    if not query_only:
         group.add_argument(
             "--batch-size",
             type=int,
@@ -162,6 +178,31 @@ def add_model_arguments(
     )
 
 
+def _add_prompt_arguments(group, *, query_only: bool) -> None:
+    """``--prompt-name``, ``--prompt`` and ``--truncate-dim`` (sentence-transformers' own)."""
+    if query_only:
+        name_help = (
+            "the model's prompt to prepend to the queries (default: its 'query' prompt when the "
+            "corpus had its 'document' prompt, else the corpus's prompt)"
+        )
+        dim_help = "dimensions of the query vectors: only the index's (default: the index's)"
+    else:
+        name_help = (
+            "the model's prompt to prepend to every text, e.g. query or document (default: the "
+            "model's default_prompt_name, if any)"
+        )
+        dim_help = "keep the first D dimensions (Matryoshka models; default: all)"
+    prompts = group.add_mutually_exclusive_group()
+    prompts.add_argument("--prompt-name", metavar="NAME", default=None, help=name_help)
+    prompts.add_argument(
+        "--prompt",
+        metavar="TEXT",
+        default=None,
+        help="a prompt text to prepend instead of a named one ('' for none)",
+    )
+    group.add_argument("--truncate-dim", metavar="D", type=int, default=None, help=dim_help)
+
+
 def encoder_settings(args: argparse.Namespace) -> EncoderSettings:
     """The encoder settings of options added by :func:`add_model_arguments`.
 
@@ -179,9 +220,13 @@ def query_encoder_settings(
     """Settings that encode queries as the embeddings of ``manifest`` were encoded.
 
     ``--model`` (when given) names another copy of the manifest's model; ``--device``,
-    ``--threads`` and ``--allow-pickle`` say where and how it is loaded.
+    ``--threads`` and ``--allow-pickle`` say where and how it is loaded; ``--prompt-name`` /
+    ``--prompt`` the query prompt (none given: the caller chooses it); ``--truncate-dim``, when
+    given, replaces the manifest's (callers refuse one that differs).
     """
     from sbert_core.encoder_settings import EncoderSettings
 
     values = {name: getattr(args, _DESTS[name]) for name in _QUERY_FIELDS}
+    if values["truncate_dim"] is None:
+        del values["truncate_dim"]
     return EncoderSettings.from_manifest(manifest, **values)

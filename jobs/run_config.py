@@ -106,6 +106,11 @@ class EmbedConfig:
     token_budget: int | None = None
     batching: Literal["auto", "bundle", "grouped"] = "auto"
     allow_pickle: bool = False
+    # The model's prompt to prepend (``document`` for a corpus searched with ``query``), or a
+    # prompt text; neither: the model's default_prompt_name, if any.
+    prompt_name: str | None = None
+    prompt: str | None = None
+    truncate_dim: int | None = None  # Matryoshka: keep the first dimensions
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -339,6 +344,9 @@ def _validate_stage_values(config: RunConfig) -> None:
         )
     _check_positive("input.max_record_bytes", config.input.max_record_bytes)
     check_in_range("embed.max_error_rate", config.embed.max_error_rate, 0.0, 1.0)
+    if config.embed.prompt_name is not None and config.embed.prompt is not None:
+        raise ValueError("embed.prompt_name and embed.prompt: give one of them, not both")
+    _check_positive("embed.truncate_dim", config.embed.truncate_dim)
     check_in_range("index.target_recall", config.index.target_recall, 0.0, 1.0, low_open=True)
     try:
         if config.index.memory_budget is not None:
@@ -427,4 +435,7 @@ def embed_encoder_settings(model: str, embed: EmbedConfig) -> EncoderSettings:
         token_budget=embed.token_budget,
         num_threads=embed.threads,
         allow_pickle=embed.allow_pickle,
+        prompt_name=embed.prompt_name,
+        prompt=embed.prompt,
+        truncate_dim=embed.truncate_dim,
     )

@@ -60,13 +60,14 @@ def check_inputs(config: RunConfig) -> CheckedInputs:
 
 def describe_model(model: str, embed: EmbedConfig) -> dict:
     """The model's identity (id, weights sha256, dim, pooling) as the embed manifest records it."""
+    settings = embed_encoder_settings(model, embed)
     try:
-        info = embed_encoder_settings(model, embed).inspect()
+        info = settings.inspect()
     except ModelLoadError as err:
         raise ModelLoadError(f"model: {err}") from None
     except ValueError as err:
         raise ValueError(f"model: {err}") from None
-    return info.describe()
+    return settings.describe(info)
 
 
 def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:

@@ -5,9 +5,12 @@
 
 Queries are encoded with the model that embedded the corpus (recorded in the index manifest);
 ``--model`` may name another copy of it, and is refused if it is not the same model with the
-same settings. Each hit has the corpus id, a score (cosine similarity for metric ``ip``,
-squared L2 distance for ``l2``) and the text when the embeddings kept it. ``--json`` prints
-one JSON object per query; ``--output`` writes ``.jsonl`` or ``.tsv``.
+same settings. Queries keep the index's dimensions (its ``truncate_dim``) and get the model's
+``query`` prompt when the corpus was embedded with its ``document`` prompt (as
+sentence-transformers' ``encode_query`` / ``encode_document``), else the corpus's own prompt;
+``--prompt-name`` / ``--prompt`` choose another. Each hit has the corpus id, a score (cosine
+similarity for metric ``ip``, squared L2 distance for ``l2``) and the text when the embeddings
+kept it. ``--json`` prints one JSON object per query; ``--output`` writes ``.jsonl`` or ``.tsv``.
 
 The ``.tsv`` is for spreadsheets, which run a cell starting with ``=``, ``+``, ``-`` or ``@`` as a
 formula (CSV injection): a query, id or text cell starting with one of these (or with a tab or
@@ -22,8 +25,9 @@ import csv
 import io
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -144,22 +148,67 @@ def read_queries(path: str) -> list[str]:
     return queries
 
 
-def load_query_encoder(args: argparse.Namespace, loaded: LoadedIndex) -> SentenceEncoder:
-    """The index's model (or ``--model``), set up exactly as the embed job was.
+@dataclass(frozen=True)
+class QueryEncoder:
+    """The query model and how ``encode`` is called for queries (prompt, batching)."""
+
+    encoder: SentenceEncoder
+    encode_kwargs: dict[str, Any]
+
+    def encode(self, queries: list[str]):
+        """Query vectors, ``(N, dim)`` float32, as the index's vectors were made."""
+        return self.encoder.encode(queries, **self.encode_kwargs)
+
+
+def load_query_encoder(args: argparse.Namespace, loaded: LoadedIndex) -> QueryEncoder:
+    """The index's model (or ``--model``), set up exactly as the embed job was, with the
+    query prompt (:func:`query_prompt`).
 
     Raises:
+        ValueError: ``--truncate-dim`` other than the index's, or an unknown prompt name.
         IncompatibleEmbeddingsError: ``--model`` is not the model the index was built with.
     """
     embedded = loaded.embeddings_manifest
-    encoder = query_encoder_settings(args, embedded).load()
-    require_compatible(embedded, encoder.describe(), f"the index {args.index} and the query model")
-    return encoder
+    settings = query_encoder_settings(args, embedded)
+    if settings.truncate_dim != embedded.get("truncate_dim"):
+        raise ValueError(
+            f"--truncate-dim {settings.truncate_dim}: the index {args.index} holds "
+            f"{embedded.get('dim')}-dimensional vectors (truncate_dim "
+            f"{embedded.get('truncate_dim')}); queries must keep the same dimensions"
+        )
+    settings.validate()
+    encoder = settings.load()
+    # The copy must make the corpus's vectors: described with the corpus's prompt.
+    corpus_side = replace(settings, prompt_name=None, prompt=embedded.get("prompt", ""))
+    require_compatible(
+        embedded, corpus_side.describe(encoder), f"the index {args.index} and the query model"
+    )
+    kwargs = settings.encode_kwargs()
+    if settings.prompt_name is None and settings.prompt is None:
+        kwargs["prompt"] = query_prompt(encoder, embedded)
+    encoder.prompts.resolve(kwargs.get("prompt_name"), kwargs.get("prompt"))  # a bad name fails now
+    return QueryEncoder(encoder, kwargs)
+
+
+def query_prompt(encoder: SentenceEncoder, embedded: dict) -> str:
+    """The prompt queries get when none is asked for: the model's ``query`` prompt when the
+    corpus was embedded with its ``document`` prompt (sentence-transformers' ``encode_query``
+    against ``encode_document``; a model without prompts has both empty), else the corpus's
+    own prompt, so that queries and corpus are embedded alike."""
+    corpus_prompt = embedded.get("prompt", "")  # manifests from before prompts had none
+    if corpus_prompt == encoder.prompts.prompts["document"]:
+        return encoder.prompts.resolve(task="query")
+    return corpus_prompt
 
 
 def search(
-    loaded: LoadedIndex, encoder: SentenceEncoder, queries: list[str], k: int
+    loaded: LoadedIndex, encoder: QueryEncoder | SentenceEncoder, queries: list[str], k: int
 ) -> tuple[QueryHits, ...]:
-    """Encode ``queries`` and look up their ``k`` nearest corpus entries."""
+    """Encode ``queries`` and look up their ``k`` nearest corpus entries.
+
+    ``encoder`` is a :class:`QueryEncoder` (the prompt and settings of the index) or a bare
+    encoder, whose ``encode`` defaults apply.
+    """
     vectors = prepare_vectors(encoder.encode(queries), loaded.metric)
     scores, positions = loaded.index.search(vectors, k)
     if loaded.metric == "ip":  # cosines of unit vectors; l2 scores are squared distances

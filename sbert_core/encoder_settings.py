@@ -9,8 +9,14 @@ worker loads the model the launcher checked.
 
 A new encoder option is a field here plus its name in one group: ``_MODEL_FIELDS`` (what the
 vectors are: inspect and load), ``_RUNTIME_FIELDS`` (where the model runs: load) or
-``_ENCODE_FIELDS`` (how texts are batched: encode); tests/jobs/test_embed_settings.py fails
-while a field is in none. The command-line side is ``jobs/model_options.py``.
+``_ENCODE_FIELDS`` (how texts are batched and which prompt is prepended: encode);
+tests/jobs/test_embed_settings.py fails while a field is in none. The command-line side is
+``jobs/model_options.py``.
+
+Prompts and Matryoshka truncation are as sentence-transformers': ``prompt_name``/``prompt`` go
+to every ``encode`` call (none: the model's ``default_prompt_name``, if any), ``truncate_dim`` to
+the load, and with ``normalize=True`` the truncated vectors are normalised again (truncate, then
+normalise), as ``encode(normalize_embeddings=True)`` does there.
 """
 
 from __future__ import annotations
@@ -23,17 +29,18 @@ from sbert_core.encoder import ModelInfo, SentenceEncoder, inspect_model
 from sbert_core.pooling import PoolingMode
 
 # Fields that decide which model is loaded and what its vectors are (inspect and load).
-_MODEL_FIELDS = ("allow_pickle", "pooling", "normalize", "max_seq_length")
+_MODEL_FIELDS = ("allow_pickle", "pooling", "normalize", "max_seq_length", "truncate_dim")
 # Fields that only decide where and how fast the model runs (load only).
 _RUNTIME_FIELDS = ("device", "dtype", "num_threads")
 # Keyword arguments of ``SentenceEncoder.encode`` / ``encode_detailed``.
-_ENCODE_FIELDS = ("batch_size", "token_budget")
-# What an embeddings manifest records about the encoder (manifest key -> field).
+_ENCODE_FIELDS = ("batch_size", "token_budget", "prompt_name", "prompt")
+# What an embeddings manifest records about the encoder (manifest key -> field); the
+# normalisation is read separately (_manifest_normalize) and the prompt is the caller's.
 _MANIFEST_FIELDS = {
     "model_id": "model",
     "pooling": "pooling",
-    "normalized": "normalize",
     "max_seq_length": "max_seq_length",
+    "truncate_dim": "truncate_dim",
 }
 
 
@@ -54,6 +61,9 @@ class EncoderSettings:
         token_budget: at most this many padded tokens per forward pass.
         num_threads: torch intra-op threads for the process that loads the model.
         allow_pickle: accept ``pytorch_model.bin`` weights (unpickling can run code).
+        prompt_name: one of the model's prompts to prepend to every text (``query``, ...).
+        prompt: a prompt text to prepend instead (not with ``prompt_name``).
+        truncate_dim: keep the first ``truncate_dim`` components (Matryoshka models).
 
     Example:
         >>> settings = EncoderSettings("all-MiniLM-L6-v2", device="cpu", pooling="cls")
@@ -70,19 +80,27 @@ class EncoderSettings:
     token_budget: int | None = None
     num_threads: int | None = None
     allow_pickle: bool = False
+    prompt_name: str | None = None
+    prompt: str | None = None
+    truncate_dim: int | None = None
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any], **overrides: Any) -> EncoderSettings:
         """The encoder an embeddings manifest was made with, so that queries embed the same way.
 
+        The prompt is not taken over: which prompt queries get is the caller's choice
+        (``sbert search`` gives them the model's ``query`` prompt when the corpus had its
+        ``document`` one).
+
         Args:
             manifest: an embeddings ``_manifest.json`` (model_id, pooling, normalized,
-                max_seq_length).
-            overrides: other fields (device, num_threads, ...); ``model=None`` keeps the
-                manifest's model, another value names another copy of it (callers check the
-                copy is the same model with ``require_compatible``).
+                modules, max_seq_length, truncate_dim).
+            overrides: other fields (device, num_threads, prompt, ...); ``model=None`` keeps
+                the manifest's model, another value names another copy of it (callers check
+                the copy is the same model with ``require_compatible``).
         """
         values = {name: manifest.get(key) for key, name in _MANIFEST_FIELDS.items()}
+        values["normalize"] = _manifest_normalize(manifest)
         if overrides.get("model") is None:
             overrides.pop("model", None)
         return cls(**{**values, **overrides})
@@ -90,12 +108,19 @@ class EncoderSettings:
     def validate(self) -> None:
         """Check device, threads and batching on the launcher, before any output is touched.
 
+        The prompt name and truncate_dim are checked against the model by :meth:`inspect`.
+
         Raises:
             ValueError: a device torch does not know or this machine lacks, threads, a batch
-                size or a token budget below 1; the message names the option.
+                size, a token budget or a truncate_dim below 1, both a prompt name and a
+                prompt text; the message names the option.
         """
         import torch
 
+        if self.prompt_name is not None and self.prompt is not None:
+            raise ValueError("give --prompt-name or --prompt, not both")
+        if self.truncate_dim is not None and self.truncate_dim < 1:
+            raise ValueError(f"--truncate-dim must be at least 1, got {self.truncate_dim}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"--threads must be at least 1, got {self.num_threads}")
         if self.batch_size is not None and self.batch_size < 1:
@@ -127,10 +152,27 @@ class EncoderSettings:
     def inspect(self) -> ModelInfo:
         """Check the model's files and read its config without loading weights (launcher side).
 
-        ``ModelInfo.describe()`` is what manifests record: the pooling, normalisation and
-        length these settings choose, not only the model's defaults.
+        :meth:`describe` of the result is what manifests record.
+
+        Raises:
+            ModelLoadError: as ``inspect_model``.
+            ValueError: as ``inspect_model``, or a prompt name the model does not have.
         """
-        return inspect_model(self.model, **self._values(_MODEL_FIELDS))
+        info = inspect_model(self.model, **self._values(_MODEL_FIELDS))
+        self.describe(info)  # an unknown prompt name fails here, before any work
+        return info
+
+    def describe(self, model: ModelInfo | SentenceEncoder) -> dict:
+        """What manifests record about vectors these settings make with ``model`` (inspected or
+        loaded with them): the pooling, normalisation, length, prompt (name and text) and
+        dimensions chosen, not only the model's defaults.
+
+        Raises:
+            ValueError: a prompt name the model does not have, or both a name and a text.
+        """
+        return model.describe(
+            prompt_name=self.prompt_name, prompt=self.prompt, normalize=self.normalize
+        )
 
     def load(self) -> SentenceEncoder:
         """Load the encoder these settings describe."""
@@ -139,13 +181,29 @@ class EncoderSettings:
         )
 
     def encode_kwargs(self) -> dict[str, Any]:
-        """The batching options that were set, as keyword arguments of ``encode``.
+        """The batching and prompt options that were set, as keyword arguments of ``encode``.
 
-        Options left at ``None`` are left out, so the encoder's own defaults apply.
+        Options left at ``None`` are left out, so the encoder's own defaults apply (the model's
+        default prompt, if it names one). ``normalize=True`` is passed on as well when vectors
+        are truncated, so that they are normalised after truncation, as in sentence-transformers.
         """
-        return {
-            name: value for name, value in self._values(_ENCODE_FIELDS).items() if value is not None
-        }
+        values = self._values(_ENCODE_FIELDS)
+        if self.normalize and self.truncate_dim is not None:
+            values["normalize"] = True
+        return {name: value for name, value in values.items() if value is not None}
 
     def _values(self, names: tuple[str, ...]) -> dict[str, Any]:
         return {name: getattr(self, name) for name in names}
+
+
+def _manifest_normalize(manifest: Mapping[str, Any]) -> bool | None:
+    """The ``normalize`` setting that made a manifest's vectors.
+
+    ``normalized`` says whether the stored vectors are unit length. Truncated vectors of a model
+    ending in Normalize are not, though its chain keeps the module (None); the chain is in
+    ``modules``. Without truncation both readings agree.
+    """
+    normalized = manifest.get("normalized")
+    if normalized or manifest.get("truncate_dim") is None or "modules" not in manifest:
+        return normalized
+    return None if "Normalize" in manifest["modules"] else False

@@ -17,8 +17,27 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, listed_parts, read_manifest
 from pipelines.vectors.checks import require_finite
 
-# Manifest fields that must agree for two sets of vectors to be comparable.
-MODEL_FIELDS = ("model_id", "weights_sha256", "dim", "pooling", "normalized", "max_seq_length")
+# The model fields of an embeddings manifest, which later stages copy into theirs: what made
+# the vectors (the model, its settings, the prompt prepended and the dimensions kept).
+MODEL_FIELDS = (
+    "model_id",
+    "weights_sha256",
+    "dim",
+    "full_dim",
+    "truncate_dim",
+    "pooling",
+    "include_prompt",
+    "normalized",
+    "max_seq_length",
+    "prompt",
+    "prompt_name",
+)
+# Recorded but not compared: where the model was loaded from, the name of the prompt (its text
+# is compared) and how the dimension came about (``dim`` and the weights are compared).
+_NOT_COMPARED = frozenset({"model_id", "prompt_name", "full_dim", "truncate_dim"})
+# What a field a manifest lacks means: manifests written before prompts were applied (and
+# include_prompt read) embedded every text without a prompt.
+_WHEN_ABSENT = {"prompt": "", "include_prompt": True}
 
 
 class IncompatibleEmbeddingsError(ValueError):
@@ -54,19 +73,28 @@ def require_compatible(expected: dict, actual: dict, what: str) -> None:
 
     A model is its weights (``weights_sha256``) and settings, not where it was loaded from: an
     identical copy of a model folder elsewhere is the same model, so ``model_id`` (a path or
-    name) is recorded but not compared. A field missing (or null) on either side is a
-    difference: an unknown model is not assumed to match.
+    name) is recorded but not compared. Vectors made with different prompt texts or kept to
+    different dimensions (``dim``) differ too. A field missing (or null) on either side is a
+    difference, an unknown model is not assumed to match; only a missing ``prompt`` is read as
+    none (and ``include_prompt`` as true), which is how manifests from before prompts embedded.
 
     Args:
         expected, actual: manifests (or ``SentenceEncoder.describe()`` dicts).
         what: how to name the pair in the message, e.g. ``"index vs query encoder"``.
     """
-    differences = [
-        f"{field}: {expected.get(field, 'missing')!r} vs {actual.get(field, 'missing')!r}"
-        for field in MODEL_FIELDS
-        if field != "model_id"
-        and (expected.get(field) is None or expected.get(field) != actual.get(field))
-    ]
+    differences = []
+    for field in MODEL_FIELDS:
+        if field in _NOT_COMPARED:
+            continue
+        known = [field in manifest or field in _WHEN_ABSENT for manifest in (expected, actual)]
+        left, right = (
+            manifest.get(field, _WHEN_ABSENT.get(field)) for manifest in (expected, actual)
+        )
+        if not all(known) or left is None or left != right:
+            shown = [
+                repr(v) if k else "'missing'" for v, k in zip((left, right), known, strict=True)
+            ]
+            differences.append(f"{field}: {shown[0]} vs {shown[1]}")
     if differences:
         raise IncompatibleEmbeddingsError(
             f"{what} come from different models or settings ({'; '.join(differences)})"
