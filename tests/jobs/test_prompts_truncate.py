@@ -237,3 +237,27 @@ def test_sbert_run_embeds_with_the_prompt_and_dimension_of_its_config(prompt_mod
         TEXTS, prompt_name="document"
     )
     assert np.abs(got - expected).max() <= 1e-5
+
+
+def test_every_command_takes_the_prompt_and_truncate_dim_flags():
+    from jobs.cli import build_parser
+    from jobs.model_options import encoder_settings
+
+    flags = ["--model", "m", "--prompt-name", "query", "--truncate-dim", "16"]
+    args, _ = embed.build_parser().parse_known_args(["--input", "c", "--output", "o", *flags])
+    settings = embed._checked(args)[1]
+    assert (settings.prompt_name, settings.prompt, settings.truncate_dim) == ("query", None, 16)
+    assert settings.encode_kwargs() == {"prompt_name": "query"}
+    commands = [["encode", "--input", "c", "--output", "o.npy"]]
+    commands += [["eval", name, "--data", "d.tsv"] for name in ("sts", "pairs")]
+    for command in commands:
+        assert encoder_settings(build_parser().parse_args([*command, *flags])) == settings
+    text = encoder_settings(build_parser().parse_args([*commands[1], "--prompt", "q: "]))
+    assert text.encode_kwargs() == {"prompt": "q: "}
+    with pytest.raises(SystemExit):  # argparse: not allowed with --prompt-name
+        build_parser().parse_args([*commands[0], *flags, "--prompt", "q: "])
+    args, _ = embed.build_parser().parse_known_args(
+        ["--input", "c", "--output", "o", "--truncate-dim", "0"]
+    )
+    with pytest.raises(ValueError, match="--truncate-dim must be at least 1, got 0"):
+        embed._checked(args)
