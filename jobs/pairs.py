@@ -157,7 +157,9 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
             write_table(part_path(args.output, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
             runner = "launcher"
         elif method == "exact":
-            details["exact"], finished = run_exact(settings, n, dim, args.ranges, run_transform)
+            details["exact"], finished = run_exact(
+                settings, n, dim, args.ranges, run_transform, budget
+            )
             runner, seconds["pipeline"] = finished.runner, finished.seconds
         else:
             clustered = ClusteredOptions(

@@ -37,6 +37,8 @@ ROWS_PER_SHARD = 100_000
 # Fixed memory of a worker besides the vectors: the similarity tile of 2^26 scores and its masks
 # (about 1 GiB) and Python, Beam and torch themselves.
 WORKER_OVERHEAD = 1536 * 1024**2
+# Candidates a row of the whole-matrix search keeps beyond k, at least (allpairs._MIN_EXTRA).
+CANDIDATE_EXTRA = 32
 BYTES_PER_ID = 100  # an id string in Arrow plus its sort index, generously
 
 
@@ -75,6 +77,29 @@ class BlockingRequest:
 def exact_worker_bytes(n: int, dim: int) -> int:
     """Memory one exact-mode worker needs: all vectors twice (while sorting), ids, overhead."""
     return 2 * n * dim * 4 + n * BYTES_PER_ID + WORKER_OVERHEAD
+
+
+def whole_matrix_bytes(n: int, dim: int, k: int, threshold: bool) -> int:
+    """Memory of the whole-matrix exact search (one worker, every row at once): the larger of
+    loading (all vectors twice, while sorting) and searching (the float32 vectors, their bf16
+    copy, every row's candidate list of ``k + max(32, k)`` scores and indices, the ``n x k``
+    answer, and with a threshold the float64 copy the threshold search takes of the norms'
+    input), plus the ids and the fixed overhead (the score tiles among it).
+
+    The pairs found above a threshold (24 bytes each) come on top: their number is the data's.
+    """
+    vectors = n * dim * 4
+    width = k + max(CANDIDATE_EXTRA, k)
+    search = vectors + n * dim * 2 + n * width * 12 + n * k * 12
+    if threshold:
+        search += n * dim * 8
+    return max(2 * vectors, search) + n * BYTES_PER_ID + WORKER_OVERHEAD
+
+
+def exact_path(n: int, dim: int, k: int, threshold: bool, budget: int) -> str:
+    """``whole`` (one symmetric search of every row, half the products of the ranges) when its
+    memory fits ``budget``, else ``ranges`` (query ranges on many workers)."""
+    return "whole" if whole_matrix_bytes(n, dim, k, threshold) <= budget else "ranges"
 
 
 def block_worker_bytes(block: int, dim: int) -> int:

@@ -9,6 +9,14 @@ id order: ``n * d * 4`` bytes, twice that while sorting) and writes, per range, 
 ``neighbors/`` and ``pairs/`` shards of those rows. Ranges are contiguous in id order, so the
 shards are too.
 
+:class:`WholeExactPairs` (the same outputs, when one worker can hold every row's lists)::
+
+    ListAllRanges -> SearchAll
+
+One element: one worker searches every row at once, over the upper triangle of the score
+matrix (half the products of the ranges, which each multiply their rows by all ``n``), and
+writes every range's shards from that one answer.
+
 :class:`ClusterBlockedPairs` (SemDeDup-style, see ``pipelines.vectors.block_plan``)::
 
     ListShards -> SpreadShards -> RouteToBlocks -> GroupBlockFiles -> SearchBlocks
@@ -60,7 +68,7 @@ from pipelines.pairs.files import (
 )
 from pipelines.pairs.merge import merge_neighbors, merge_pairs
 from pipelines.vectors.block_plan import nearest_centroids
-from pipelines.vectors.block_search import search_block
+from pipelines.vectors.block_search import BlockResult, search_block
 from pipelines.vectors.precision import Precision
 
 logger = logging.getLogger(__name__)
@@ -106,6 +114,42 @@ def _write(path: str, table: pa.Table, schema: pa.Schema) -> int:
     return write_parquet_replacing(path, iter([table]), schema)
 
 
+def _write_range(
+    settings: PairsSettings,
+    ids: pa.Array,
+    index: int,
+    count: int,
+    rows: tuple[int, int],
+    result: BlockResult,
+) -> tuple[int, int, int]:
+    """Write the ``neighbors/`` (and ``pairs/``) shard ``index`` of ``count`` for the query rows
+    ``rows``: ``result`` holds their lists (``rows`` long) and exactly their pairs (those whose
+    smaller position lies in ``rows``). Returns ``(index, neighbour rows, pairs)``."""
+    start, stop = rows
+    table = neighbors_table(ids, np.arange(start, stop), result.indices, result.scores)
+    _write(part_path(settings.output, NEIGHBORS, index, count), table, NEIGHBORS_SCHEMA)
+    pairs = 0
+    if settings.threshold is not None:
+        found = pairs_table(ids, result.pair_a, result.pair_b, result.pair_scores)
+        pairs = _write(part_path(settings.output, PAIRS, index, count), found, PAIRS_SCHEMA)
+    return index, table.num_rows, pairs
+
+
+def _range_of(result: BlockResult, rows: tuple[int, int]) -> BlockResult:
+    """The part of a search of every row (started at row 0) that a range search of the query
+    rows ``rows`` gives: their lists and the pairs whose smaller position is among them (the
+    pairs are sorted by ``(a, b)``, so they are one slice)."""
+    start, stop = rows
+    lo, hi = np.searchsorted(result.pair_a, [start, stop])
+    return BlockResult(
+        result.indices[start:stop],
+        result.scores[start:stop],
+        result.pair_a[lo:hi],
+        result.pair_b[lo:hi],
+        result.pair_scores[lo:hi],
+    )
+
+
 class _SearchRangeFn(beam.DoFn):
     """``(index, (start, stop))`` -> ``neighbors/`` (and ``pairs/``) shard ``index``."""
 
@@ -125,15 +169,8 @@ class _SearchRangeFn(beam.DoFn):
         result = search_block(
             self._vectors, s.k, threshold=s.threshold, rows=(start, stop), precision=s.precision
         )
-        rows = np.arange(start, stop)
-        table = neighbors_table(self._ids, rows, result.indices, result.scores)
-        _write(part_path(s.output, NEIGHBORS, index, self._count), table, NEIGHBORS_SCHEMA)
-        pairs = 0
-        if s.threshold is not None:
-            found = pairs_table(self._ids, result.pair_a, result.pair_b, result.pair_scores)
-            pairs = _write(part_path(s.output, PAIRS, index, self._count), found, PAIRS_SCHEMA)
         self._searched.inc(stop - start)
-        yield index, table.num_rows, pairs
+        yield _write_range(s, self._ids, index, self._count, (start, stop), result)
 
 
 class ExactPairs(beam.PTransform):
@@ -159,6 +196,53 @@ class ExactPairs(beam.PTransform):
             # Spread ranges over workers; Create alone would keep them on one.
             | "SpreadRanges" >> beam.Reshuffle()
             | "SearchRanges" >> beam.ParDo(self._fn)
+        )
+
+
+class _SearchAllFn(beam.DoFn):
+    """``ranges`` -> every vector searched at once; the ``neighbors/`` (and ``pairs/``) shard of
+    each range written from the one answer."""
+
+    def __init__(self, settings: PairsSettings) -> None:
+        self._settings = settings
+        self._searched = Metrics.counter(METRICS_NAMESPACE, "rows_searched")
+
+    def process(self, ranges: list[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
+        s = self._settings
+        ids, vectors = s.reader.load_sorted()
+        result = search_block(vectors, s.k, threshold=s.threshold, precision=s.precision)
+        del vectors
+        for index, rows in enumerate(ranges):
+            yield _write_range(s, ids, index, len(ranges), rows, _range_of(result, rows))
+        self._searched.inc(len(ids))
+
+
+class WholeExactPairs(beam.PTransform):
+    """:class:`ExactPairs`'s outputs from one search of every vector by one worker.
+
+    The search covers the upper triangle of the score matrix once (each product serves both
+    its rows and its columns, :func:`pipelines.vectors.allpairs.self_topk`), where query ranges
+    on separate workers each multiply their rows by all ``n``: half the products, for a worker
+    that holds every row's candidate list (:func:`pipelines.pairs.plan.whole_matrix_bytes`). The
+    lists and pairs are exact either way, so the shards are the same files.
+
+    Args:
+        settings: output, vectors, k, threshold.
+        ranges: ``(start, stop)`` query rows in id order, one output shard each.
+
+    Emits ``(shard, neighbour rows, pairs)`` per range.
+    """
+
+    def __init__(self, settings: PairsSettings, ranges: list[tuple[int, int]]) -> None:
+        super().__init__()
+        self._ranges = list(ranges)
+        self._fn = _SearchAllFn(settings)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListAllRanges" >> beam.Create([self._ranges])
+            | "SearchAll" >> beam.ParDo(self._fn)
         )
 
 

@@ -2,6 +2,7 @@ import json
 import re
 from itertools import pairwise
 from pathlib import Path
+from types import SimpleNamespace
 
 import apache_beam.testing.test_pipeline as beam_testing
 import numpy as np
@@ -13,10 +14,14 @@ from planted_vectors import clustered_vectors, write_embeddings
 
 from jobs.cli import main as cli_main
 from jobs.pairs import run
-from pipelines.io.embeddings import IncompatibleEmbeddingsError
+from pipelines.io.embeddings import EmbeddingsDataset, IncompatibleEmbeddingsError, all_shards
 from pipelines.io.output_dir import OutputExistsError
 from pipelines.io.pairs_output import open_pairs_output, read_neighbors, read_pairs
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from pipelines.pairs.exact import run_exact
+from pipelines.pairs.files import VectorReader, needs_normalizing
+from pipelines.pairs.plan import exact_path, exact_worker_bytes, whole_matrix_bytes
+from pipelines.pairs.transforms import PairsSettings
 
 K, THRESHOLD, DIM = 10, 0.9, 24
 TWINS, COPIES = 40, 14  # planted near-duplicate pairs; exact copies of one vector
@@ -324,3 +329,54 @@ def test_cli_reports_bad_input_in_one_line(small, tmp_path, capsys):
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("sbert: error: --k 25") and "\n" not in err
+
+
+def _run_local(label, transform):
+    """A ``run_exact`` runner: the transform as a whole pipeline on the FnApiRunner."""
+    with local() as pipeline:
+        _ = pipeline | label >> transform
+    return SimpleNamespace(seconds=0.0, runner="FnApiRunner")
+
+
+def _shards(output: Path) -> dict[str, pa.Table]:
+    return {
+        f"{folder}/{path.name}": pq.read_table(path)
+        for folder in ("neighbors", "pairs")
+        for path in sorted((output / folder).glob("part-*.parquet"))
+    }
+
+
+@pytest.mark.parametrize(("ranges", "threshold"), [(4, THRESHOLD), (7, None), (1, 0.5)])
+def test_whole_matrix_search_writes_the_range_search_shards(inputs, tmp_path, ranges, threshold):
+    # The copies tie at the top of each other's lists and have more partners above T than fit
+    # a list; range bounds fall inside runs of ties (ids are shuffled). The one symmetric search
+    # must write byte-for-byte the tables the per-range searches write.
+    datasets = EmbeddingsDataset.open_many([str(inputs[0]), str(inputs[1])])
+    n, dim = sum(d.count for d in datasets), datasets[0].dim
+    reader = VectorReader(tuple(all_shards(datasets)), dim, needs_normalizing(datasets[0].manifest))
+    found = {}
+    for path in ("whole", "ranges"):
+        out = tmp_path / path
+        settings = PairsSettings(str(out), reader, K, threshold)
+        details, _ = run_exact(settings, n, dim, ranges, _run_local, 1 << 40, path=path)
+        assert details["path"] == path and details["ranges"] == ranges
+        found[path] = _shards(out)
+    assert sorted(found["whole"]) == sorted(found["ranges"])
+    assert len([name for name in found["whole"] if name.startswith("neighbors/")]) == ranges
+    for name, table in found["ranges"].items():
+        assert found["whole"][name].equals(table), name
+    if threshold is not None:
+        copies = sorted(Planted().copy_ids)
+        pairs = pa.concat_tables(t for name, t in found["whole"].items() if "pairs/" in name)
+        listed = set(zip(pairs["id_a"].to_pylist(), pairs["id_b"].to_pylist(), strict=True))
+        assert all((a, b) in listed for i, a in enumerate(copies) for b in copies[i + 1 :])
+
+
+def test_exact_mode_searches_the_whole_matrix_when_it_fits(exact, inputs, tmp_path):
+    manifest = json.loads((exact / "_manifest.json").read_text())
+    assert manifest["exact"]["path"] == "whole"
+    n, dim = manifest["counts"]["items"], DIM
+    assert manifest["exact"]["worker_bytes_needed"] == whole_matrix_bytes(n, dim, K, True)
+    # A budget the range search fits and the whole-matrix search does not: query ranges.
+    assert exact_path(n, dim, K, True, exact_worker_bytes(n, dim)) == "ranges"
+    assert exact_path(n, dim, K, True, whole_matrix_bytes(n, dim, K, True)) == "whole"
