@@ -570,44 +570,81 @@ class SentenceEncoder(nn.Module):
 
     def encode(
         self,
-        texts: Sequence[str],
+        texts: str | Sequence[str],
         *,
         batch_size: int | None = None,
         token_budget: int | None = None,
         normalize: bool | None = None,
+        normalize_embeddings: bool = False,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        show_progress_bar: bool | None = None,
         show_progress: bool = False,
         prompt_name: str | None = None,
         prompt: str | None = None,
         task: PromptTask | None = None,
         truncate_dim: int | None = None,
-    ) -> np.ndarray:
-        """Embed texts; returns float32 ``(N, d)`` in input order.
+    ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
+        """Embed one text or a sequence of texts, as sentence-transformers' ``encode`` does.
 
         Batches are formed from texts of similar token length, by ``batch_size`` texts and/or a
-        ``token_budget`` of padded tokens (default: a budget of ``DEFAULT_TOKEN_BUDGET``).
-        The number of truncated inputs is logged; use :meth:`encode_detailed` to get it.
+        ``token_budget`` of padded tokens (default: a budget of ``DEFAULT_TOKEN_BUDGET``; the
+        vectors do not depend on the batching). The number of truncated inputs is logged; use
+        :meth:`encode_detailed` to get it.
 
         Args:
+            texts: one string (one vector comes back) or a sequence of strings.
+            batch_size: at most this many texts per forward pass.
+            token_budget: at most this many padded tokens per forward pass.
             normalize: None keeps the model's chain (sentence-transformers' default), True
                 L2-normalises the final (truncated) vectors, False drops Normalize modules.
+            normalize_embeddings: sentence-transformers' name for ``normalize=True``: unit
+                vectors after truncation (not together with ``normalize=False``).
+            convert_to_numpy: a float32 numpy array (the default); False without
+                ``convert_to_tensor`` gives a list of 1-d tensors, one per text.
+            convert_to_tensor: one float32 ``torch.Tensor`` on the model's device; wins over
+                ``convert_to_numpy``.
+            show_progress_bar: a tqdm bar over the batches on stderr; None (the default) shows
+                it when this module's logger is at INFO or DEBUG, as sentence-transformers does
+                with its own logger.
+            show_progress: the older name of ``show_progress_bar=True``.
             prompt_name: one of the model's prompts (``self.prompts.prompts``) to prepend.
             prompt: a prompt text to prepend instead (not with ``prompt_name``).
             task: ``"query"`` or ``"document"``: the model's prompt of that name when neither
-                is given (sentence-transformers' ``encode_query`` / ``encode_document``);
-                without any of the three, the model's default prompt, if it names one.
+                is given (what :meth:`encode_query` / :meth:`encode_document` pass); without
+                any of the three, the model's default prompt, if it names one.
             truncate_dim: keep the first components only (default: the load-time one).
 
+        Returns:
+            For a sequence of N texts ``(N, d)`` float32 (a numpy array, a tensor, or a list of N
+            tensors of shape ``(d,)``); for one string the single row ``(d,)`` of that type.
+            No texts give ``(0, d)``.
+
         Raises:
-            TypeError: an element is not a ``str``, naming its position.
-            ValueError: an unknown prompt name or task, both prompt and prompt_name, or a
-                truncate_dim outside ``[1, full_dim]``.
+            TypeError: an element is not a ``str`` (naming its position), or an unknown keyword.
+            ValueError: an unknown prompt name or task, both prompt and prompt_name, a
+                truncate_dim outside ``[1, full_dim]``, a batch_size or token_budget below 1,
+                or ``normalize=False`` with ``normalize_embeddings=True``.
+
+        Example:
+            >>> encoder.encode("A man is playing a guitar.").shape
+            (384,)
+            >>> encoder.encode(["a", "b"], normalize_embeddings=True, convert_to_tensor=True).shape
+            torch.Size([2, 384])
         """
+        single = isinstance(texts, str)
+        if show_progress_bar is None:
+            show_progress_bar = show_progress or logger.getEffectiveLevel() in (
+                logging.INFO,
+                logging.DEBUG,
+            )
         result = self.encode_detailed(
-            texts,
+            [texts] if single else texts,
             batch_size=batch_size,
             token_budget=token_budget,
             normalize=normalize,
-            show_progress=show_progress,
+            normalize_embeddings=normalize_embeddings,
+            show_progress_bar=show_progress_bar,
             prompt_name=prompt_name,
             prompt=prompt,
             task=task,
@@ -620,7 +657,25 @@ class SentenceEncoder(nn.Module):
                 len(result.n_tokens),
                 self.max_seq_length,
             )
-        return result.embeddings
+        embeddings = result.embeddings  # (N, d)
+        if convert_to_tensor or not convert_to_numpy:
+            # sentence-transformers leaves tensors on the model's device.
+            embeddings = torch.from_numpy(embeddings).to(self.device)
+            if not convert_to_tensor:
+                embeddings = list(embeddings)
+        return embeddings[0] if single else embeddings
+
+    def encode_query(self, texts: str | Sequence[str], **options) -> np.ndarray | torch.Tensor:
+        """:meth:`encode` with ``task="query"``: the model's ``query`` prompt unless a prompt or
+        prompt name is given (no prompt if the model has none, not its default prompt), as
+        sentence-transformers' ``encode_query``. Takes the other keywords of :meth:`encode`."""
+        return self.encode(texts, task="query", **options)
+
+    def encode_document(self, texts: str | Sequence[str], **options) -> np.ndarray | torch.Tensor:
+        """:meth:`encode` with ``task="document"``: the model's ``document`` prompt unless a
+        prompt or prompt name is given, as sentence-transformers' ``encode_document``. Takes
+        the other keywords of :meth:`encode`."""
+        return self.encode(texts, task="document", **options)
 
     def encode_detailed(
         self,
@@ -629,14 +684,30 @@ class SentenceEncoder(nn.Module):
         batch_size: int | None = None,
         token_budget: int | None = None,
         normalize: bool | None = None,
+        normalize_embeddings: bool = False,
+        show_progress_bar: bool = False,
         show_progress: bool = False,
         prompt_name: str | None = None,
         prompt: str | None = None,
         task: PromptTask | None = None,
         truncate_dim: int | None = None,
     ) -> EncodeResult:
-        """Like :meth:`encode`, also returning token counts and truncation flags per text
-        (counted over ``prompt + text``)."""
+        """Like :meth:`encode` for a sequence of texts, returning numpy embeddings ``(N, d)``
+        with the token counts and truncation flags per text (counted over ``prompt + text``).
+
+        The bar is off unless asked for (pipelines call this once per batch of records).
+
+        Raises:
+            TypeError: ``texts`` is a single string (``encode`` takes one), or as :meth:`encode`.
+            ValueError: as :meth:`encode`.
+        """
+        if normalize_embeddings:
+            if normalize is False:
+                raise ValueError(
+                    "normalize=False and normalize_embeddings=True contradict each other; "
+                    "give one of them"
+                )
+            normalize = True
         prompt_text = self.prompts.resolve(prompt_name, prompt, task)
         dim = check_truncate_dim(
             truncate_dim if truncate_dim is not None else self.truncate_dim, self.full_dim
@@ -645,31 +716,30 @@ class SentenceEncoder(nn.Module):
         tokens = self.tokenize(texts, prompt=prompt_text)
         n = len(tokens.input_ids)
         embeddings = np.empty((n, dim or self.full_dim), dtype=np.float32)
-        if n:
-            if batch_size is None and token_budget is None:
-                token_budget = DEFAULT_TOKEN_BUDGET.get(self.device.type, 2048)
-            batches = length_sorted_batches(
-                tokens.n_tokens, batch_size=batch_size, token_budget=token_budget
-            )
-            progress = _progress(len(batches), n, show_progress)
-            with torch.inference_mode():
-                for indices in batches:
-                    features = self.pad([tokens.input_ids[i] for i in indices])
-                    batch = self(
-                        **features,
-                        normalize=False if normalize is False else None,
-                        prompt_length=prompt_length,
-                    )  # (B, full_dim)
-                    # sentence-transformers' order: the whole chain, then truncation, then
-                    # normalisation only when asked for.
-                    batch = truncate(batch, dim)
-                    if normalize:
-                        batch = F.normalize(batch, p=2, dim=1)
-                    embeddings[indices] = batch.cpu().numpy()
-                    if progress is not None:
-                        progress.update(len(indices))
-            if progress is not None:
-                progress.close()
+        if batch_size is None and token_budget is None:
+            token_budget = DEFAULT_TOKEN_BUDGET.get(self.device.type, 2048)
+        batches = length_sorted_batches(
+            tokens.n_tokens, batch_size=batch_size, token_budget=token_budget
+        )
+        progress = _progress_bar(len(batches), show_progress_bar or show_progress)
+        with torch.inference_mode():
+            for indices in batches:
+                features = self.pad([tokens.input_ids[i] for i in indices])
+                batch = self(
+                    **features,
+                    normalize=False if normalize is False else None,
+                    prompt_length=prompt_length,
+                )  # (B, full_dim)
+                # sentence-transformers' order: the whole chain, then truncation, then
+                # normalisation only when asked for.
+                batch = truncate(batch, dim)
+                if normalize:
+                    batch = F.normalize(batch, p=2, dim=1)
+                embeddings[indices] = batch.cpu().numpy()
+                if progress is not None:
+                    progress.update(1)
+        if progress is not None:
+            progress.close()
         return EncodeResult(embeddings, tokens.n_tokens, tokens.truncated)
 
     # ------------------------------------------------------------------ saving
@@ -734,8 +804,16 @@ def _prefix_at_space(text: str, limit: int) -> str:
 
 def _checked_texts(texts: Sequence[str]) -> list[str]:
     if isinstance(texts, str):
-        raise TypeError("texts must be a sequence of strings, not a single string")
-    texts = list(texts)
+        raise TypeError(
+            "texts must be a sequence of strings, not a single string "
+            "(encode() takes one string and returns one vector)"
+        )
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(
+            f"texts must be a string or a sequence of strings, got {type(texts).__name__}"
+        ) from None
     for position, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{position}] is {type(text).__name__}, expected str")
@@ -760,9 +838,10 @@ def _max_seq_length(layout: ModelLayout, config, tokenizer, requested: int | Non
     return int(min(layout.max_seq_length or model_limit, model_limit))
 
 
-def _progress(n_batches: int, n_texts: int, enabled: bool):
-    if not enabled or n_batches < 2:
+def _progress_bar(n_batches: int, enabled: bool):
+    """sentence-transformers' bar: one step per batch, on stderr."""
+    if not enabled:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=n_texts, unit="text", desc="encode")
+    return tqdm(total=n_batches, desc="Batches", unit="batch")

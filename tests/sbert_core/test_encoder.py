@@ -52,9 +52,9 @@ def test_non_string_names_its_position(tiny_encoder, bad):
         tiny_encoder.encode(["a", "b", bad, "d"])
 
 
-def test_single_string_is_refused(tiny_encoder):
+def test_single_string_is_refused_by_encode_detailed(tiny_encoder):
     with pytest.raises(TypeError, match="single string"):
-        tiny_encoder.encode("a man plays the guitar")
+        tiny_encoder.encode_detailed("a man plays the guitar")
 
 
 def test_truncation_is_reported(tiny_encoder, sample_texts):
