@@ -15,7 +15,7 @@ given."""
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -141,7 +141,10 @@ def _checked(args) -> tuple[CorpusSpec, EncoderSettings]:
         max_record_lines=args.max_record_lines,
         on_bad_file=args.on_bad_file,
     )
-    settings = encoder_settings(args)
+    # A corpus is embedded as documents: with no prompt option, the model's ``document`` prompt
+    # (sentence-transformers' encode_document), so that `sbert search` can give queries the
+    # model's ``query`` prompt.
+    settings = replace(encoder_settings(args), task="document")
     settings.validate()
     if args.min_batch_size < 1 or args.max_batch_size < args.min_batch_size:
         raise ValueError(

@@ -438,4 +438,5 @@ def embed_encoder_settings(model: str, embed: EmbedConfig) -> EncoderSettings:
         prompt_name=embed.prompt_name,
         prompt=embed.prompt,
         truncate_dim=embed.truncate_dim,
+        task="document",  # as sbert embed: a corpus is embedded as documents
     )

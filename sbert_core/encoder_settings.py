@@ -27,13 +27,14 @@ from typing import Any
 
 from sbert_core.encoder import ModelInfo, SentenceEncoder, inspect_model
 from sbert_core.pooling import PoolingMode
+from sbert_core.prompts import PromptTask
 
 # Fields that decide which model is loaded and what its vectors are (inspect and load).
 _MODEL_FIELDS = ("allow_pickle", "pooling", "normalize", "max_seq_length", "truncate_dim")
 # Fields that only decide where and how fast the model runs (load only).
 _RUNTIME_FIELDS = ("device", "dtype", "num_threads")
 # Keyword arguments of ``SentenceEncoder.encode`` / ``encode_detailed``.
-_ENCODE_FIELDS = ("batch_size", "token_budget", "prompt_name", "prompt")
+_ENCODE_FIELDS = ("batch_size", "token_budget", "prompt_name", "prompt", "task")
 # What an embeddings manifest records about the encoder (manifest key -> field); the
 # normalisation is read separately (_manifest_normalize) and the prompt is the caller's.
 _MANIFEST_FIELDS = {
@@ -63,6 +64,9 @@ class EncoderSettings:
         allow_pickle: accept ``pytorch_model.bin`` weights (unpickling can run code).
         prompt_name: one of the model's prompts to prepend to every text (``query``, ...).
         prompt: a prompt text to prepend instead (not with ``prompt_name``).
+        task: ``"document"`` or ``"query"`` when neither prompt option is given: the model's
+            prompt of that name, as sentence-transformers' ``encode_document`` /
+            ``encode_query`` (``sbert embed`` embeds a corpus as documents).
         truncate_dim: keep the first ``truncate_dim`` components (Matryoshka models).
 
     Example:
@@ -83,6 +87,7 @@ class EncoderSettings:
     prompt_name: str | None = None
     prompt: str | None = None
     truncate_dim: int | None = None
+    task: PromptTask | None = None
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any], **overrides: Any) -> EncoderSettings:
@@ -171,7 +176,10 @@ class EncoderSettings:
             ValueError: a prompt name the model does not have, or both a name and a text.
         """
         return model.describe(
-            prompt_name=self.prompt_name, prompt=self.prompt, normalize=self.normalize
+            prompt_name=self.prompt_name,
+            prompt=self.prompt,
+            task=self.task,
+            normalize=self.normalize,
         )
 
     def load(self) -> SentenceEncoder:

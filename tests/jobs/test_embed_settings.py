@@ -110,7 +110,8 @@ def _embed_settings(argv: list[str]) -> EncoderSettings:
 def test_every_command_builds_the_same_settings_from_the_same_flags():
     io = ["--input", "corpus.txt", "--output", "out"]
     argv = [*io, *ENCODER_FLAGS, "--compute-dtype", "bfloat16", "--no-normalize"]
-    assert _embed_settings(argv) == EXPECTED
+    # embed adds only the task: a corpus is embedded as documents (encode_document)
+    assert _embed_settings(argv) == replace(EXPECTED, task="document")
     argv = ["encode", *io[:3], "out.npy", *ENCODER_FLAGS, "--dtype", "bfloat16", "--no-normalize"]
     assert encoder_settings(cli_parser().parse_args(argv)) == EXPECTED
     # eval has no --normalize: the model's own normalisation.
@@ -147,7 +148,7 @@ def test_sbert_run_embeds_with_the_settings_it_checked(tmp_path, tiny_st_dir):
     config = load_run_config(config_path)
     checked = check_inputs(config)
     (plan,) = plan_stages(config, checked, [])
-    expected = replace(EXPECTED, model=str(tiny_st_dir))
+    expected = replace(EXPECTED, model=str(tiny_st_dir), task="document")
     assert embed_encoder_settings(config.model, config.embed) == expected
     assert _embed_settings(list(plan.argv)) == expected
     # What run checked is what the embed manifest will record: the cls pooling.

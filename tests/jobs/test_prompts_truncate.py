@@ -11,6 +11,7 @@ the same options.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -239,6 +240,15 @@ def test_sbert_run_embeds_with_the_prompt_and_dimension_of_its_config(prompt_mod
     assert np.abs(got - expected).max() <= 1e-5
 
 
+def test_embed_without_prompt_options_embeds_documents_like_encode_document(prompt_model, tmp_path):
+    """A corpus is embedded as documents: sentence-transformers' encode_document."""
+    out = run_embed(tmp_path, prompt_model, "plain")
+    manifest = manifest_of(out)
+    assert (manifest["prompt"], manifest["prompt_name"]) == ("passage: ", "document")
+    expected = sentence_transformer(prompt_model).encode_document(TEXTS)
+    assert np.abs(vectors_of(out) - expected).max() <= 1e-5
+
+
 def test_every_command_takes_the_prompt_and_truncate_dim_flags():
     from jobs.cli import build_parser
     from jobs.model_options import encoder_settings
@@ -247,11 +257,13 @@ def test_every_command_takes_the_prompt_and_truncate_dim_flags():
     args, _ = embed.build_parser().parse_known_args(["--input", "c", "--output", "o", *flags])
     settings = embed._checked(args)[1]
     assert (settings.prompt_name, settings.prompt, settings.truncate_dim) == ("query", None, 16)
-    assert settings.encode_kwargs() == {"prompt_name": "query"}
+    # embed encodes a corpus as documents; an explicit prompt name still wins over the task
+    assert settings.encode_kwargs() == {"prompt_name": "query", "task": "document"}
     commands = [["encode", "--input", "c", "--output", "o.npy"]]
     commands += [["eval", name, "--data", "d.tsv"] for name in ("sts", "pairs")]
     for command in commands:
-        assert encoder_settings(build_parser().parse_args([*command, *flags])) == settings
+        parsed = encoder_settings(build_parser().parse_args([*command, *flags]))
+        assert parsed == replace(settings, task=None)
     text = encoder_settings(build_parser().parse_args([*commands[1], "--prompt", "q: "]))
     assert text.encode_kwargs() == {"prompt": "q: "}
     with pytest.raises(SystemExit):  # argparse: not allowed with --prompt-name
