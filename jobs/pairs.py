@@ -9,9 +9,13 @@
 
 exact: every vector against every vector (``pipelines.vectors.allpairs``: float32 inner products
 summed in float64 and rounded to float32, so the answer is brute force's ``X @ X.T`` to within
-1e-6). Query rows are cut into ``--ranges`` ranges searched by Beam workers; every worker holds all
-vectors, ``n * d * 4`` bytes (twice that while loading), so the job refuses exact mode when
-that does not fit ``--worker-memory``.
+1e-6). When one worker can hold every row's candidate lists (``pipelines.pairs.plan.
+whole_matrix_bytes`` within ``--worker-memory``), one search covers the upper triangle of the score
+matrix once, in one Beam step, or in the launcher on a local runner, reusing the vectors its
+check read; else query rows are cut into ranges searched by Beam workers, each holding all
+vectors, ``n * d * 4`` bytes (twice that while loading), and the job refuses exact mode when
+that does not fit ``--worker-memory``. Either way the output has one shard per ``--ranges``
+range, with the same lists and pairs (the manifest's ``exact.path`` says which ran).
 
 clustered (SemDeDup-style): spherical k-means with ``C`` centroids (default ``2 sqrt(N)``) is
 fitted on a sample, every vector joins the blocks of its ``P`` nearest centroids, each block is
@@ -45,6 +49,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from jobs.beam_options import is_local
 from jobs.errors import JobFailedError
 from jobs.job_options import (
     job_output,
@@ -70,6 +75,7 @@ from pipelines.pairs.known_pairs import known_pairs_recall
 from pipelines.pairs.plan import (
     BlockingRequest,
     choose_method,
+    exact_path,
     plan_blocking,
 )
 from pipelines.pairs.transforms import WORK_DIR, PairsSettings
@@ -138,11 +144,18 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     blocking = None
     if method == "clustered" and n:
         blocking = plan_blocking(_blocking_request(args), n, dim, budget)
+    options = options_for(beam_args, test_pipeline)
+    # A local exact run that fits one worker searches the vectors of the scan itself.
+    in_process = (
+        method == "exact"
+        and n > 0
+        and is_local(options)
+        and exact_path(n, dim, args.k, args.threshold is not None, budget) == "whole"
+    )
     job_start = time.perf_counter()
     # Unique ids and finite values are checked here, before any output exists.
-    scan = reader.scan(blocking.picks() if blocking is not None else {})
+    scan = reader.scan(blocking.picks() if blocking is not None else {}, keep=in_process)
     seconds = {"scan": time.perf_counter() - job_start}
-    options = options_for(beam_args, test_pipeline)
     out = job_output("pairs", args.output, args.overwrite, argv, LAYOUT)
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     final, args.output = args.output, out.attempt
@@ -158,8 +171,9 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
             runner = "launcher"
         elif method == "exact":
             details["exact"], finished = run_exact(
-                settings, n, dim, args.ranges, run_transform, budget
+                settings, n, dim, args.ranges, run_transform, budget, loaded=scan.loaded
             )
+            del scan
             runner, seconds["pipeline"] = finished.runner, finished.seconds
         else:
             clustered = ClusteredOptions(

@@ -6,18 +6,28 @@ pipeline, so this package never imports ``jobs``."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 
+from pipelines.pairs.exact_transforms import (
+    ExactPairs,
+    WholeExactPairs,
+    plan_ranges,
+    search_all,
+)
 from pipelines.pairs.plan import (
     ROWS_PER_RANGE,
     exact_path,
     exact_worker_bytes,
     whole_matrix_bytes,
 )
-from pipelines.pairs.transforms import ExactPairs, PairsSettings, WholeExactPairs, plan_ranges
+from pipelines.pairs.transforms import PairsSettings
 
 
 class FinishedRun(Protocol):
@@ -28,6 +38,16 @@ class FinishedRun(Protocol):
 
 
 RunTransform = Callable[[str, beam.PTransform], FinishedRun]
+
+
+@dataclass(frozen=True)
+class InProcessRun:
+    """The whole-matrix search run by the launcher itself (no pipeline)."""
+
+    seconds: float
+    runner: str = "in-process"
+
+
 ExactPath = Literal["whole", "ranges"]
 
 
@@ -39,6 +59,7 @@ def run_exact(
     run: RunTransform,
     budget: int,
     path: ExactPath | None = None,
+    loaded: tuple[pa.Array, np.ndarray] | None = None,
 ) -> tuple[dict, FinishedRun]:
     """Search ``n`` vectors exactly; one output shard per query range (default one per 10,000
     rows).
@@ -46,13 +67,23 @@ def run_exact(
     Args:
         path: ``whole`` (one search of every row) or ``ranges``; ``None`` chooses ``whole``
             when :func:`pipelines.pairs.plan.whole_matrix_bytes` fits ``budget``.
+        loaded: every id and vector in id order (:meth:`VectorReader.scan` with ``keep``),
+            where the launcher runs locally: the whole-matrix search then runs here, on them,
+            without a pipeline (a local pipeline would run it in this process anyway, after
+            reading the vectors a second time).
 
     Returns ``(manifest details, the finished run)``.
     """
     threshold = settings.threshold is not None
     path = path or exact_path(n, dim, settings.k, threshold, budget)
     planned = plan_ranges(n, ranges or math.ceil(n / ROWS_PER_RANGE))
-    if path == "whole":
+    if path == "whole" and loaded is not None:
+        start = time.perf_counter()
+        for _ in search_all(settings, *loaded, planned):
+            pass
+        finished = InProcessRun(time.perf_counter() - start)
+        needed = whole_matrix_bytes(n, dim, settings.k, threshold)
+    elif path == "whole":
         finished = run("WholeExactPairs", WholeExactPairs(settings, planned))
         needed = whole_matrix_bytes(n, dim, settings.k, threshold)
     else:

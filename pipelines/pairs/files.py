@@ -104,6 +104,7 @@ class Scan:
 
     count: int
     picked: dict[str, tuple[np.ndarray, list[str], np.ndarray]]
+    loaded: tuple[pa.Array, np.ndarray] | None = None  # with keep: as load_sorted gives them
 
 
 @dataclass(frozen=True)
@@ -141,14 +142,17 @@ class VectorReader:
         # Arrow hands out read-only views; torch wants arrays it may write to.
         return vectors if vectors.flags.writeable else vectors.copy()
 
-    def scan(self, picks: dict[str, np.ndarray]) -> Scan:
-        """Check every row and collect the rows ``picks`` name (sorted row numbers per name).
+    def scan(self, picks: dict[str, np.ndarray], keep: bool = False) -> Scan:
+        """Check every row and collect the rows ``picks`` name (sorted row numbers per name);
+        with ``keep``, also every id and vector as :meth:`load_sorted` gives them (one read
+        where the launcher searches them itself).
 
         Raises:
             ValueError: an id occurs twice (results name items by id, so ids must be unique),
                 a null id, or a vector with NaN or infinite values; the message names one.
         """
         seen: list[pa.Array] = []
+        kept: list[np.ndarray] = []
         found: dict[str, tuple[list, list, list]] = {name: ([], [], []) for name in picks}
         offset = 0
         for ids, vectors in self.batches():
@@ -162,6 +166,8 @@ class VectorReader:
                 found[name][1].extend(ids.take(pa.array(local)).to_pylist())
                 found[name][2].append(vectors[local])
             seen.append(ids)
+            if keep:
+                kept.append(vectors)
             offset += len(ids)
         _require_unique(seen)
         picked = {
@@ -172,7 +178,7 @@ class VectorReader:
             )
             for name, (rows, names, parts) in found.items()
         }
-        return Scan(offset, picked)
+        return Scan(offset, picked, self._sorted(seen, kept) if keep else None)
 
     def load_sorted(self) -> tuple[pa.Array, np.ndarray]:
         """Every id (ascending) and its vector: ``(ids, (n, d) float32)``.
@@ -184,11 +190,15 @@ class VectorReader:
         for batch_ids, vectors in self.batches():
             ids.append(batch_ids)
             parts.append(vectors)
+        return self._sorted(ids, parts)
+
+    def _sorted(self, ids: list[pa.Array], parts: list[np.ndarray]) -> tuple[pa.Array, np.ndarray]:
+        """The batches' ids and vectors in id order (``parts`` is emptied on the way)."""
         if not ids:
             return pa.array([], pa.string()), np.zeros((0, self.dim), np.float32)
         all_ids = pa.concat_arrays(ids)
         vectors = np.concatenate(parts)
-        del parts
+        parts.clear()
         order = pc.sort_indices(all_ids).to_numpy()
         return all_ids.take(pa.array(order)), vectors[order]
 

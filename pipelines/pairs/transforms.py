@@ -1,21 +1,5 @@
-"""The pairs stage's Beam transforms: exact search by query ranges, or by cluster blocks.
-
-:class:`ExactPairs` (every vector against every vector)::
-
-    ListRanges -> SpreadRanges -> SearchRanges
-
-One element per range of query rows. Each worker loads every vector once (``DoFn.setup``, in
-id order: ``n * d * 4`` bytes, twice that while sorting) and writes, per range, the
-``neighbors/`` and ``pairs/`` shards of those rows. Ranges are contiguous in id order, so the
-shards are too.
-
-:class:`WholeExactPairs` (the same outputs, when one worker can hold every row's lists)::
-
-    ListAllRanges -> SearchAll
-
-One element: one worker searches every row at once, over the upper triangle of the score
-matrix (half the products of the ranges, which each multiply their rows by all ``n``), and
-writes every range's shards from that one answer.
+"""The pairs stage's shared settings and the clustered mode's Beam transforms (the exact mode's
+are in :mod:`pipelines.pairs.exact_transforms`).
 
 :class:`ClusterBlockedPairs` (SemDeDup-style, see ``pipelines.vectors.block_plan``)::
 
@@ -32,9 +16,10 @@ the final shard, with a small JSON report of rows and blocks for the launcher. V
 lists move through files, so Beam carries only ``(key, file)`` elements and a worker holds at
 most one group of blocks, whatever N; the launcher removes ``_work/`` at the end.
 
-Both pipelines are single chains with one leaf and no tagged outputs, and every file is
-written under a temporary name and renamed to a deterministic one, so a retried element
-replaces its own files; they run the same on the FnApiRunner, Dataflow, Spark, Flink and Dask.
+The exact and clustered pipelines are single chains with one leaf and no tagged outputs, and
+every file is written under a temporary name and renamed to a deterministic one, so a retried
+element replaces its own files; they run the same on the FnApiRunner, Dataflow, Spark, Flink
+and Dask.
 """
 
 from __future__ import annotations
@@ -68,7 +53,7 @@ from pipelines.pairs.files import (
 )
 from pipelines.pairs.merge import merge_neighbors, merge_pairs
 from pipelines.vectors.block_plan import nearest_centroids
-from pipelines.vectors.block_search import BlockResult, search_block
+from pipelines.vectors.block_search import search_block
 from pipelines.vectors.precision import Precision
 
 logger = logging.getLogger(__name__)
@@ -103,147 +88,9 @@ def read_reports(output: str) -> list[dict]:
     return reports
 
 
-def plan_ranges(n: int, count: int) -> list[tuple[int, int]]:
-    """``count`` contiguous query ranges of near-equal size covering ``[0, n)`` (fewer if n is)."""
-    count = max(1, min(count, n))
-    bounds = np.linspace(0, n, count + 1).round().astype(np.int64)
-    return [(int(lo), int(hi)) for lo, hi in pairwise(bounds)]
-
-
-def _write(path: str, table: pa.Table, schema: pa.Schema) -> int:
+def write_parquet(path: str, table: pa.Table, schema: pa.Schema) -> int:
+    """Write ``table`` to ``path`` whole (under a temporary name, then renamed); its rows."""
     return write_parquet_replacing(path, iter([table]), schema)
-
-
-def _write_range(
-    settings: PairsSettings,
-    ids: pa.Array,
-    index: int,
-    count: int,
-    rows: tuple[int, int],
-    result: BlockResult,
-) -> tuple[int, int, int]:
-    """Write the ``neighbors/`` (and ``pairs/``) shard ``index`` of ``count`` for the query rows
-    ``rows``: ``result`` holds their lists (``rows`` long) and exactly their pairs (those whose
-    smaller position lies in ``rows``). Returns ``(index, neighbour rows, pairs)``."""
-    start, stop = rows
-    table = neighbors_table(ids, np.arange(start, stop), result.indices, result.scores)
-    _write(part_path(settings.output, NEIGHBORS, index, count), table, NEIGHBORS_SCHEMA)
-    pairs = 0
-    if settings.threshold is not None:
-        found = pairs_table(ids, result.pair_a, result.pair_b, result.pair_scores)
-        pairs = _write(part_path(settings.output, PAIRS, index, count), found, PAIRS_SCHEMA)
-    return index, table.num_rows, pairs
-
-
-def _range_of(result: BlockResult, rows: tuple[int, int]) -> BlockResult:
-    """The part of a search of every row (started at row 0) that a range search of the query
-    rows ``rows`` gives: their lists and the pairs whose smaller position is among them (the
-    pairs are sorted by ``(a, b)``, so they are one slice)."""
-    start, stop = rows
-    lo, hi = np.searchsorted(result.pair_a, [start, stop])
-    return BlockResult(
-        result.indices[start:stop],
-        result.scores[start:stop],
-        result.pair_a[lo:hi],
-        result.pair_b[lo:hi],
-        result.pair_scores[lo:hi],
-    )
-
-
-class _SearchRangeFn(beam.DoFn):
-    """``(index, (start, stop))`` -> ``neighbors/`` (and ``pairs/``) shard ``index``."""
-
-    def __init__(self, settings: PairsSettings, count: int) -> None:
-        self._settings = settings
-        self._count = count
-        self._ids: pa.Array | None = None
-        self._vectors: np.ndarray | None = None
-        self._searched = Metrics.counter(METRICS_NAMESPACE, "rows_searched")
-
-    def setup(self) -> None:
-        self._ids, self._vectors = self._settings.reader.load_sorted()
-
-    def process(self, item: tuple[int, tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
-        index, (start, stop) = item
-        s = self._settings
-        result = search_block(
-            self._vectors, s.k, threshold=s.threshold, rows=(start, stop), precision=s.precision
-        )
-        self._searched.inc(stop - start)
-        yield _write_range(s, self._ids, index, self._count, (start, stop), result)
-
-
-class ExactPairs(beam.PTransform):
-    """Exact top-k (and pairs above the threshold) of every vector, by ranges of query rows.
-
-    Args:
-        settings: output, vectors, k, threshold.
-        ranges: ``(start, stop)`` query rows in id order, one output shard each
-            (:func:`plan_ranges`).
-
-    Emits ``(shard, neighbour rows, pairs)`` per range.
-    """
-
-    def __init__(self, settings: PairsSettings, ranges: list[tuple[int, int]]) -> None:
-        super().__init__()
-        self._ranges = list(ranges)
-        self._fn = _SearchRangeFn(settings, len(self._ranges))
-
-    def expand(self, pbegin):
-        return (
-            pbegin
-            | "ListRanges" >> beam.Create(list(enumerate(self._ranges)))
-            # Spread ranges over workers; Create alone would keep them on one.
-            | "SpreadRanges" >> beam.Reshuffle()
-            | "SearchRanges" >> beam.ParDo(self._fn)
-        )
-
-
-class _SearchAllFn(beam.DoFn):
-    """``ranges`` -> every vector searched at once; the ``neighbors/`` (and ``pairs/``) shard of
-    each range written from the one answer."""
-
-    def __init__(self, settings: PairsSettings) -> None:
-        self._settings = settings
-        self._searched = Metrics.counter(METRICS_NAMESPACE, "rows_searched")
-
-    def process(self, ranges: list[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
-        s = self._settings
-        ids, vectors = s.reader.load_sorted()
-        result = search_block(vectors, s.k, threshold=s.threshold, precision=s.precision)
-        del vectors
-        for index, rows in enumerate(ranges):
-            yield _write_range(s, ids, index, len(ranges), rows, _range_of(result, rows))
-        self._searched.inc(len(ids))
-
-
-class WholeExactPairs(beam.PTransform):
-    """:class:`ExactPairs`'s outputs from one search of every vector by one worker.
-
-    The search covers the upper triangle of the score matrix once (each product serves both
-    its rows and its columns, :func:`pipelines.vectors.allpairs.self_topk`), where query ranges
-    on separate workers each multiply their rows by all ``n``: half the products, for a worker
-    that holds every row's candidate list (:func:`pipelines.pairs.plan.whole_matrix_bytes`). The
-    lists and pairs are exact either way, so the shards are the same files.
-
-    Args:
-        settings: output, vectors, k, threshold.
-        ranges: ``(start, stop)`` query rows in id order, one output shard each.
-
-    Emits ``(shard, neighbour rows, pairs)`` per range.
-    """
-
-    def __init__(self, settings: PairsSettings, ranges: list[tuple[int, int]]) -> None:
-        super().__init__()
-        self._ranges = list(ranges)
-        self._fn = _SearchAllFn(settings)
-
-    def expand(self, pbegin):
-        return (
-            pbegin
-            | "ListAllRanges" >> beam.Create([self._ranges])
-            | "SearchAll" >> beam.ParDo(self._fn)
-        )
 
 
 def routed_schema(dim: int) -> pa.Schema:
@@ -440,7 +287,7 @@ class _MergeWriteFn(beam.DoFn):
             or [NEIGHBORS_SCHEMA.empty_table()],
             s.k,
         )
-        rows = _write(
+        rows = write_parquet(
             part_path(s.output, NEIGHBORS, shard, self._n_shards), lists, NEIGHBORS_SCHEMA
         )
         pairs = 0
@@ -449,7 +296,9 @@ class _MergeWriteFn(beam.DoFn):
                 [_read(candidates_path(s.output, PAIRS, shard, g), PAIRS_SCHEMA) for g in groups]
                 or [PAIRS_SCHEMA.empty_table()]
             )
-            pairs = _write(part_path(s.output, PAIRS, shard, self._n_shards), found, PAIRS_SCHEMA)
+            pairs = write_parquet(
+                part_path(s.output, PAIRS, shard, self._n_shards), found, PAIRS_SCHEMA
+            )
         lengths = pc.list_value_length(lists["neighbor_ids"]).to_numpy(zero_copy_only=False)
         report = {
             "shard": shard,

@@ -340,7 +340,7 @@ def _run_local(label, transform):
 
 def _shards(output: Path) -> dict[str, pa.Table]:
     return {
-        f"{folder}/{path.name}": pq.read_table(path)
+        f"{folder}/{_without_run_id(path.name)}": pq.read_table(path)
         for folder in ("neighbors", "pairs")
         for path in sorted((output / folder).glob("part-*.parquet"))
     }
@@ -355,12 +355,22 @@ def test_whole_matrix_search_writes_the_range_search_shards(inputs, tmp_path, ra
     n, dim = sum(d.count for d in datasets), datasets[0].dim
     reader = VectorReader(tuple(all_shards(datasets)), dim, needs_normalizing(datasets[0].manifest))
     found = {}
-    for path in ("whole", "ranges"):
-        out = tmp_path / path
+    for name, path, loaded in [
+        ("ranges", "ranges", None),
+        ("whole", "whole", None),
+        ("in-process", "whole", reader.load_sorted()),
+    ]:
+        out = tmp_path / name
         settings = PairsSettings(str(out), reader, K, threshold)
-        details, _ = run_exact(settings, n, dim, ranges, _run_local, 1 << 40, path=path)
+        details, finished = run_exact(
+            settings, n, dim, ranges, _run_local, 1 << 40, path=path, loaded=loaded
+        )
         assert details["path"] == path and details["ranges"] == ranges
-        found[path] = _shards(out)
+        assert finished.runner == ("in-process" if loaded else "FnApiRunner")
+        found[name] = _shards(out)
+    assert found["in-process"].keys() == found["ranges"].keys()
+    for name, table in found["ranges"].items():
+        assert found["in-process"][name].equals(table), name
     assert sorted(found["whole"]) == sorted(found["ranges"])
     assert len([name for name in found["whole"] if name.startswith("neighbors/")]) == ranges
     for name, table in found["ranges"].items():
@@ -374,7 +384,15 @@ def test_whole_matrix_search_writes_the_range_search_shards(inputs, tmp_path, ra
 
 def test_exact_mode_searches_the_whole_matrix_when_it_fits(exact, inputs, tmp_path):
     manifest = json.loads((exact / "_manifest.json").read_text())
-    assert manifest["exact"]["path"] == "whole"
+    assert manifest["exact"]["path"] == "whole" and manifest["runner"] == "FnApiRunner"
+    # Without a test pipeline the local run searches in the launcher: the same shards.
+    out = tmp_path / "launcher"
+    run(pairs_args(inputs, out, "--k", str(K), "--threshold", str(THRESHOLD), "--ranges", "4"))
+    launched = json.loads((out / "_manifest.json").read_text())
+    assert launched["runner"] == "in-process" and launched["exact"]["path"] == "whole"
+    beam_shards = _shards(exact)
+    assert _shards(out).keys() == beam_shards.keys()
+    assert all(table.equals(beam_shards[name]) for name, table in _shards(out).items())
     n, dim = manifest["counts"]["items"], DIM
     assert manifest["exact"]["worker_bytes_needed"] == whole_matrix_bytes(n, dim, K, True)
     # A budget the range search fits and the whole-matrix search does not: query ranges.

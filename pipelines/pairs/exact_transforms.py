@@ -1,0 +1,182 @@
+"""The exact mode's Beam transforms: by query ranges, or the whole matrix in one step.
+
+:class:`ExactPairs` (every vector against every vector)::
+
+    ListRanges -> SpreadRanges -> SearchRanges
+
+One element per range of query rows. Each worker loads every vector once (``DoFn.setup``, in
+id order: ``n * d * 4`` bytes, twice that while sorting) and writes, per range, the
+``neighbors/`` and ``pairs/`` shards of those rows. Ranges are contiguous in id order, so the
+shards are too.
+
+:class:`WholeExactPairs` (the same outputs, when one worker can hold every row's lists)::
+
+    ListAllRanges -> SearchAll
+
+One element: one worker searches every row at once, over the upper triangle of the score
+matrix (half the products of the ranges, which each multiply their rows by all ``n``), and
+writes every range's shards from that one answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import pairwise
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.metrics import Metrics
+
+from pipelines.io.pairs_output import NEIGHBORS, PAIRS
+from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from pipelines.pairs.files import neighbors_table, pairs_table, part_path
+from pipelines.pairs.transforms import METRICS_NAMESPACE, PairsSettings, write_parquet
+from pipelines.vectors.block_search import BlockResult, search_block
+
+
+def plan_ranges(n: int, count: int) -> list[tuple[int, int]]:
+    """``count`` contiguous query ranges of near-equal size covering ``[0, n)`` (fewer if n is)."""
+    count = max(1, min(count, n))
+    bounds = np.linspace(0, n, count + 1).round().astype(np.int64)
+    return [(int(lo), int(hi)) for lo, hi in pairwise(bounds)]
+
+
+def _write_range(
+    settings: PairsSettings,
+    ids: pa.Array,
+    index: int,
+    count: int,
+    rows: tuple[int, int],
+    result: BlockResult,
+) -> tuple[int, int, int]:
+    """Write the ``neighbors/`` (and ``pairs/``) shard ``index`` of ``count`` for the query rows
+    ``rows``: ``result`` holds their lists (``rows`` long) and exactly their pairs (those whose
+    smaller position lies in ``rows``). Returns ``(index, neighbour rows, pairs)``."""
+    start, stop = rows
+    table = neighbors_table(ids, np.arange(start, stop), result.indices, result.scores)
+    write_parquet(part_path(settings.output, NEIGHBORS, index, count), table, NEIGHBORS_SCHEMA)
+    pairs = 0
+    if settings.threshold is not None:
+        found = pairs_table(ids, result.pair_a, result.pair_b, result.pair_scores)
+        pairs = write_parquet(part_path(settings.output, PAIRS, index, count), found, PAIRS_SCHEMA)
+    return index, table.num_rows, pairs
+
+
+def _range_of(result: BlockResult, rows: tuple[int, int]) -> BlockResult:
+    """The part of a search of every row (started at row 0) that a range search of the query
+    rows ``rows`` gives: their lists and the pairs whose smaller position is among them (the
+    pairs are sorted by ``(a, b)``, so they are one slice)."""
+    start, stop = rows
+    lo, hi = np.searchsorted(result.pair_a, [start, stop])
+    return BlockResult(
+        result.indices[start:stop],
+        result.scores[start:stop],
+        result.pair_a[lo:hi],
+        result.pair_b[lo:hi],
+        result.pair_scores[lo:hi],
+    )
+
+
+class _SearchRangeFn(beam.DoFn):
+    """``(index, (start, stop))`` -> ``neighbors/`` (and ``pairs/``) shard ``index``."""
+
+    def __init__(self, settings: PairsSettings, count: int) -> None:
+        self._settings = settings
+        self._count = count
+        self._ids: pa.Array | None = None
+        self._vectors: np.ndarray | None = None
+        self._searched = Metrics.counter(METRICS_NAMESPACE, "rows_searched")
+
+    def setup(self) -> None:
+        self._ids, self._vectors = self._settings.reader.load_sorted()
+
+    def process(self, item: tuple[int, tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
+        index, (start, stop) = item
+        s = self._settings
+        result = search_block(
+            self._vectors, s.k, threshold=s.threshold, rows=(start, stop), precision=s.precision
+        )
+        self._searched.inc(stop - start)
+        yield _write_range(s, self._ids, index, self._count, (start, stop), result)
+
+
+class ExactPairs(beam.PTransform):
+    """Exact top-k (and pairs above the threshold) of every vector, by ranges of query rows.
+
+    Args:
+        settings: output, vectors, k, threshold.
+        ranges: ``(start, stop)`` query rows in id order, one output shard each
+            (:func:`plan_ranges`).
+
+    Emits ``(shard, neighbour rows, pairs)`` per range.
+    """
+
+    def __init__(self, settings: PairsSettings, ranges: list[tuple[int, int]]) -> None:
+        super().__init__()
+        self._ranges = list(ranges)
+        self._fn = _SearchRangeFn(settings, len(self._ranges))
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListRanges" >> beam.Create(list(enumerate(self._ranges)))
+            # Spread ranges over workers; Create alone would keep them on one.
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "SearchRanges" >> beam.ParDo(self._fn)
+        )
+
+
+class _SearchAllFn(beam.DoFn):
+    """``ranges`` -> every vector searched at once; the ``neighbors/`` (and ``pairs/``) shard of
+    each range written from the one answer."""
+
+    def __init__(self, settings: PairsSettings) -> None:
+        self._settings = settings
+        self._searched = Metrics.counter(METRICS_NAMESPACE, "rows_searched")
+
+    def process(self, ranges: list[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
+        ids, vectors = self._settings.reader.load_sorted()
+        yield from search_all(self._settings, ids, vectors, ranges)
+        self._searched.inc(len(ids))
+
+
+def search_all(
+    settings: PairsSettings, ids: pa.Array, vectors: np.ndarray, ranges: list[tuple[int, int]]
+) -> Iterator[tuple[int, int, int]]:
+    """Search every vector at once (``ids`` ascending, as :meth:`VectorReader.load_sorted`
+    gives them) and write each range's shards, as :class:`WholeExactPairs` does (the launcher
+    calls it itself on a local runner); ``(shard, neighbour rows, pairs)`` per range."""
+    s = settings
+    result = search_block(vectors, s.k, threshold=s.threshold, precision=s.precision)
+    for index, rows in enumerate(ranges):
+        yield _write_range(s, ids, index, len(ranges), rows, _range_of(result, rows))
+
+
+class WholeExactPairs(beam.PTransform):
+    """:class:`ExactPairs`'s outputs from one search of every vector by one worker.
+
+    The search covers the upper triangle of the score matrix once (each product serves both
+    its rows and its columns, :func:`pipelines.vectors.allpairs.self_topk`), where query ranges
+    on separate workers each multiply their rows by all ``n``: half the products, for a worker
+    that holds every row's candidate list (:func:`pipelines.pairs.plan.whole_matrix_bytes`). The
+    lists and pairs are exact either way, so the shards are the same files.
+
+    Args:
+        settings: output, vectors, k, threshold.
+        ranges: ``(start, stop)`` query rows in id order, one output shard each.
+
+    Emits ``(shard, neighbour rows, pairs)`` per range.
+    """
+
+    def __init__(self, settings: PairsSettings, ranges: list[tuple[int, int]]) -> None:
+        super().__init__()
+        self._ranges = list(ranges)
+        self._fn = _SearchAllFn(settings)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListAllRanges" >> beam.Create([self._ranges])
+            | "SearchAll" >> beam.ParDo(self._fn)
+        )
