@@ -183,8 +183,8 @@ class VectorReader:
     def load_sorted(self) -> tuple[pa.Array, np.ndarray]:
         """Every id (ascending) and its vector: ``(ids, (n, d) float32)``.
 
-        Memory: ``n * d * 4`` bytes for the vectors, twice that for a moment while they are put
-        in id order, plus the ids.
+        Memory: ``n * d * 4`` bytes for the vectors, up to twice that while the batches read are
+        put in id order, plus the ids.
         """
         ids, parts = [], []
         for batch_ids, vectors in self.batches():
@@ -197,10 +197,18 @@ class VectorReader:
         if not ids:
             return pa.array([], pa.string()), np.zeros((0, self.dim), np.float32)
         all_ids = pa.concat_arrays(ids)
-        vectors = np.concatenate(parts)
-        parts.clear()
         order = pc.sort_indices(all_ids).to_numpy()
-        return all_ids.take(pa.array(order)), vectors[order]
+        # Each batch goes straight to its rows' sorted places: one (n, d) array is written,
+        # where concatenating and then permuting would write two.
+        places = np.empty_like(order)
+        places[order] = np.arange(len(order))
+        vectors = np.empty((len(order), self.dim), np.float32)
+        offset = 0
+        while parts:
+            part = parts.pop(0)
+            vectors[places[offset : offset + len(part)]] = part
+            offset += len(part)
+        return all_ids.take(pa.array(order)), vectors
 
 
 def _plain(ids: pa.Array) -> pa.Array:
