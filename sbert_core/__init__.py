@@ -19,11 +19,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "DEFAULT_MODEL": "sbert_core.model_source",
     "DataFileError": "sbert_core.errors",
-    "EncodeResult": "sbert_core.encoder",
-    "ModelInfo": "sbert_core.encoder",
+    "EncodeResult": "sbert_core.encode_result",
+    "ModelInfo": "sbert_core.model_info",
     "ModelLoadError": "sbert_core.errors",
     "SentenceEncoder": "sbert_core.encoder",
-    "inspect_model": "sbert_core.encoder",
+    "inspect_model": "sbert_core.model_info",
 }
 
 __all__ = [
@@ -38,8 +38,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from sbert_core.encoder import EncodeResult, ModelInfo, SentenceEncoder, inspect_model
+    from sbert_core.encode_result import EncodeResult
+    from sbert_core.encoder import SentenceEncoder
     from sbert_core.errors import DataFileError, ModelLoadError
+    from sbert_core.model_info import ModelInfo, inspect_model
     from sbert_core.model_source import DEFAULT_MODEL
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,214 +23,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sbert_core.architectures import check_plain_folder_tokenizer, transformer_class
-from sbert_core.artifact import (
-    SAFETENSORS_FILE,
-    SAFETENSORS_INDEX,
-    ModelLayout,
-    read_layout,
-    safetensors_tensors,
-    sha256_of_files,
-    weight_files,
-)
-from sbert_core.batching import length_sorted_batches
+from sbert_core.batching import DEFAULT_TOKEN_BUDGET, length_sorted_batches
+from sbert_core.encode_result import EncodeResult
 from sbert_core.errors import ModelLoadError
-from sbert_core.head_modules import (
-    HeadModule,
-    Normalize,
-    check_truncate_dim,
-    head_weight_file,
-    load_head_module,
-    out_width,
-    truncate,
+from sbert_core.head_modules import HeadModule, Normalize, check_truncate_dim, truncate
+from sbert_core.model_info import (
+    chain_width,
+    describe_model,
+    ends_normalized,
+    inspect_model,
+    load_transformer,
+    with_normalize,
 )
-from sbert_core.model_source import DEFAULT_MODEL, resolve_model_dir
-from sbert_core.pooling import PoolingConfig, PoolingMode, check_pooling_mode, pool
+from sbert_core.model_source import DEFAULT_MODEL
+from sbert_core.pooling import PoolingConfig, PoolingMode, pool
 from sbert_core.precision import DtypeName, dtype_name, resolve_dtype
 from sbert_core.prompts import PromptSettings, PromptTask, prompt_token_count
-from sbert_core.weight_checks import (
-    check_finite_weights,
-    check_loaded_model,
-    check_weight_coverage,
-)
+from sbert_core.tokenizing import Tokenized, pad_token_ids, tokenize_texts
 
 logger = logging.getLogger(__name__)
-
-# Texts longer than max_seq_length * CUT_CHARS_PER_TOKEN characters are cut before tokenising.
-# English averages about 4 characters per WordPiece token, and no word-splitting tokenizer spends
-# more than a handful on one, so 32 leaves every kept token untouched in practice (the cut is
-# widened when the prefix holds too few tokens, see SentenceEncoder._long_text_ids).
-CUT_CHARS_PER_TOKEN = 32
-
-# Padded tokens per forward pass when neither batch_size nor token_budget is given. On CPU,
-# all-MiniLM-L6-v2 on 2 cores was fastest at 1-2k tokens (activations stay in cache; 16k was
-# ~2x slower); GPUs want large batches to fill their cores.
-DEFAULT_TOKEN_BUDGET = {"cpu": 2048, "cuda": 32768}
-
-
-@dataclass(frozen=True)
-class Tokenized:
-    """Token ids of each text, unpadded, already truncated to ``max_seq_length``."""
-
-    input_ids: list[list[int]]
-    n_tokens: np.ndarray  # (N,) int32, special tokens included
-    truncated: np.ndarray  # (N,) bool: the text had more than max_seq_length tokens
-
-
-@dataclass(frozen=True)
-class EncodeResult:
-    """Embeddings plus per-text token counts and truncation flags, in input order."""
-
-    embeddings: np.ndarray  # (N, d) float32
-    n_tokens: np.ndarray  # (N,) int32
-    truncated: np.ndarray  # (N,) bool
-
-    @property
-    def n_truncated(self) -> int:
-        """How many inputs were cut at ``max_seq_length``."""
-        return int(self.truncated.sum())
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """A model's files checked and its configuration read, without loading the weights."""
-
-    model_id: str
-    transformer_dir: Path
-    weights_sha256: str
-    uses_pickle: bool
-    pooling: PoolingConfig
-    normalize: bool
-    max_seq_length: int
-    do_lower_case: bool
-    config: object  # transformers.PretrainedConfig
-    tokenizer: object  # transformers.PreTrainedTokenizerBase
-    heads: tuple[HeadModule, ...] = ()  # modules after pooling, weights loaded and checked
-    prompts: PromptSettings = field(default_factory=PromptSettings)
-    truncate_dim: int | None = None  # the load-time default of encode()
-
-    @property
-    def full_dim(self) -> int:
-        """Width of the vectors the chain gives, before any truncation."""
-        return _chain_width(self.pooling, self.heads)
-
-    @property
-    def dim(self) -> int:
-        """Width of the vectors ``encode`` gives by default (``truncate_dim`` if set)."""
-        return self.truncate_dim or self.full_dim
-
-    def describe(
-        self,
-        *,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        task: PromptTask | None = None,
-        truncate_dim: int | None = None,
-        normalize: bool | None = None,
-    ) -> dict:
-        """What manifests record about the model, for ``encode`` called with these arguments.
-
-        See :meth:`SentenceEncoder.describe`.
-        """
-        return _description(
-            self,
-            self.prompts.resolve(prompt_name, prompt, task),
-            check_truncate_dim(
-                truncate_dim if truncate_dim is not None else self.truncate_dim, self.full_dim
-            ),
-            normalize,
-        )
-
-
-def inspect_model(
-    model: str | os.PathLike = DEFAULT_MODEL,
-    *,
-    allow_pickle: bool = False,
-    pooling: PoolingMode | None = None,
-    normalize: bool | None = None,
-    max_seq_length: int | None = None,
-    truncate_dim: int | None = None,
-) -> ModelInfo:
-    """Resolve, check and describe a model cheaply (configs, tokenizer, weight checksum).
-
-    Launchers call this before a job starts so that a missing or corrupt model fails at once;
-    :meth:`SentenceEncoder.load` builds on it. Arguments are as for ``SentenceEncoder.load``.
-
-    Safetensors weights are checked against the architecture of ``config.json`` (every
-    parameter present with its shape, no foreign tensors) and for NaN/infinite values, one
-    memory-mapped tensor at a time. The modules after pooling (Dense, LayerNorm) are small and
-    are loaded here, their weights checked the same way.
-
-    The model's identity, ``weights_sha256``, covers the transformer's weight files and then
-    those of the modules after pooling, in chain order.
-
-    Raises:
-        ModelLoadError: missing or corrupt files, unsupported modules, unreachable hub id,
-            weights that do not fit the architecture or hold NaN/infinite values.
-        ValueError: unknown pooling mode, a max_seq_length beyond the model's limit, or a
-            truncate_dim outside ``[1, dim]``.
-    """
-    from transformers import AutoConfig, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    if pooling is not None:
-        check_pooling_mode(pooling)
-    directory, model_id = resolve_model_dir(model)
-    layout = read_layout(directory)
-    files = weight_files(layout.transformer_dir, allow_pickle=allow_pickle)
-    source = layout.transformer_dir
-    try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
-        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as err:
-        raise ModelLoadError(f"{source}: could not read the config or tokenizer ({err})") from err
-    if not layout.is_sentence_transformer:
-        check_plain_folder_tokenizer(tokenizer, directory)
-    if layout.padding_side is not None:
-        tokenizer.padding_side = layout.padding_side
-    transformer_class(config, source / "config.json")
-    uses_pickle = files[0].suffix != ".safetensors"
-    if not uses_pickle:
-        single = files[0].name == SAFETENSORS_FILE
-        described_by = files[0] if single else source / SAFETENSORS_INDEX
-        check_weight_coverage(safetensors_tensors(files), config, described_by)
-        for path in files:
-            check_finite_weights(path)
-
-    hidden = int(getattr(config, "hidden_size", 0) or 0)
-    pooling_config = layout.pooling or PoolingConfig(dim=hidden, mode="mean")
-    if pooling is not None:
-        pooling_config = PoolingConfig(
-            dim=pooling_config.dim, mode=pooling, include_prompt=pooling_config.include_prompt
-        )
-    if hidden and pooling_config.dim != hidden:
-        raise ModelLoadError(
-            f"{directory}: pooling dimension {pooling_config.dim} != hidden size {hidden}"
-        )
-    heads: list[HeadModule] = []
-    width = pooling_config.output_dim
-    for entry in layout.heads:
-        module = load_head_module(entry.kind, entry.path, allow_pickle=allow_pickle, width=width)
-        heads.append(module)
-        width = out_width(module, width)
-    head_files = [f for f in (head_weight_file(entry.path) for entry in layout.heads) if f]
-    heads = _with_normalize(heads, normalize)
-    return ModelInfo(
-        model_id=model_id,
-        transformer_dir=source,
-        weights_sha256=sha256_of_files([*files, *head_files]),
-        uses_pickle=uses_pickle,
-        pooling=pooling_config,
-        normalize=_ends_normalized(heads),
-        max_seq_length=_max_seq_length(layout, config, tokenizer, max_seq_length),
-        do_lower_case=layout.do_lower_case,
-        config=config,
-        tokenizer=tokenizer,
-        heads=tuple(heads),
-        prompts=layout.prompts,
-        truncate_dim=check_truncate_dim(truncate_dim, width),
-    )
 
 
 class SentenceEncoder(nn.Module):
@@ -265,13 +75,13 @@ class SentenceEncoder(nn.Module):
         prompts: PromptSettings | None = None,
         truncate_dim: int | None = None,
     ) -> None:
-        """Args are as :class:`ModelInfo` holds them; ``normalize`` True ends the chain with a
-        Normalize module (added if missing), False takes every Normalize module out."""
+        """Args are as :class:`~sbert_core.model_info.ModelInfo` holds them; ``normalize`` True
+        ends the chain with a Normalize module (added if missing), False takes every one out."""
         super().__init__()
         self.transformer = transformer
         self.tokenizer = tokenizer
         self.pooling = pooling
-        self.heads = nn.ModuleList(_with_normalize(list(heads), normalize))
+        self.heads = nn.ModuleList(with_normalize(list(heads), normalize))
         self.prompts = prompts or PromptSettings()
         self.truncate_dim = check_truncate_dim(truncate_dim, self.full_dim)
         self._prompt_lengths: dict[tuple[str, int], int] = {}
@@ -331,21 +141,7 @@ class SentenceEncoder(nn.Module):
             max_seq_length=max_seq_length,
             truncate_dim=truncate_dim,
         )
-        model_class = transformer_class(info.config, info.transformer_dir / "config.json")
-        try:
-            transformer, loading_info = model_class.from_pretrained(
-                info.transformer_dir,
-                config=info.config,
-                dtype=compute_dtype,
-                use_safetensors=not info.uses_pickle,
-                trust_remote_code=False,
-                output_loading_info=True,
-            )
-        except (OSError, ValueError, KeyError, RuntimeError) as err:
-            raise ModelLoadError(
-                f"{info.transformer_dir}: could not load the weights ({err})"
-            ) from err
-        check_loaded_model(transformer, loading_info, info.transformer_dir)
+        transformer = load_transformer(info, compute_dtype)
         encoder = cls(
             transformer,
             info.tokenizer,
@@ -372,7 +168,7 @@ class SentenceEncoder(nn.Module):
     @property
     def full_dim(self) -> int:
         """Width of the vectors the chain gives, before any truncation."""
-        return _chain_width(self.pooling, self.heads)
+        return chain_width(self.pooling, self.heads)
 
     @property
     def dim(self) -> int:
@@ -382,12 +178,12 @@ class SentenceEncoder(nn.Module):
     @property
     def normalize(self) -> bool:
         """Whether the chain ends with a Normalize module."""
-        return _ends_normalized(self.heads)
+        return ends_normalized(self.heads)
 
     @normalize.setter
     def normalize(self, value: bool) -> None:
         """True ends the chain with a Normalize module, False takes every one out."""
-        self.heads = nn.ModuleList(_with_normalize(list(self.heads), bool(value)))
+        self.heads = nn.ModuleList(with_normalize(list(self.heads), bool(value)))
 
     @property
     def device(self) -> torch.device:
@@ -420,13 +216,13 @@ class SentenceEncoder(nn.Module):
             ValueError: as :meth:`encode` for the same arguments.
         """
         return {
-            **_description(
+            **describe_model(
                 self,
-                self.prompts.resolve(prompt_name, prompt, task),
-                check_truncate_dim(
-                    truncate_dim if truncate_dim is not None else self.truncate_dim, self.full_dim
-                ),
-                normalize,
+                prompt_name=prompt_name,
+                prompt=prompt,
+                task=task,
+                truncate_dim=truncate_dim,
+                normalize=normalize,
             ),
             "dtype": dtype_name(self.dtype),
         }
@@ -448,87 +244,24 @@ class SentenceEncoder(nn.Module):
 
     def tokenize(self, texts: Sequence[str], prompt: str = "") -> Tokenized:
         """Tokenise ``prompt + text`` without padding, truncating at ``max_seq_length`` and
-        recording who was cut.
+        recording who was cut (see :func:`sbert_core.tokenizing.tokenize_texts`).
 
         Raises:
             TypeError: an element is not a ``str``, naming its position.
         """
-        texts = _checked_texts(texts)
-        if prompt:
-            texts = [prompt + text for text in texts]
-        if not texts:
-            return Tokenized([], np.zeros(0, np.int32), np.zeros(0, bool))
-        # Tokenising a whole 15 MiB text to keep its first max_seq_length tokens took 80 s and
-        # 4 GB; a prefix of a generous number of characters per token gives the same first tokens.
-        limit = self.max_seq_length * CUT_CHARS_PER_TOKEN
-        whole = texts
-        long_rows = [row for row, text in enumerate(texts) if len(text) > limit]
-        if long_rows:
-            texts = list(texts)
-            for row in long_rows:
-                texts[row] = _prefix_at_space(texts[row], limit)
-        if self.do_lower_case:
-            texts = [text.lower() for text in texts]
-        ids = self._token_ids(texts, truncate=False)
-        full_lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        for row in long_rows:
-            texts[row], ids[row] = self._long_text_ids(whole[row], texts[row], ids[row], limit)
-            full_lengths[row] = len(ids[row])
-        too_long = np.flatnonzero(full_lengths > self.max_seq_length)
-        if too_long.size:
-            # Re-tokenise only the long ones with truncation: the tokenizer knows which special
-            # tokens to keep, and counting first tells us exactly who was cut.
-            cut = self._token_ids([texts[i] for i in too_long], truncate=True)
-            for position, index in enumerate(too_long):
-                ids[index] = cut[position]
-        n_tokens = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
-        return Tokenized(ids, n_tokens, full_lengths > self.max_seq_length)
-
-    def _long_text_ids(
-        self, whole: str, prefix: str, ids: list[int], limit: int
-    ) -> tuple[str, list[int]]:
-        """(text, token ids) of a text cut to ``prefix``: the prefix while it holds at least twice
-        ``max_seq_length`` tokens (so the tokens it cuts lie far past the ones kept), else a
-        prefix four times longer, up to the whole text (long runs of spaces, giant words).
-
-        A text that stays cut has more than ``max_seq_length`` tokens, so it is flagged truncated.
-        """
-        while len(ids) <= 2 * self.max_seq_length and len(prefix) < len(whole):
-            limit *= 4
-            prefix = _prefix_at_space(whole, limit)
-            if self.do_lower_case:
-                prefix = prefix.lower()
-            ids = self._token_ids([prefix], truncate=False)[0]
-        return prefix, ids
-
-    def _token_ids(self, texts: list[str], *, truncate: bool) -> list[list[int]]:
-        return self.tokenizer(
+        return tokenize_texts(
+            self.tokenizer,
             texts,
-            add_special_tokens=True,
-            truncation=truncate,
-            max_length=self.max_seq_length if truncate else None,
-            padding=False,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            verbose=False,
-        )["input_ids"]
+            prompt=prompt,
+            max_seq_length=self.max_seq_length,
+            lower=self.do_lower_case,
+        )
 
     def pad(self, input_ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
         """Pad token id lists into ``input_ids`` and ``attention_mask`` on our device, on the
         side the tokenizer pads (decoders such as Qwen3-Embedding pad on the left)."""
-        width = max(len(ids) for ids in input_ids)
-        padded = np.full((len(input_ids), width), self._pad_id, dtype=np.int64)  # (B, T)
-        mask = np.zeros((len(input_ids), width), dtype=np.int64)  # (B, T)
         left = getattr(self.tokenizer, "padding_side", "right") == "left"
-        for row, ids in enumerate(input_ids):
-            start = width - len(ids) if left else 0
-            padded[row, start : start + len(ids)] = ids
-            mask[row, start : start + len(ids)] = 1
-        device = self.device
-        return {
-            "input_ids": torch.from_numpy(padded).to(device),
-            "attention_mask": torch.from_numpy(mask).to(device),
-        }
+        return pad_token_ids(input_ids, self._pad_id, left=left, device=self.device)
 
     # ------------------------------------------------------------------ computing
 
@@ -588,8 +321,9 @@ class SentenceEncoder(nn.Module):
         """Embed one text or a sequence of texts, as sentence-transformers' ``encode`` does.
 
         Batches are formed from texts of similar token length, by ``batch_size`` texts and/or a
-        ``token_budget`` of padded tokens (default: a budget of ``DEFAULT_TOKEN_BUDGET``; the
-        vectors do not depend on the batching). The number of truncated inputs is logged; use
+        ``token_budget`` of padded tokens (default: a budget of
+        :data:`sbert_core.batching.DEFAULT_TOKEN_BUDGET`; the vectors do not depend on the
+        batching). The number of truncated inputs is logged; use
         :meth:`encode_detailed` to get it.
 
         Args:
@@ -751,91 +485,6 @@ class SentenceEncoder(nn.Module):
         from sbert_core.export import save_encoder
 
         return save_encoder(self, Path(path), overwrite=overwrite, extra_manifest=extra_manifest)
-
-
-def _with_normalize(heads: list[HeadModule], normalize: bool | None) -> list[HeadModule]:
-    """The chain with the ``normalize`` override: None as is, False without any Normalize
-    module, True ending with one."""
-    if normalize is False:
-        return [module for module in heads if not isinstance(module, Normalize)]
-    if normalize and not _ends_normalized(heads):
-        return [*heads, Normalize()]
-    return list(heads)
-
-
-def _ends_normalized(heads: Sequence[nn.Module]) -> bool:
-    return bool(heads) and isinstance(heads[-1], Normalize)
-
-
-def _chain_width(pooling: PoolingConfig, heads: Sequence[nn.Module]) -> int:
-    width = pooling.output_dim
-    for module in heads:
-        width = out_width(module, width)
-    return width
-
-
-def _description(model, prompt: str, truncate_dim: int | None, normalize: bool | None) -> dict:
-    """The manifest fields shared by :class:`ModelInfo` and :class:`SentenceEncoder`."""
-    truncated = truncate_dim is not None and truncate_dim < model.full_dim
-    return {
-        "model_id": model.model_id,
-        "weights_sha256": model.weights_sha256,
-        "dim": truncate_dim or model.full_dim,
-        "full_dim": model.full_dim,
-        "truncate_dim": truncate_dim,
-        "pooling": model.pooling.label,
-        "include_prompt": model.pooling.include_prompt,
-        "modules": ["Transformer", "Pooling", *(type(m).__name__ for m in model.heads)],
-        "normalized": bool(normalize) or (normalize is None and model.normalize and not truncated),
-        "max_seq_length": model.max_seq_length,
-        "prompt": prompt,
-        "prompt_name": model.prompts.name_of(prompt) if prompt else None,
-    }
-
-
-def _prefix_at_space(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, at the last space or line break if one lies
-    in the second half (tokenizers split words there, so the prefix's tokens are the text's)."""
-    if len(text) <= limit:
-        return text
-    cut = max(text.rfind(space, limit // 2, limit + 1) for space in " \n\t")
-    return text[:cut] if cut > 0 else text[:limit]
-
-
-def _checked_texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, str):
-        raise TypeError(
-            "texts must be a sequence of strings, not a single string "
-            "(encode() takes one string and returns one vector)"
-        )
-    try:
-        texts = list(texts)
-    except TypeError:
-        raise TypeError(
-            f"texts must be a string or a sequence of strings, got {type(texts).__name__}"
-        ) from None
-    for position, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"texts[{position}] is {type(text).__name__}, expected str")
-    return texts
-
-
-def _max_seq_length(layout: ModelLayout, config, tokenizer, requested: int | None) -> int:
-    """The truncation length: explicit request, else the model's config, within position limits."""
-    limits = [
-        value
-        for value in (getattr(config, "max_position_embeddings", None), tokenizer.model_max_length)
-        if isinstance(value, int) and 0 < value < 1_000_000
-    ]
-    # RoBERTa-style models reserve two positions for the padding offset.
-    if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"} and limits:
-        limits[0] -= 2
-    model_limit = min(limits) if limits else 512
-    if requested is not None:
-        if not 1 <= requested <= model_limit:
-            raise ValueError(f"max_seq_length must be in [1, {model_limit}], got {requested}")
-        return int(requested)
-    return int(min(layout.max_seq_length or model_limit, model_limit))
 
 
 def _progress_bar(n_batches: int, enabled: bool):

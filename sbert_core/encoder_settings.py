@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sbert_core.encoder import ModelInfo, SentenceEncoder, inspect_model
+from sbert_core.encoder import SentenceEncoder
+from sbert_core.model_info import ModelInfo, inspect_model
 from sbert_core.pooling import PoolingMode
 from sbert_core.prompts import PromptTask
 

@@ -40,7 +40,7 @@ def save_encoder(
     Weights are saved in float32 whatever the encoder's compute dtype, so the artifact is the
     same model on every machine. The manifest's ``weights_sha256`` covers the transformer's
     weights and then those of the modules after pooling, in chain order (the identity
-    :func:`sbert_core.encoder.inspect_model` computes for the saved folder).
+    :func:`sbert_core.model_info.inspect_model` computes for the saved folder).
 
     Raises:
         FileExistsError: ``path`` exists and is not empty, and ``overwrite`` is False.

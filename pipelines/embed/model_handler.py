@@ -27,7 +27,7 @@ from pipelines.io.corpus_reader import CorpusRecord
 from pipelines.io.counters import METRICS_NAMESPACE
 from pipelines.vectors.checks import non_finite_rows
 from sbert_core import SentenceEncoder
-from sbert_core.encoder import EncodeResult
+from sbert_core.encode_result import EncodeResult
 from sbert_core.encoder_settings import EncoderSettings
 
 logger = logging.getLogger(__name__)

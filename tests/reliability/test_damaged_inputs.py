@@ -32,9 +32,9 @@ from pipelines.io.corpus_reader import (
     raw_rows,
     read_corpus_file,
 )
-from sbert_core.encoder import CUT_CHARS_PER_TOKEN
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import read_table
+from sbert_core.tokenizing import CUT_CHARS_PER_TOKEN
 
 REPO = Path(__file__).resolve().parents[2]
 

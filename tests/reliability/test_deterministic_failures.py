@@ -27,7 +27,7 @@ from pipelines.embed.model_handler import (
 )
 from pipelines.io.corpus_reader import CorpusRecord
 from sbert_core import SentenceEncoder
-from sbert_core.encoder import EncodeResult
+from sbert_core.encode_result import EncodeResult
 
 DEVICE_ERROR = "CUDA error: no kernel image is available for execution on the device"
 

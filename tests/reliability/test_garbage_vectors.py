@@ -29,7 +29,7 @@ from pipelines.vectors.checks import NonFiniteEmbeddingError, require_finite
 from pipelines.vectors.communities import detect_communities
 from pipelines.vectors.kmeans import fit_spherical_kmeans
 from sbert_core import SentenceEncoder
-from sbert_core.encoder import EncodeResult
+from sbert_core.encode_result import EncodeResult
 
 
 @pytest.fixture(scope="module")
