@@ -56,6 +56,7 @@ from sbert_core.training_data import ExampleSet
 from sbert_core.training_distributed import (
     Processes,
     data_parallel,
+    finish_together,
     join_processes,
     leave_processes,
     training_device,
@@ -168,7 +169,9 @@ def train(
     device = training_device(config)
     processes = join_processes(device)
     try:
-        return _TrainingRun(loss, examples, config, evaluator, device, processes).fit(callbacks)
+        result = _TrainingRun(loss, examples, config, evaluator, device, processes).fit(callbacks)
+        finish_together(processes)
+        return result
     finally:
         leave_processes(processes)
 

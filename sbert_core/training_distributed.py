@@ -62,6 +62,16 @@ def join_processes(device: torch.device) -> Processes:
     return Processes(dist.get_rank(), dist.get_world_size(), owns_group=True)
 
 
+def finish_together(processes: Processes) -> None:
+    """Wait until every process has finished training (call only on success).
+
+    Tearing gloo down while a peer is still busy (the main process evaluating or writing a
+    checkpoint) can abort the other process ("terminate called without an active exception").
+    """
+    if processes.world_size > 1 and dist.is_initialized():
+        dist.barrier()
+
+
 def leave_processes(processes: Processes) -> None:
     """End the process group if :func:`join_processes` started it."""
     if processes.owns_group and dist.is_initialized():

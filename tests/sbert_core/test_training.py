@@ -295,6 +295,9 @@ def _train_in_process_group(rank, world_size, port, model_dir, out_dir):
             train(loss, examples, quick_config(epochs=1, batch_size=12))
             if rank == 0:
                 save_file(weights(loss), os.path.join(out_dir, f"{name}.safetensors"))
+        # Both ranks leave together: tearing gloo down while the peer is still busy (rank 0
+        # saving) can abort the other process ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
