@@ -92,7 +92,6 @@ from pipelines.dedup.files import (
     embedding_ids,
     groups_table,
     open_embeddings,
-    write_table,
 )
 from pipelines.dedup.groups import (
     deduplicate,
@@ -107,6 +106,7 @@ from pipelines.dedup.order import corpus_spec, item_texts, order_rank, paired_it
 from pipelines.dedup.outputs import REPORT_FILE, largest_groups, write_id_lists, write_report
 from pipelines.dedup.summary import DedupSummary
 from pipelines.dedup.sweep import Ranker, group_at, sweep_methods
+from pipelines.io.atomic import write_table
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import PairsOutput
 from pipelines.io.staged_output import prepare_output

@@ -56,6 +56,7 @@ from jobs.job_options import (
 )
 from jobs.parsers.pairs import build_parser
 from jobs.pipeline_run import options_for, show_progress, transform_runner
+from pipelines.io.atomic import write_table
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.embeddings import EmbeddingsDataset, all_shards, count_rows, shard_paths
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
@@ -69,7 +70,6 @@ from pipelines.pairs.files import (
     VectorReader,
     needs_normalizing,
     part_path,
-    write_table,
 )
 from pipelines.pairs.known_pairs import known_pairs_recall
 from pipelines.pairs.plan import (

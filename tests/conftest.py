@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from testdata import DATA_DIR, build_st_dir, build_tiny_bert, read_tsv
+from testdata import DATA_DIR, SAMPLE_TEXTS, build_st_dir, build_tiny_bert, read_tsv
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -39,17 +39,7 @@ def tiny_encoder(tiny_st_dir):
 @pytest.fixture(scope="session")
 def sample_texts() -> list[str]:
     """Short and long texts, including some longer than the tiny model's 48-token limit."""
-    base = [
-        "a man plays the guitar",
-        "A woman is eating food.",
-        "the dog runs on the road in the rain",
-        "how do i play music?",
-        "sky",
-        "Why is the sky blue and the sun red?",
-        "the cat and the dog and the man and the woman " * 6,
-        "Quick brown foxes jump; 42 times!",
-    ]
-    return base + [f"{text} {i}" for i, text in enumerate(base * 3)]
+    return SAMPLE_TEXTS + [f"{text} {i}" for i, text in enumerate(SAMPLE_TEXTS * 3)]
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,19 @@ _WORDS = (
 ).split()
 
 
+# Short and long texts (the long one passes the tiny models' 48-token limit), punctuation, case.
+SAMPLE_TEXTS = [
+    "a man plays the guitar",
+    "A woman is eating food.",
+    "the dog runs on the road in the rain",
+    "how do i play music?",
+    "sky",
+    "Why is the sky blue and the sun red?",
+    "the cat and the dog and the man and the woman " * 6,
+    "Quick brown foxes jump; 42 times!",
+]
+
+
 def build_tiny_bert(
     directory: Path, *, seed: int = 0, hidden: int = 32, max_positions: int = 64
 ) -> Path:

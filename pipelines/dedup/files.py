@@ -146,12 +146,6 @@ def groups_table(
     )
 
 
-def write_table(path: str, table: pa.Table) -> None:
-    """Write one Parquet file on any Beam filesystem."""
-    with FileSystems.create(path) as handle:
-        pq.write_table(table, handle)
-
-
 def encode_id(value: str) -> str:
     """An id as one line of an id list (without the line feed)."""
     if "\\" not in value and "\n" not in value and "\r" not in value:

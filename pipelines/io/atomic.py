@@ -122,6 +122,12 @@ def write_parquet_replacing(path: str, tables: Iterable[pa.Table], schema: pa.Sc
     return files.rows
 
 
+def write_table(path: str, table: pa.Table) -> int:
+    """Write one table as a Parquet file whole or not at all (see
+    :func:`write_parquet_replacing`); its rows."""
+    return write_parquet_replacing(path, [table], table.schema)
+
+
 class StagedFiles:
     """Parquet files written under temporary names and renamed together when all are done.
 

@@ -78,12 +78,6 @@ def pairs_table(ids: pa.Array, a: np.ndarray, b: np.ndarray, scores: np.ndarray)
     )
 
 
-def write_table(path: str, table: pa.Table) -> None:
-    """Write one table to a Parquet file on any Beam filesystem (used for empty outputs)."""
-    with FileSystems.create(path) as handle:
-        pq.write_table(table, handle)
-
-
 def needs_normalizing(manifest: dict) -> bool:
     """Whether rows must be L2-normalised here: unless the embed stage wrote unit float32 rows.
 

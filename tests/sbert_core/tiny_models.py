@@ -14,7 +14,7 @@ import string
 from collections.abc import Callable
 from pathlib import Path
 
-from testdata import build_tiny_bert
+from testdata import SAMPLE_TEXTS, build_tiny_bert
 
 HIDDEN = 32
 MAX_POSITIONS = 64
@@ -28,14 +28,7 @@ _CORPUS += [text.capitalize() + "." for text in _CORPUS] + list(string.punctuati
 
 # Texts for parity checks: short, long (past the 48-token limit of st_folder), punctuation, case.
 TEXTS = [
-    "a man plays the guitar",
-    "A woman is eating food.",
-    "the dog runs on the road in the rain",
-    "how do i play music?",
-    "sky",
-    "Why is the sky blue and the sun red?",
-    "the cat and the dog and the man and the woman " * 6,
-    "Quick brown foxes jump; 42 times!",
+    *SAMPLE_TEXTS,
     "where is the house with the green tree",
     "what does this question answer",
 ]
