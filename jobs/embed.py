@@ -52,13 +52,14 @@ from pipelines.io.counters import METRICS_NAMESPACE
 from pipelines.io.embeddings import count_rows, shard_paths
 from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout, join
+from pipelines.io.schemas import ERRORS_DIR
 from pipelines.io.staged_output import StagedOutput
 from sbert_core.encoder_settings import EncoderSettings
 
 logger = logging.getLogger(__name__)
 
 # What an embed run writes: parts at the top level and under errors/ (docs/architecture.md).
-LAYOUT = OutputLayout(datasets=("", "errors"))
+LAYOUT = OutputLayout(datasets=("", ERRORS_DIR))
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class EmbedSummary:
         truncated = "" if self.truncated is None else f", {self.truncated} truncated"
         return (
             f"read {self.read} rows: {self.embedded} embedded{truncated}, {self.rejected} rejected "
-            f"(see {join(self.output, 'errors')}) in {self.seconds:.1f}s ({rate:.0f} texts/s) "
+            f"(see {join(self.output, ERRORS_DIR)}) in {self.seconds:.1f}s ({rate:.0f} texts/s) "
             f"-> {self.output}"
         )
 
@@ -231,7 +232,7 @@ def _finish(
     attempt = out.attempt
     parts = shard_paths(attempt)
     embedded = count_rows(parts)
-    rejected = count_rows(shard_paths(join(attempt, "errors")))
+    rejected = count_rows(shard_paths(join(attempt, ERRORS_DIR)))
     ledger = read_ledger(attempt)
     kept = f"; the previous content of {args.output} is unchanged"
     unread = sorted({path for path, _, _ in files} - set(ledger))
@@ -253,12 +254,12 @@ def _finish(
     if read and rejected / read > args.max_error_rate:
         raise JobFailedError(
             f"{rejected} of {read} rows rejected ({rejected / read:.1%}), more than "
-            f"--max-error-rate {args.max_error_rate:.1%}; see {join(attempt, 'errors')}; "
+            f"--max-error-rate {args.max_error_rate:.1%}; see {join(attempt, ERRORS_DIR)}; "
             f"nothing was published{kept}"
         )
     if read and not embedded and not args.allow_all_rejected:
         raise JobFailedError(
-            f"all {read} rows were rejected, none embedded (see {join(attempt, 'errors')}); "
+            f"all {read} rows were rejected, none embedded (see {join(attempt, ERRORS_DIR)}); "
             f"nothing was published{kept}; pass --allow-all-rejected to publish such a run"
         )
     manifest = {

@@ -26,6 +26,7 @@ from pipelines.dedup.groups import DuplicateGroups
 from pipelines.io.embeddings import EmbeddingsDataset, require_compatible, shard_paths
 from pipelines.io.output_dir import join
 from pipelines.io.pairs_output import PairsOutput
+from pipelines.io.schemas import ERRORS_DIR
 from pipelines.vectors.cosine_range import clamp_cosines
 
 GROUPS_FILE, KEPT_FILE, REMOVED_FILE = "groups.parquet", "kept_ids.txt", "removed_ids.txt"
@@ -113,7 +114,7 @@ def embed_error_ids(datasets: list[EmbeddingsDataset]) -> set[str]:
     """Ids of the rows the embed jobs rejected (their ``errors/``), where the id was known."""
     found: set[str] = set()
     for dataset in datasets:
-        for path in shard_paths(join(dataset.directory, "errors")):
+        for path in shard_paths(join(dataset.directory, ERRORS_DIR)):
             with FileSystems.open(path) as handle:
                 column = pq.read_table(handle, columns=["id"]).column("id")
             found.update(value for value in column.to_pylist() if value is not None)

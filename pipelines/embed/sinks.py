@@ -23,7 +23,7 @@ from apache_beam.ml.inference.base import PredictionResult
 from pipelines.io.atomic import write_parquet_replacing
 from pipelines.io.corpus_reader import RejectedRow
 from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.schemas import ERRORS_SCHEMA, embeddings_schema, embeddings_table
+from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_schema, embeddings_table
 from pipelines.io.shards import stable_bucket
 
 
@@ -145,11 +145,11 @@ class WriteEmbeddings(beam.PTransform):
 
 
 class WriteErrors(beam.PTransform):
-    """RejectedRow -> ``DIR/errors/part-*.parquet`` (id, source, reason, excerpt)."""
+    """RejectedRow -> ``DIR/<ERRORS_DIR>/part-*.parquet`` (id, source, reason, excerpt)."""
 
     def __init__(self, directory: str, *, num_shards: int | None = None) -> None:
         super().__init__()
-        self._prefix = FileSystems.join(directory, "errors", "part")
+        self._prefix = FileSystems.join(directory, ERRORS_DIR, "part")
         self._num_shards = num_shards
 
     def expand(self, rejected):

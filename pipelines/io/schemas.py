@@ -87,6 +87,9 @@ PAIRS_SCHEMA = pa.schema(
 )
 
 
+# The dead letters' folder inside an embeddings output (docs/architecture.md).
+ERRORS_DIR = "errors"
+
 ERRORS_SCHEMA = pa.schema(
     [
         pa.field("id", pa.string()),
