@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from sbert_core.errors import ModelLoadError
+from sbert_core.model_json import read_json_object
 from sbert_core.module_chain import HeadEntry, read_module_chain
 from sbert_core.pooling import PoolingConfig
 from sbert_core.prompts import PromptSettings
@@ -108,7 +109,7 @@ def weight_files(transformer_dir: Path, allow_pickle: bool = False) -> list[Path
     if single.is_file():
         files = [single]
     elif index.is_file():
-        weight_map = _read_json(index).get("weight_map")
+        weight_map = read_json_object(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ModelLoadError(f"{index}: no weight_map naming the shard files")
         shard_names = sorted(set(map(str, weight_map.values())))
@@ -237,10 +238,3 @@ def sha256_of_files(paths: list[Path]) -> str:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ModelLoadError(f"{path}: unreadable JSON ({err})") from err

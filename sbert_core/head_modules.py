@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sbert_core.errors import ModelLoadError
+from sbert_core.model_json import read_json_object
 
 HeadKind = Literal["dense", "layer_norm", "normalize", "dropout"]
 HEAD_KINDS: dict[str, HeadKind] = {
@@ -200,7 +201,7 @@ def load_head_module(
             input, missing/foreign/misshapen/non-finite weights; the message names the file.
     """
     config_file = folder / "config.json"
-    config = _read_config(config_file) if config_file.is_file() else {}
+    config = read_json_object(config_file) if config_file.is_file() else {}
     for key in ("module_input_name", "module_output_name"):
         if config.get(key, _SENTENCE_EMBEDDING) not in (None, _SENTENCE_EMBEDDING):
             raise ModelLoadError(
@@ -347,16 +348,6 @@ def _load_weights(module: nn.Module, folder: Path, *, allow_pickle: bool) -> Non
         if not np.isfinite(tensor.detach().float().numpy()).all():
             raise ModelLoadError(f"{source}: tensor {name!r} has NaN or infinite values")
     module.load_state_dict({name: state[name].float() for name in expected})
-
-
-def _read_config(path: Path) -> dict:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ModelLoadError(f"{path}: unreadable JSON ({err})") from err
-    if not isinstance(config, dict):
-        raise ModelLoadError(f"{path}: expected a JSON object")
-    return config
 
 
 def _positive_int(config: dict, key: str, source: Path) -> int:

@@ -14,12 +14,12 @@ format, another task head, query expansion, processor overrides) are refused, na
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from sbert_core.errors import ModelLoadError
 from sbert_core.head_modules import HEAD_KINDS, HeadKind
+from sbert_core.model_json import read_json
 
 _ROUTERS = ("Router", "Asym")
 # sentence_bert_config.json: the file names older sentence-transformers versions used as well.
@@ -104,7 +104,7 @@ def read_module_chain(root: Path, inside) -> ModuleChain:
             not Transformer -> Pooling -> head modules.
     """
     modules_file = root / "modules.json"
-    modules = _read_json(modules_file)
+    modules = read_json(modules_file)
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ModelLoadError(f"{modules_file}: expected a list of module objects")
     roles: list[tuple[str, Path]] = []
@@ -153,7 +153,7 @@ def read_transformer_settings(transformer_dir: Path) -> TransformerSettings:
     )
     if path is None:
         return TransformerSettings()
-    config = _read_json(path)
+    config = read_json(path)
     if not isinstance(config, dict):
         raise ModelLoadError(f"{path}: expected a JSON object")
     for key, expected in _FIXED_SETTINGS.items():
@@ -198,10 +198,3 @@ def read_transformer_settings(transformer_dir: Path) -> TransformerSettings:
         do_lower_case=bool(config.get("do_lower_case", False)),
         padding_side=padding_side,
     )
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ModelLoadError(f"{path}: unreadable JSON ({err})") from err

@@ -15,12 +15,13 @@ The config reader accepts both sentence-transformers spellings: the old
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
 import torch
+
+from sbert_core.model_json import read_json_object
 
 PoolingMode = Literal["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
 POOLING_MODES: tuple[str, ...] = get_args(PoolingMode)
@@ -197,13 +198,13 @@ class PoolingConfig:
 
     @classmethod
     def load(cls, path: Path) -> PoolingConfig:
-        """Read ``config.json`` of a pooling module folder."""
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path}: unreadable pooling config ({err})") from err
-        if not isinstance(config, dict):
-            raise ValueError(f"{path}: the pooling config is not a JSON object")
+        """Read ``config.json`` of a pooling module folder.
+
+        Raises:
+            ModelLoadError: the file is unreadable or not a JSON object.
+            ValueError: the config names no valid pooling.
+        """
+        config = read_json_object(path)
         return cls.from_dict(config, source=str(path))
 
     def to_dict(self) -> dict:

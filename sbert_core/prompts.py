@@ -16,13 +16,13 @@ sentence-transformers.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from sbert_core.errors import ModelLoadError
+from sbert_core.model_json import read_json_object
 
 CONFIG_FILE = "config_sentence_transformers.json"
 PromptTask = Literal["query", "document"]
@@ -67,12 +67,7 @@ class PromptSettings:
         path = model_dir / CONFIG_FILE
         if not path.is_file():
             return cls()
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ModelLoadError(f"{path}: unreadable JSON ({err})") from err
-        if not isinstance(config, dict):
-            raise ModelLoadError(f"{path}: expected a JSON object")
+        config = read_json_object(path)
         prompts = config.get("prompts") or {}
         default = config.get("default_prompt_name")
         if not isinstance(prompts, dict) or not (default is None or isinstance(default, str)):
