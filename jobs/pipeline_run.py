@@ -33,9 +33,18 @@ def options_for(beam_args: list[str], test_pipeline: beam.Pipeline | None) -> Pi
     return test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
 
 
-def show_progress(options: PipelineOptions) -> None:
-    """Log the stages' progress (INFO) on a local runner, where the user watches the terminal."""
-    if is_local(options):
+def show_progress(options: PipelineOptions | None = None) -> None:
+    """Show the stages' progress where the user watches the terminal: on a local runner (or,
+    for ``options=None``, a job that runs in this process), unless ``--quiet`` raised the log
+    level above WARNING. Then the long loops draw bars (:mod:`pipelines.io.progress`) and the
+    stages' INFO lines are logged; otherwise progress is off. Bars left by an earlier job in
+    this process are closed first."""
+    from pipelines.io.progress import enable_progress
+
+    quiet = logging.getLogger().getEffectiveLevel() > logging.WARNING
+    on = not quiet and (options is None or is_local(options))
+    enable_progress(on)
+    if on:
         logging.getLogger("pipelines").setLevel(logging.INFO)
 
 
