@@ -25,6 +25,7 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from pipelines.io.corpus_reader import CorpusRecord
 from pipelines.io.counters import METRICS_NAMESPACE
+from pipelines.io.progress import EMBED_PROGRESS, shared_progress
 from pipelines.vectors.checks import non_finite_rows
 from sbert_core import SentenceEncoder
 from sbert_core.encode_result import EncodeResult
@@ -136,6 +137,7 @@ class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]
         """Load the encoder on the worker (called once per process or machine)."""
         encoder = self._settings.load()
         logger.info("loaded %s on %s (%s)", encoder.model_id, encoder.device, encoder.dtype)
+        shared_progress(EMBED_PROGRESS, "texts").start()  # the rate counts from the first batch
         return encoder
 
     def run_inference(
@@ -238,6 +240,10 @@ class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]
         return self._share
 
     def _log_progress(self, n: int) -> None:
+        bar = shared_progress(EMBED_PROGRESS, "texts")
+        if bar.enabled:  # the launcher's process draws a bar; the log line is for other workers
+            bar.update(n)
+            return
         now = time.monotonic()
         if not self._started:
             self._started = self._last_log = now

@@ -38,6 +38,9 @@ from tqdm import tqdm
 
 # Seconds between plain lines when the stream is not a terminal.
 PLAIN_INTERVAL = 30.0
+# The shared bar of the embed stage: the reader adds each file's records to its total, the
+# model handler counts the texts it embedded.
+EMBED_PROGRESS = "embed"
 
 
 @dataclass
