@@ -20,6 +20,7 @@ from apache_beam.io.parquetio import WriteToParquet, WriteToParquetBatched
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import PredictionResult
 
+from pipelines.embed.exact_copies import COPY_OF, is_copy
 from pipelines.io.atomic import write_parquet_replacing
 from pipelines.io.corpus_reader import RejectedRow
 from pipelines.io.counters import METRICS_NAMESPACE
@@ -27,19 +28,26 @@ from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_schema, e
 from pipelines.io.shards import stable_bucket
 
 
-def output_schema(dim: int, dtype: str, keep_text: bool, keep_fields: tuple[str, ...]) -> pa.Schema:
-    """The ``embeddings/`` schema for a job's options."""
-    extra = [pa.field(name, pa.string()) for name in keep_fields]
+def output_schema(
+    dim: int, dtype: str, keep_text: bool, keep_fields: tuple[str, ...], *, copy_of: bool = False
+) -> pa.Schema:
+    """The ``embeddings/`` schema for a job's options; ``copy_of`` (``--exact-dedup``) adds the
+    nullable ``copy_of`` column last (pipelines/embed/exact_copies.py)."""
+    names = (*keep_fields, COPY_OF) if copy_of else keep_fields
+    extra = [pa.field(name, pa.string()) for name in names]
     return embeddings_schema(dim, dtype, with_text=keep_text, extra=extra)
 
 
 class _ToTableFn(beam.DoFn):
     """Lists of PredictionResults -> one Arrow table each (numpy-stacked, no per-float objects)."""
 
-    def __init__(self, dtype: str, keep_text: bool, keep_fields: tuple[str, ...]) -> None:
+    def __init__(
+        self, dtype: str, keep_text: bool, keep_fields: tuple[str, ...], copy_of: bool = False
+    ) -> None:
         self._dtype = dtype
         self._keep_text = keep_text
         self._keep_fields = keep_fields
+        self._copy_of = copy_of
         self._embedded = Metrics.counter(METRICS_NAMESPACE, "embedded")
         self._truncated = Metrics.counter(METRICS_NAMESPACE, "truncated")
         self._tokens = Metrics.counter(METRICS_NAMESPACE, "tokens")
@@ -50,7 +58,15 @@ class _ToTableFn(beam.DoFn):
         truncated = np.fromiter((r.inference.truncated for r in batch), bool, len(batch))
         self._embedded.inc(len(batch))
         self._truncated.inc(int(truncated.sum()))
-        self._tokens.inc(int(n_tokens.sum()))
+        # Tokens the model encoded: a copy's are its representative's, counted there.
+        copies = np.fromiter((is_copy(r) for r in batch), bool, len(batch))
+        self._tokens.inc(int(n_tokens[~copies].sum()))
+        extra = {
+            name: [r.fields[position][1] for r in records]
+            for position, name in enumerate(self._keep_fields)
+        }
+        if self._copy_of:
+            extra[COPY_OF] = [getattr(r.inference, COPY_OF, None) for r in batch]
         return embeddings_table(
             [r.id for r in records],
             np.stack([result.inference.vector for result in batch]),  # (B, d)
@@ -58,10 +74,7 @@ class _ToTableFn(beam.DoFn):
             truncated,
             dtype=self._dtype,
             texts=[r.text for r in records] if self._keep_text else None,
-            extra={
-                name: [r.fields[position][1] for r in records]
-                for position, name in enumerate(self._keep_fields)
-            },
+            extra=extra,
         )
 
     def process(self, batch: list[PredictionResult]) -> Iterable[pa.Table]:
@@ -108,7 +121,11 @@ def _errors_table(rows: list[RejectedRow]) -> pa.Table:
 
 
 class WriteEmbeddings(beam.PTransform):
-    """PredictionResult(record, Embedding) -> ``DIR/part-SSSSS-of-NNNNN.parquet``."""
+    """PredictionResult(record, Embedding) -> ``DIR/part-SSSSS-of-NNNNN.parquet``.
+
+    With ``copy_of``, the schema's last column names each copy's representative
+    (``CopiedEmbedding.copy_of``; null for the rows embedded themselves).
+    """
 
     def __init__(
         self,
@@ -120,11 +137,12 @@ class WriteEmbeddings(beam.PTransform):
         keep_fields: tuple[str, ...],
         num_shards: int | None = None,
         rows_per_table: int = 4096,
+        copy_of: bool = False,
     ) -> None:
         super().__init__()
         self._prefix = FileSystems.join(directory, "part")
         self._schema = schema
-        self._tables = _ToTableFn(dtype, keep_text, keep_fields)
+        self._tables = _ToTableFn(dtype, keep_text, keep_fields, copy_of)
         self._num_shards = num_shards
         self._rows_per_table = rows_per_table
 
