@@ -25,8 +25,8 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from pipelines.io.corpus_reader import CorpusRecord
 from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.progress import EMBED_PROGRESS, shared_progress
 from pipelines.vectors.checks import non_finite_rows
+from pipelines.vectors.progress import EMBED_PROGRESS, shared_progress
 from sbert_core import SentenceEncoder
 from sbert_core.encode_result import EncodeResult
 from sbert_core.encoder_settings import EncoderSettings

@@ -53,6 +53,7 @@ import torch
 
 from pipelines.vectors.exact_scores import pair_scores_into, rescored_topk
 from pipelines.vectors.precision import Precision, one_thread, use_bf16
+from pipelines.vectors.progress import stage_progress
 from pipelines.vectors.tile_scan import scan_tile, start_lists
 
 # Rows per block when block_size is not given: a row's list starts from the top scores of its
@@ -258,6 +259,7 @@ def _candidate_pass(
     width = max((tile.columns[1] - tile.columns[0] for tile in plan), default=0)
     handout = iter(plan)
     handout_lock = threading.Lock()
+    tiles = stage_progress("pairs", total=len(plan), unit="tiles")  # one update per tile
 
     failed = threading.Event()
 
@@ -287,6 +289,7 @@ def _candidate_pass(
                     with locks[tile.row_block]:
                         lists.scan(scores, tile.rows, tile.columns, False, start)
                     started[tile.row_block].set()
+                    tiles.update()
                     continue
                 written = sorted({tile.row_block, tile.column_block} - {None})
                 for block in written:
@@ -299,8 +302,9 @@ def _candidate_pass(
                     lists.scan(
                         scores, tile.rows, tile.columns, tile.column_block is not None, start
                     )
+                tiles.update()
 
-    with one_thread(), ThreadPoolExecutor(workers, thread_name_prefix="allpairs") as pool:
+    with tiles, one_thread(), ThreadPoolExecutor(workers, thread_name_prefix="allpairs") as pool:
         for done in [pool.submit(work) for _ in range(workers)]:
             done.result()
 
