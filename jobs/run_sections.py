@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.io.embeddings import shard_paths
-from pipelines.io.html import bar_chart_svg, shown_text, size_histogram_svg
+from pipelines.io.html import SIMILARITY_AXIS, SIZE_AXIS, Bins, histogram_svg, shown_text
 from pipelines.io.output_dir import join
 from pipelines.io.pairs_output import PAIRS
 
@@ -27,7 +27,6 @@ from pipelines.io.pairs_output import PAIRS
 SHOWN_GROUPS = 10
 SHOWN_MEMBERS = 8
 SHOWN_CLUSTERS = 8
-SIMILARITY_BINS = 40
 
 
 @dataclass(frozen=True)
@@ -68,14 +67,14 @@ def _cluster_sizes(cluster_dir: str) -> str:
         return "<h2>Cluster sizes</h2><p>No clusters.</p>"
     return (
         f"<h2>Cluster sizes</h2><p>{len(sizes)} clusters, {int(sizes.sum())} items clustered; "
-        f"smallest {int(sizes.min())}, largest {int(sizes.max())}.</p>{size_histogram_svg(sizes)}"
+        f"smallest {int(sizes.min())}, largest {int(sizes.max())}.</p>"
+        + histogram_svg(Bins.of(sizes, integer=True), SIZE_AXIS, "clusters")
     )
 
 
 def _similarity(pairs_dir: str, low: float, dedup_threshold: float | None) -> str:
     """Histogram of the similar pairs' scores, streamed (bounded memory), with the dedup cut."""
-    edges = np.linspace(low, 1.0, SIMILARITY_BINS + 1)
-    counts = np.zeros(SIMILARITY_BINS, np.int64)
+    bins = Bins.round(low, 1.0)
     above = 0
     # Compared in float32, as the pairs and dedup stages compare scores with thresholds.
     cut_at = np.float32(dedup_threshold if dedup_threshold is not None else np.inf)
@@ -83,7 +82,7 @@ def _similarity(pairs_dir: str, low: float, dedup_threshold: float | None) -> st
         with FileSystems.open(path) as handle:
             for batch in pq.ParquetFile(handle).iter_batches(columns=["score"]):
                 scores = batch.column("score").to_numpy(zero_copy_only=False)
-                counts += np.histogram(np.clip(scores, low, 1.0), bins=edges)[0]
+                bins.add(scores)
                 above += int(np.count_nonzero(scores >= cut_at))
     cut = ""
     if dedup_threshold is not None:
@@ -92,9 +91,9 @@ def _similarity(pairs_dir: str, low: float, dedup_threshold: float | None) -> st
             "at or above it."
         )
     return (
-        f"<h2>Pair similarity</h2><p>{int(counts.sum())} pairs with cosine similarity "
+        f"<h2>Pair similarity</h2><p>{int(bins.counts.sum())} pairs with cosine similarity "
         f">= {low:g}.{cut}</p>"
-        + bar_chart_svg(counts, edges, "cosine similarity", "pairs", marker=dedup_threshold)
+        + histogram_svg(bins, SIMILARITY_AXIS, "pairs", marker=dedup_threshold)
     )
 
 

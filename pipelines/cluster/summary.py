@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from sklearn.feature_extraction.text import CountVectorizer
 
-from pipelines.io.html import shown_text, size_histogram_svg
+from pipelines.io.html import SIZE_AXIS, Bins, histogram_svg, shown_text
 from pipelines.vectors.cosine_range import clamp_cosines
 
 SUMMARY_SCHEMA = pa.schema(
@@ -259,7 +259,7 @@ ol {{ margin: 0; padding-left: 1.2em; }}
 <h1>Clusters</h1>
 <table>{fact_rows}</table>
 <h2>Cluster sizes</h2>
-{size_histogram_svg(sizes)}
+{histogram_svg(Bins.of(sizes, integer=True), SIZE_AXIS, "clusters")}
 <h2>Clusters, largest first</h2>
 {more}
 <table><tr><th>cluster</th><th>size</th><th>mean cos</th><th>distinctive terms</th>

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.dedup.groups import Histogram, SweepPoint
-from pipelines.io.html import bar_chart_svg, line_chart_svg, shown_text
+from pipelines.io.html import SIMILARITY_AXIS, Bins, histogram_svg, line_chart_svg, shown_text
 
 _WIDTH, _HEIGHT = 680, 280
 
@@ -94,7 +94,7 @@ tr.chosen {{ background: #fde0dd; font-weight: bold; }}
 <table>{fact_rows}</table>
 {note_list}
 <h2>Pair similarities</h2>
-{histogram_svg(histogram, threshold)}
+{similarity_svg(histogram, threshold)}
 <h2>Threshold sweep</h2>
 {sweep_svg(sweep, threshold)}
 {sweep_table(sweep, threshold)}
@@ -107,15 +107,13 @@ tr.chosen {{ background: #fde0dd; font-weight: bold; }}
 """
 
 
-def histogram_svg(histogram: Histogram, threshold: float) -> str:
+def similarity_svg(histogram: Histogram, threshold: float) -> str:
     """Bars of pair counts per similarity bin, the threshold as a vertical line."""
-    return bar_chart_svg(
-        histogram.counts,
-        histogram.edges,
-        "pair similarity (cosine)",
+    return histogram_svg(
+        Bins(histogram.edges, histogram.counts),
+        SIMILARITY_AXIS,
         "pairs",
         marker=threshold,
-        edge_format="{:.2f}",
         width=_WIDTH,
         height=_HEIGHT,
     )

@@ -13,7 +13,7 @@ from pipelines.cluster.summary import (
     summary_table,
     text_sample,
 )
-from pipelines.io.html import size_histogram_svg
+from pipelines.io.html import SIZE_AXIS, Bins, histogram_svg
 
 
 def test_class_based_tf_idf_known_values():
@@ -72,6 +72,7 @@ def test_summary_table_and_report():
 
 @pytest.mark.parametrize("sizes", [[], [5], [1, 1, 1], list(range(1, 500))])
 def test_histogram_is_valid_svg(sizes):
-    svg = ET.fromstring(size_histogram_svg(np.array(sizes, dtype=np.int64)))
+    bins = Bins.of(np.array(sizes, dtype=np.int64), integer=True)
+    svg = ET.fromstring(histogram_svg(bins, SIZE_AXIS, "clusters"))
     bars = svg.findall("{http://www.w3.org/2000/svg}rect")
     assert 1 <= len(bars) <= 30

@@ -7,14 +7,8 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from pipelines.io.html import (
-    Series,
-    bar_chart_svg,
-    line_chart_svg,
-    lines_svg,
-    nice_ticks,
-    size_histogram_svg,
-)
+from pipelines.io.html import Bins, Series, histogram_svg, line_chart_svg, lines_svg
+from pipelines.io.ticks import axis_ticks
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -27,20 +21,20 @@ def _texts(svg: str) -> list[str]:
     ("low", "high", "expected"),
     [
         (0.5, 1.0, [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
-        (0.0, 37.0, [0.0, 10.0, 20.0, 30.0]),
+        (0.0, 37.0, [0.0, 10.0, 20.0, 30.0, 40.0]),
         (-1.0, 1.0, [-1.0, -0.5, 0.0, 0.5, 1.0]),
         (0.9, 0.96, [0.9, 0.92, 0.94, 0.96]),
-        (3.0, 3.0, [3.0]),
+        (3.0, 3.0, [3.0, 3.1, 3.2, 3.3]),
     ],
 )
-def test_nice_ticks_are_round_and_inside_the_range(low, high, expected):
-    assert nice_ticks(low, high) == pytest.approx(expected)
+def test_axis_ticks_are_round_and_cover_the_range(low, high, expected):
+    assert axis_ticks(low, high) == pytest.approx(expected)
 
 
 def test_bar_chart_labels_round_ticks_and_marks_the_threshold():
-    edges = np.linspace(0.5, 1.0, 41)  # the run report's 40 similarity bins from 0.5
+    edges = np.linspace(0.5, 1.0, 41)  # 40 similarity bins from 0.5
     counts = np.arange(40) * 3
-    svg = bar_chart_svg(counts, edges, "cosine similarity", "pairs", marker=0.83)
+    svg = histogram_svg(Bins(edges, counts), "cosine similarity", "pairs", marker=0.83)
     root = ET.fromstring(svg)
     assert len(root.findall(f"{SVG}rect")) == 40
     texts = _texts(svg)
@@ -49,16 +43,16 @@ def test_bar_chart_labels_round_ticks_and_marks_the_threshold():
         assert tick in texts
     assert "0" in texts and "100" in texts  # y ticks: whole counts from 0 (tallest is 117)
     assert "threshold 0.83" in texts and "cosine similarity" in texts and "pairs" in texts
-    assert "threshold" not in bar_chart_svg(counts, edges, "x", "y", marker=0.2)  # outside
+    assert "threshold" not in histogram_svg(Bins(edges, counts), "x", "y", marker=0.2)  # outside
 
 
 def test_bar_chart_refuses_edges_that_do_not_fit_the_counts():
     with pytest.raises(ValueError, match="3 bins need 4 edges, got 3"):
-        bar_chart_svg([1, 2, 3], [0.0, 0.5, 1.0], "x", "y")
+        Bins([0.0, 0.5, 1.0], [1, 2, 3])
 
 
 def test_labels_are_escaped():
-    svg = bar_chart_svg([1], [0.0, 1.0], "a <b>", "c & d", marker=0.5, marker_label="<t>")
+    svg = histogram_svg(Bins([0.0, 1.0], [1]), "a <b>", "c & d", marker=0.5, marker_label="<t>")
     assert "<b>" not in svg and "&lt;b&gt;" in svg and "&amp;" in svg and "&lt;t&gt;" in svg
     ET.fromstring(svg)
 
@@ -72,7 +66,7 @@ def test_line_chart_highlights_the_marked_point():
 
 
 def test_cluster_size_ticks_are_whole_numbers():
-    texts = _texts(size_histogram_svg(np.array([1, 1, 2, 3, 3, 3, 9])))
+    texts = _texts(histogram_svg(Bins.of([1, 1, 2, 3, 3, 3, 9], integer=True), "size", "clusters"))
     numbers = [t for t in texts if t.replace(".", "").isdigit()]
     assert numbers and all("." not in t for t in numbers)
 
