@@ -41,6 +41,7 @@ from pipelines.index.planner import POINTS_PER_CENTROID
 from pipelines.index.tuning import RECALL_K, SearchTuning, queries_per_second, tune_search_parameter
 from pipelines.vectors.checks import require_finite
 from pipelines.vectors.exact_truth import ExactTopK, Metric
+from pipelines.vectors.progress import stage_progress
 
 logger = logging.getLogger(__name__)
 
@@ -300,19 +301,23 @@ def fill_index(
     *,
     use_gpu: bool,
     exact: ExactTopK | None = None,
+    total: int | None = None,
 ) -> tuple[faiss.Index, str]:
-    """Add raw vector batches to a trained index (feeding ``exact`` the same batches).
+    """Add raw vector batches to a trained index (feeding ``exact`` the same batches);
+    ``total``, the vectors expected, gives the progress bar its ETA.
 
     Returns:
         ``(index, device)``: the filled CPU index and where the adding ran.
     """
 
     def add_all(target: faiss.Index) -> None:
-        for vectors in batches:
-            prepared = prepare_vectors(vectors, metric)
-            target.add(prepared)
-            if exact is not None:
-                exact.add(prepared)
+        with stage_progress("index", total=total, unit="vectors") as bar:
+            for vectors in batches:
+                prepared = prepare_vectors(vectors, metric)
+                target.add(prepared)
+                if exact is not None:
+                    exact.add(prepared)
+                bar.update(len(prepared))
 
     return _on_device(index, add_all, use_gpu)
 
@@ -378,6 +383,7 @@ def build_index(source: VectorSource, settings: BuildSettings) -> BuiltIndex:
         settings.metric,
         use_gpu=settings.gpu(),
         exact=exact,
+        total=source.count - len(trained.held_out),
     )
     expected = source.count - len(trained.held_out)
     if index.ntotal != expected:

@@ -33,6 +33,7 @@ from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.pairs.files import neighbors_table, pairs_table, part_path
 from pipelines.pairs.transforms import METRICS_NAMESPACE, PairsSettings, write_parquet
 from pipelines.vectors.block_search import BlockResult, search_block
+from pipelines.vectors.progress import shared_progress
 
 
 def plan_ranges(n: int, count: int) -> list[tuple[int, int]]:
@@ -98,6 +99,7 @@ class _SearchRangeFn(beam.DoFn):
             self._vectors, s.k, threshold=s.threshold, rows=(start, stop), precision=s.precision
         )
         self._searched.inc(stop - start)
+        shared_progress("pairs (query ranges)", "ranges", total=self._count).update()
         yield _write_range(s, self._ids, index, self._count, (start, stop), result)
 
 

@@ -35,6 +35,7 @@ import torch
 
 from pipelines.vectors.checks import require_finite
 from pipelines.vectors.precision import Precision, normalize_rows, one_thread, use_bf16
+from pipelines.vectors.progress import stage_progress
 from pipelines.vectors.records import field_record
 
 logger = logging.getLogger(__name__)
@@ -445,6 +446,8 @@ def fit_spherical_kmeans(
     history: list[float] = []
     reseeded = 0
     converged = False
+    bar = stage_progress("k-means", total=iterations, unit="iterations")
+    bar.start()
     for _ in range(iterations):
         current = assign(data, centroids, precision=precision, block_size=block_size)
         counts = np.bincount(current.labels, minlength=k)
@@ -453,11 +456,13 @@ def fit_spherical_kmeans(
         reseeded += moved
         centroids, _ = _sums(data, current, k).centroids(centroids)
         history.append(current.objective)
+        bar.update()  # converging stops short of the total
         if len(history) > 1 and not moved:
             previous, latest = history[-2], history[-1]
             if previous - latest <= tolerance * max(previous, 1e-12):
                 converged = True
                 break
+    bar.close()
     final = assign(data, centroids, precision=precision, block_size=block_size)
     empty_clusters = int(np.sum(np.bincount(final.labels, minlength=k) == 0))
     if empty_clusters:

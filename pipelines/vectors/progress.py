@@ -108,17 +108,20 @@ def stage_progress(description: str, total: int | None = None, unit: str = "it")
     )
 
 
-def shared_progress(description: str, unit: str = "it") -> Progress:
-    """The one :class:`Progress` named ``description`` in this process, made on first use.
+def shared_progress(description: str, unit: str = "it", total: int | None = None) -> Progress:
+    """The one :class:`Progress` named ``description`` in this process, made on first use
+    (with ``unit`` and ``total``; later calls' are ignored).
 
-    For work that Beam splits into bundles and DoFn instances (the embed stage): each reports
-    to the same bar, and its total can grow as the inputs are read (:meth:`Progress.add_total`).
-    Closed by :func:`close_shared_progress` (the job does it when its pipeline has run).
+    For work that Beam splits into bundles and DoFn instances (the embed stage, the pairs
+    stage's query ranges): each reports to the same bar, and its total can grow as the inputs
+    are read (:meth:`Progress.add_total`). It closes when its count reaches its total, else at
+    :func:`close_shared_progress` (the embed job calls it when its pipeline has run) or when
+    the next job turns progress on.
     """
     with _SHARED_LOCK:
         bar = _SETTING.shared.get(description) if progress_enabled() else None
         if bar is None:
-            bar = stage_progress(description, None, unit)
+            bar = stage_progress(description, total, unit)
             if bar.enabled:
                 _SETTING.shared[description] = bar
         return bar
@@ -137,7 +140,8 @@ class Progress:
 
     Thread-safe: the pairs scan's workers update one bar. The clock starts at :meth:`start`
     (or the first :meth:`update`), so the rate and ETA hold from the first batch on when the
-    loop calls ``start()`` before its first batch.
+    loop calls ``start()`` (or enters the ``with`` block) before its first batch. The bar
+    closes itself when the count reaches a known total.
 
     Args:
         description, total, unit: see :func:`stage_progress`.
@@ -199,14 +203,18 @@ class Progress:
             self._count += n
             if self._closed:
                 return
+            finished = bool(self._total) and self._count >= self._total
             if self._bar is not None:
                 self._bar.update(n)
-                return
-            now = self._clock()
-            if now - self._last_line >= self._interval:
-                self._last_line = now
-                self._stream.write(self.line(now) + "\n")
-                self._stream.flush()
+                if finished:
+                    self._bar.close()
+            else:
+                now = self._clock()
+                if now - self._last_line >= self._interval:
+                    self._last_line = now
+                    self._stream.write(self.line(now) + "\n")
+                    self._stream.flush()
+            self._closed = finished
 
     def add_total(self, n: int) -> None:
         """Grow the total by ``n`` (a total that was unknown starts at 0)."""
@@ -214,7 +222,7 @@ class Progress:
             return
         with self._lock:
             self._total = (self._total or 0) + n
-            if self._bar is not None:
+            if self._bar is not None and not self._closed:
                 self._bar.total = self._total
                 self._bar.refresh()
 
@@ -261,7 +269,6 @@ class Progress:
                 total=self._total,
                 desc=self.description,
                 unit=f" {self.unit}",
-                unit_scale=True,
                 file=self._stream,
                 dynamic_ncols=True,
                 # A bar inside another (tiles of one query range) goes when done; the outer stays.
