@@ -29,7 +29,7 @@ import faiss
 from jobs.errors import JobFailedError
 from jobs.job_options import job_output
 from jobs.parsers.index import build_parser
-from jobs.pipeline_run import options_for, transform_runner
+from jobs.pipeline_run import options_for, show_progress, transform_runner
 from pipelines.index.build import BuildSettings, BuiltIndex, build_index
 from pipelines.index.faiss_ops import default_train_sample, min_train_points, new_index
 from pipelines.index.files import (
@@ -192,6 +192,7 @@ def _build(args, out, data, sized, settings, beam_args, test_pipeline) -> IndexS
     factory = chosen.factory if chosen else args.factory
     settings = replace(settings, factory=factory)
     if args.shards is None:
+        show_progress()  # the whole build runs in this process
         built = build_index(data, settings)
         size, sha256 = write_index_file(built.index, out.path(INDEX_FILE))
         index_files, runner = [FileDigest(INDEX_FILE, size, sha256)], None
@@ -228,6 +229,7 @@ def _build(args, out, data, sized, settings, beam_args, test_pipeline) -> IndexS
 def _build_sharded(args, attempt: str, data, settings, beam_args, test_pipeline):
     """Train here, fill shards in Beam workers (writing below ``attempt``), merge here."""
     options = options_for(beam_args, test_pipeline)
+    show_progress(options)
     build, trained = prepare_sharded_build(data, attempt, settings, args.shards)
     fill = transform_runner(options, test_pipeline)("BuildIndexShards", BuildIndexShards(build))
     try:
