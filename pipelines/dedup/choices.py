@@ -23,3 +23,6 @@ DEFAULT_RADIUS_GAP = 0.10
 DEFAULT_MUTUAL_K = 10
 # The columns of a labelled-pairs file by default: Quora Question Pairs' names.
 LABEL_ID_A, LABEL_ID_B, LABEL_COLUMN = "qid1", "qid2", "is_duplicate"
+# --known-duplicates-field: the corpus field read when the embeddings kept it (the bundled
+# sample corpus has it), and the value that turns known duplicates off.
+KNOWN_FIELD, NO_KNOWN_FIELD = "duplicate_of", "none"
