@@ -36,10 +36,10 @@ def options_for(beam_args: list[str], test_pipeline: beam.Pipeline | None) -> Pi
 def show_progress(options: PipelineOptions | None = None) -> None:
     """Show the stages' progress where the user watches the terminal: on a local runner (or,
     for ``options=None``, a job that runs in this process), unless ``--quiet`` raised the log
-    level above WARNING. Then the long loops draw bars (:mod:`pipelines.io.progress`) and the
-    stages' INFO lines are logged; otherwise progress is off. Bars left by an earlier job in
+    level above WARNING. Then the long loops draw bars (:mod:`pipelines.vectors.progress`) and
+    the stages' INFO lines are logged; otherwise progress is off. Bars left by an earlier job in
     this process are closed first."""
-    from pipelines.io.progress import enable_progress
+    from pipelines.vectors.progress import enable_progress
 
     quiet = logging.getLogger().getEffectiveLevel() > logging.WARNING
     on = not quiet and (options is None or is_local(options))

@@ -36,6 +36,7 @@ from pipelines.io.corpus_reader import (
     read_corpus_file,
 )
 from pipelines.io.counters import METRICS_NAMESPACE
+from pipelines.vectors.progress import EMBED_PROGRESS, shared_progress
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import detect_format
 
@@ -93,7 +94,7 @@ class _ReadFileFn(beam.DoFn):
         self, file: tuple[str, str, int]
     ) -> Iterator[CorpusRecord | RejectedRow | FileRead]:
         path, id_prefix, _ = file
-        rows = 0
+        rows = rejected = 0
         try:
             with open_decompressed(path) as stream:
                 for item in read_corpus_file(stream, path, self._spec, id_prefix):
@@ -101,14 +102,17 @@ class _ReadFileFn(beam.DoFn):
                     self._read.inc()
                     if isinstance(item, RejectedRow):
                         self._rejected.inc()
+                        rejected += 1
                     yield item
         except DamagedFileError as err:
             damage = err.detail
         except OSError as err:  # opening failed: the file vanished or cannot be read
             damage = describe_damage(err)
         else:
+            shared_progress(EMBED_PROGRESS, "texts").add_total(rows - rejected)
             yield FileRead(path, rows)
             return
+        shared_progress(EMBED_PROGRESS, "texts").add_total(rows - rejected)
         if self._spec.on_bad_file != "skip":
             yield FileRead(path, rows, damage, fatal=True)
             return
@@ -267,6 +271,8 @@ class _KeepFirstFn(beam.DoFn):
         _, records = keyed
         first, *others = sorted(records, key=_source_order)
         yield first
+        if others:  # they will not be embedded
+            shared_progress(EMBED_PROGRESS, "texts").add_total(-len(others))
         for record in others:
             self._rejected.inc()
             reason = f"duplicate id (first seen at {first.source})"
