@@ -54,6 +54,7 @@ from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.schemas import ERRORS_DIR
 from pipelines.io.staged_output import StagedOutput
+from pipelines.vectors.progress import close_shared_progress
 from sbert_core.encoder_settings import EncoderSettings
 
 logger = logging.getLogger(__name__)
@@ -204,6 +205,8 @@ def _run_pipeline(
         finished = run_pipeline(pipeline, options, test_pipeline=test_pipeline)
     except DeterministicInferenceError as err:
         raise JobFailedError(f"{err}; nothing was published") from None
+    finally:
+        close_shared_progress()  # the embed bar's last count, before the summary or the error
     return _finish(
         args, out, description, options, spec, read_corpus.files, finished.result, finished.seconds
     )
