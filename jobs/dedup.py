@@ -68,6 +68,7 @@ writes nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import time
@@ -77,6 +78,7 @@ import numpy as np
 from jobs.dedup_options import check_args, check_options, check_settings, settings_of
 from jobs.errors import JobFailedError
 from jobs.parsers.dedup import build_parser
+from pipelines.dedup.copies import read_copies, reason_column
 from pipelines.dedup.corpus import (
     CORPUS_DIR,
     REJECTED_FILE,
@@ -149,17 +151,19 @@ def run(argv: list[str] | None = None) -> DedupSummary:
         )
     ids = embedding_ids(datasets)
     check_count(pairs_output, len(ids))
+    copies = read_copies(datasets, ids)  # rows of --exact-dedup embeddings: joined after grouping
     thresholds = sweep_thresholds(args.sweep_from, args.sweep_to, args.sweep_step, args.threshold)
     check_settings(args, settings, thresholds)
     reach = min(settings.radius_at(t) for t in thresholds)
     source = load_pairs(pairs_output, ids, args.threshold, thresholds, reach)
+    source = dataclasses.replace(source, pairs=copies.distinct(source.pairs))
     for note in source.notes:
         logger.warning("%s", note)
     labelled = _labels(args, ids)
 
     # Everything that can fail on the inputs happens before the output directory is touched.
     n, id_list = len(ids), ids.to_pylist()
-    grouped = paired_items(n, source.pairs, args.threshold)
+    grouped = paired_items(n, source.pairs, args.threshold) | copies.grouped_rows()
     wanted = paired_items(n, source.pairs, source.thresholds[0]) if rank_by_length else grouped
     index = {item: row for row, item in enumerate(id_list)}
     scan = _scan(args, datasets, index, wanted, settings.column) if args.corpus else None
@@ -173,15 +177,20 @@ def run(argv: list[str] | None = None) -> DedupSummary:
     lengths = text_lengths(texts, index, n)
     values = None if scan is None else scan.values
     ranker = Ranker(settings, n, source.pairs, rank, lengths, values)
-    sweeps = sweep_methods(settings, source.pairs, source.thresholds, ranker, labelled)
+    sweeps = sweep_methods(
+        settings, source.pairs, source.thresholds, ranker, labelled, copies=copies
+    )
     if args.method == "components":
         keep = args.keep or "first"
         groups = deduplicate(n, source.pairs, args.threshold, keep, rank=rank, text_lengths=lengths)
         scores = representative_scores(groups, source.pairs)
+        groups, scores, reasons = copies.join_groups(groups, scores, rank)
     else:
         keep = args.rank
         grouping = group_at(args.method, settings, source.pairs, args.threshold, ranker)
+        grouping = copies.join(grouping, rank)
         groups, scores = grouping.to_duplicate_groups(keep), grouping.matched_score
+        reasons = grouping.reason
     radius = settings.radius_at(args.threshold) if args.method in ("star", "split") else None
     facts = dict(
         threshold=args.threshold,
@@ -196,6 +205,7 @@ def run(argv: list[str] | None = None) -> DedupSummary:
         radius=radius,
         sweeps=sweeps,
         target_precision=args.target_precision,
+        copies=copies.n_copies if copies.n_copies else None,
     )
     if args.dry_run:
         removed = groups.removed
@@ -217,7 +227,10 @@ def run(argv: list[str] | None = None) -> DedupSummary:
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     final, args.output = args.output, out.attempt
     with out:
-        write_table(join(args.output, GROUPS_FILE), groups_table(ids, groups, rank, scores))
+        table = groups_table(ids, groups, rank, scores)
+        if copies.n_copies:  # otherwise groups.parquet keeps its schema
+            table = reason_column(table, ids, reasons)
+        write_table(join(args.output, GROUPS_FILE), table)
         n_kept, n_removed = write_id_lists(args.output, id_list, groups.kept, rank)
         if n_kept + n_removed != n or n_removed != groups.removed:
             raise JobFailedError(
@@ -249,6 +262,8 @@ def run(argv: list[str] | None = None) -> DedupSummary:
             args, settings, pairs_output, datasets, source, groups, summary, histogram, labelled
         )
         manifest["first_order"] = order_basis
+        if copies.n_copies:
+            manifest["exact_copies"] = copies.to_json()
         manifest["texts"] = {
             "source": text_source,
             "grouped": int(grouped.sum()),

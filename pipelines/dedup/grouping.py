@@ -22,8 +22,10 @@ REASONS: tuple[str, ...] = (
     "kept",
     "similar to its representative",
     "joined through other members",
+    # A copy of another row's normalised text (--exact-dedup embeddings; dedup/copies.py).
+    "same normalised text",
 )
-KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS = 0, 1, 2
+KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS, SAME_TEXT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class Grouping:
     matched: np.ndarray  # (n,) int64: a removed item's representative row, -1 for kept items
     matched_score: np.ndarray  # (n,) float32: score with it, NaN if kept or not a given pair
     # (n,) int8 index into REASONS: "similar to its representative" when matched_score reaches
-    # the threshold (star: rep_threshold), else "joined through other members".
+    # the threshold (star: rep_threshold), else "joined through other members"; "same
+    # normalised text" for a copy joined by pipelines/dedup/copies.py.
     reason: np.ndarray
     pairs_used: int  # pairs at or above the threshold
 

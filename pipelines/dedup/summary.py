@@ -36,6 +36,9 @@ class DedupSummary:
     radius: float | None = None  # star, split: the radius at the threshold
     sweeps: list[MethodSweep] = field(default_factory=list)
     target_precision: float | None = None
+    # Rows that copy another row's normalised text (--exact-dedup embeddings), all removed;
+    # None: the embeddings name no copies.
+    copies: int | None = None
 
     @property
     def chosen(self) -> MethodSweep | None:
@@ -71,10 +74,11 @@ class DedupSummary:
                 f"; corpus: wrote {self.corpus['written']} of {self.corpus['rows_read']} rows "
                 f"({self.corpus['not_embedded']} not embedded, see {REJECTED_FILE})"
             )
+        copies = f" ({self.copies} copies of a normalised text)" if self.copies else ""
         return (
             f"deduplicated {self.rows_in} rows at threshold {self.threshold:g} ({self.how()}): "
             f"{self.groups} groups (largest {self.largest}), kept {self.kept}, removed "
-            f"{self.removed}{corpus}{labels} in {self.seconds:.1f}s -> {self.output}"
+            f"{self.removed}{copies}{corpus}{labels} in {self.seconds:.1f}s -> {self.output}"
         )
 
     def _labels_line(self) -> str:

@@ -25,6 +25,7 @@ from pipelines.dedup.choices import (
     METHODS,
     RANKINGS,
 )
+from pipelines.dedup.copies import TextCopies
 from pipelines.dedup.grouping import Grouping
 from pipelines.dedup.groups import IndexedPairs, SweepPoint, threshold_sweep
 from pipelines.dedup.labels import LabelledPairs, LabelPoint, best_f1, evaluate, for_precision
@@ -180,8 +181,12 @@ def sweep_methods(
     ranker: Ranker,
     labelled: LabelledPairs | None = None,
     methods: Sequence[str] = METHODS,
+    copies: TextCopies | None = None,
 ) -> list[MethodSweep]:
     """Every method at every threshold (ascending), the chosen method first.
+
+    With ``copies`` (of an ``--exact-dedup`` embed run), ``pairs`` are the distinct rows' and
+    every grouping gets the copies joined (:mod:`pipelines.dedup.copies`).
 
     Raises:
         ValueError: the labels hold no duplicate pair, or a method's inputs are bad.
@@ -192,9 +197,13 @@ def sweep_methods(
             "F1 are undefined"
         )
     ordered = [settings.method, *(m for m in methods if m != settings.method)]
+    copies = copies if copies is not None else TextCopies.none(ranker.n)
     out = []
     for method in ordered:
-        counted = threshold_sweep(ranker.n, pairs, thresholds) if method == "components" else None
+        counted = None
+        if method == "components":
+            edges = copies.with_copy_edges(pairs)
+            counted = copies.counted(threshold_sweep(ranker.n, edges, thresholds))
         points, labels = [], []
         if counted is None or labelled is not None:
             groupings = sweep_groupings(
@@ -209,6 +218,7 @@ def sweep_methods(
             )
             # One grouping at a time: they hold several (n,) arrays each.
             for grouping in groupings:
+                grouping = copies.join(grouping, ranker.order_rank)
                 points.append(sweep_point(grouping))
                 if labelled is not None:
                     labels.append(evaluate(grouping, labelled))

@@ -117,25 +117,23 @@ class _AttachCopiesFn(beam.DoFn):
 
     def process(self, joined: tuple[str, dict]) -> Iterator:
         representative, parts = joined
-        copies = list(parts[COPIES])
-        if not copies:
-            return  # a representative without copies, or a rejection of another row
+        copies = list(parts[COPIES])  # none: a representative without copies, or another row
         results, failed = list(parts[EMBEDDED]), list(parts[REJECTED])
-        if results:
+        if copies and results:
             embedding: Embedding = results[0].inference
-            for _, record in copies:
+            for record in copies:
                 self._copies.inc()
                 copied = CopiedEmbedding(
                     embedding.vector, embedding.n_tokens, embedding.truncated, representative
                 )
                 yield PredictionResult(record, copied)
-            return
-        why = failed[0].reason if failed else "it produced no embedding"
-        reason = f"copy of the normalised text of {representative}, which was rejected: {why}"
-        for _, record in copies:
-            yield beam.pvalue.TaggedOutput(
-                REJECTED, RejectedRow(record.id, record.source, reason, record.text[:200])
-            )
+        elif copies:
+            why = failed[0].reason if failed else "it produced no embedding"
+            reason = f"copy of the normalised text of {representative}, which was rejected: {why}"
+            for record in copies:
+                yield beam.pvalue.TaggedOutput(
+                    REJECTED, RejectedRow(record.id, record.source, reason, record.text[:200])
+                )
 
 
 class EmbedDistinctTexts(beam.PTransform):
