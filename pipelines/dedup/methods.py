@@ -60,6 +60,7 @@ from pipelines.dedup.grouping import (
 )
 from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.linkage import average_linkage
+from pipelines.vectors.progress import stage_progress
 
 
 def group_items(
@@ -129,10 +130,13 @@ def sweep_groupings(
         rep_threshold: ``star``, ``split``: the radius at a threshold (default: the threshold).
         k, missing_score: as for :func:`group_items`.
     """
+    bar = stage_progress(f"dedup sweep ({method})", total=len(thresholds), unit="thresholds")
+    bar.start()  # counted as the caller takes the next grouping; closed at the total
     if method == "average" and len(thresholds):
         tree = average_linkage(n, pairs, min(thresholds), missing_score)
         for threshold in thresholds:
             yield tree.cut(threshold, rank_at(threshold), pairs)
+            bar.update()
         return
     for threshold in thresholds:
         radius = None if rep_threshold is None else rep_threshold(threshold)
@@ -146,6 +150,7 @@ def sweep_groupings(
             k=k,
             missing_score=missing_score,
         )
+        bar.update()
 
 
 def components(n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray) -> Grouping:

@@ -273,3 +273,18 @@ def test_embed_job_draws_the_bar_to_its_end(tmp_path, tiny_st_dir, monkeypatch, 
     n = len(GOOD_TEXTS)
     assert summary.embedded == n
     assert "embed: 100%" in terminal.getvalue() and f"{n}/{n}" in terminal.getvalue()
+
+
+@pytest.mark.parametrize("method", ["star", "average"])
+def test_dedup_sweep_reports_each_threshold(lines, method):
+    from pipelines.dedup.groups import IndexedPairs
+    from pipelines.dedup.methods import sweep_groupings
+
+    pairs = IndexedPairs(
+        np.array([0, 1, 3], np.int64), np.array([1, 2, 4], np.int64), np.float32([0.9, 0.8, 0.95])
+    )
+    rank = np.arange(6)
+    thresholds = [0.75, 0.85, 0.9]
+    groupings = list(sweep_groupings(method, 6, pairs, thresholds, lambda t: rank))
+    assert len(groupings) == 3
+    assert _counts(lines(), f"dedup sweep ({method}):") == ["1/3", "2/3", "3/3"]
