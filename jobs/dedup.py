@@ -78,6 +78,7 @@ import numpy as np
 from jobs.dedup_options import check_args, check_options, check_settings, settings_of
 from jobs.errors import JobFailedError
 from jobs.parsers.dedup import build_parser
+from jobs.pipeline_run import show_progress
 from pipelines.dedup.copies import read_copies, reason_column
 from pipelines.dedup.corpus import (
     CORPUS_DIR,
@@ -136,6 +137,7 @@ def run(argv: list[str] | None = None) -> DedupSummary:
     """
     args = build_parser().parse_args(argv)
     check_args(args)
+    show_progress()  # dedup runs in this process
     start = time.perf_counter()
     pairs_output = PairsOutput.open(args.pairs)
     datasets = open_embeddings(pairs_output, args.embeddings)
