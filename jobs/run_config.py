@@ -111,6 +111,8 @@ class EmbedConfig:
     prompt_name: str | None = None
     prompt: str | None = None
     truncate_dim: int | None = None  # Matryoshka: keep the first dimensions
+    # Embed each distinct normalised text once (``--exact-dedup``); dedup groups the copies.
+    exact_dedup: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -83,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(auto: grouped on the Dask runner, which drops finish_bundle output)",
     )
     parser.add_argument(
+        "--exact-dedup",
+        action="store_true",
+        help="embed each distinct normalised text once (NFKC, casefold, whitespace and "
+        "punctuation collapsed); the other rows with that text get its vector and its id in a "
+        "copy_of column, and dedup puts them in its group",
+    )
+    parser.add_argument(
         "--allow-all-rejected",
         action="store_true",
         help="publish a run in which every row was rejected (default: such a run fails)",
