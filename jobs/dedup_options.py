@@ -36,6 +36,11 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError("--apply writes the deduplicated corpus and needs --corpus GLOB")
     if args.report_groups < 0:
         raise ValueError(f"--report-groups must be >= 0, got {args.report_groups}")
+    field = args.known_duplicates_field
+    if field is not None and (not field.strip() or field in ("id", "embedding")):
+        raise ValueError(
+            f"--known-duplicates-field must name a corpus field the embeddings kept, got {field!r}"
+        )
     if args.method == "components" and args.rank is not None:
         raise ValueError(
             "--rank chooses the kept member for the other methods; components uses --keep"

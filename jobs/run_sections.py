@@ -18,9 +18,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines.dedup.terms import CHAINED, CHAINED_MEANING
 from pipelines.io.embeddings import shard_paths
 from pipelines.io.html import SIMILARITY_AXIS, SIZE_AXIS, Bins, histogram_svg, shown_text
-from pipelines.io.output_dir import join
+from pipelines.io.output_dir import join, read_manifest
 from pipelines.io.pairs_output import PAIRS
 
 # How much of each kind the page lists; everything else is one link away.
@@ -54,9 +55,49 @@ def pairs_sections(context: ReportContext) -> list[str]:
 
 
 def dedup_sections(context: ReportContext) -> list[str]:
-    """The largest duplicate groups side by side."""
+    """Known-duplicate recall (when the corpus names its duplicates or dedup had labels) and
+    the largest duplicate groups side by side."""
     folder, embeddings = context.outputs["dedup"], context.outputs.get("embed")
-    return [_duplicate_groups(context.job_dir, folder, embeddings)]
+    return [_known_duplicates(folder), _duplicate_groups(context.job_dir, folder, embeddings)]
+
+
+def _known_duplicates(dedup_dir: str) -> str:
+    """How many known duplicate pairs ended in one group, from the dedup manifest."""
+    try:
+        known = read_manifest(dedup_dir, verify=False).get("known_duplicates")
+    except (FileNotFoundError, ValueError):
+        return ""
+    if not known:
+        return ""
+    at = known["at_threshold"]
+    where = (
+        f"the corpus field <code>{escape(known['field'])}</code>"
+        if known["source"] == "field"
+        else f"the labelled duplicates of <code>{escape(known['file'])}</code>"
+    )
+    precision = at.get("labelled_precision")
+    also = f"; precision on the labelled pairs {precision:.3f}" if precision is not None else ""
+    rows = "".join(
+        f"<tr><td>{escape(m['method'])}</td>"
+        + "".join(
+            f'<td class="num">{p["recall"]:.3f} ({p["found"]})</td>'
+            for p in m["points"]
+            if p["threshold"] == known["threshold"]
+        )
+        + "</tr>"
+        for m in known.get("methods", [])
+    )
+    table = (
+        f"<table><tr><th>method</th><th>recall (found) at {known['threshold']:g}</th></tr>"
+        f"{rows}</table>"
+        if rows
+        else ""
+    )
+    return (
+        f"<h2>Known duplicates</h2><p>Of the {known['pairs']} known duplicate pairs ({where}), "
+        f"<b>{at['found']} ended in one group</b> at threshold {known['threshold']:g} "
+        f"(method {escape(known['method'])}): recall {at['recall']:.3f}{also}.</p>{table}"
+    )
 
 
 def _cluster_sizes(cluster_dir: str) -> str:
@@ -123,8 +164,8 @@ def _duplicate_groups(job_dir: str, dedup_dir: str, embed_dir: str | None) -> st
             if row["is_representative"]:
                 items.append(f'<li class="keep">{text} <span class="tag">kept</span></li>')
             else:
-                score = "" if row["score"] is None else f"{row['score']:.3f} "
-                items.append(f'<li><span class="score">{score}</span>{text}</li>')
+                score = CHAINED if row["score"] is None else f"{row['score']:.3f}"
+                items.append(f'<li><span class="score">{score}</span> {text}</li>')
         hidden = len(rows) - SHOWN_MEMBERS
         more = f"<p class=meta>and {hidden} more</p>" if hidden > 0 else ""
         cards.append(
@@ -133,8 +174,9 @@ def _duplicate_groups(job_dir: str, dedup_dir: str, embed_dir: str | None) -> st
         )
     return (
         f"<h2>Largest duplicate groups</h2><p>The {len(chosen)} largest groups; the kept "
-        "member first, the others with their similarity to it (blank: joined through another "
-        f"member). All groups: {link(relative(job_dir, dedup_dir), 'groups.parquet')}; the dedup "
+        f"member first, the others with their cosine similarity to it ({CHAINED}: "
+        f"{escape(CHAINED_MEANING)}). All groups: "
+        f"{link(relative(job_dir, dedup_dir), 'groups.parquet')}; the dedup "
         f"stage's own report: {link(relative(job_dir, dedup_dir), 'report.html')}.</p>"
         f'<div class="groups">{"".join(cards)}</div>'
     )

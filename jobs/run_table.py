@@ -26,6 +26,8 @@ from pipelines.io.output_dir import MANIFEST, join
 FROM_FINETUNE = "finetune"
 
 Head = Callable[[Any, Mapping[str, str]], list[str]]
+# The dedup fact "how many known duplicate pairs ended in one group".
+KNOWN_FACT = "known duplicates found"
 
 
 def _no_arguments(config: Any) -> list[str]:
@@ -207,7 +209,11 @@ def _dedup_head(config: Any, out: Mapping[str, str]) -> list[str]:
 
 def _dedup_facts(manifest: dict) -> dict:
     counts = manifest.get("counts", {})
-    return {key: counts.get(key) for key in ("groups", "removed", "kept")}
+    facts = {key: counts.get(key) for key in ("groups", "removed", "kept")}
+    known = manifest.get("known_duplicates")
+    if known:  # the corpus names its duplicates (duplicate_of) or dedup had labels
+        facts[KNOWN_FACT] = f"{known['at_threshold']['found']} of {known['pairs']}"
+    return facts
 
 
 # In run order: each stage reads only what the ones before it wrote.
@@ -267,7 +273,12 @@ STAGES: tuple[StageSpec, ...] = (
         sections=("dedup",),
         beam=_in_process,  # dedup runs in this process: no Beam options
         facts=_dedup_facts,
-        headline=(("groups", "duplicate groups"), ("removed", "removed"), ("kept", "kept")),
+        headline=(
+            ("groups", "duplicate groups"),
+            ("removed", "removed"),
+            ("kept", "kept"),
+            (KNOWN_FACT, "known duplicate pairs in one group"),
+        ),
         report=dedup_sections,
     ),
 )

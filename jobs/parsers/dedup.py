@@ -12,10 +12,12 @@ from pipelines.dedup.choices import (
     DEFAULT_RADIUS_GAP,
     DEFAULT_RANK,
     KEEP_POLICIES,
+    KNOWN_FIELD,
     LABEL_COLUMN,
     LABEL_ID_A,
     LABEL_ID_B,
     METHODS,
+    NO_KNOWN_FIELD,
     RANKINGS,
 )
 from sbert_core.tabular import FORMATS
@@ -90,6 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="with --labels: also find the threshold of highest recall with precision >= P",
+    )
+    parser.add_argument(
+        "--known-duplicates-field",
+        default=None,
+        metavar="FIELD",
+        help=f"a field the embeddings kept (sbert embed --keep-fields) that names, on a "
+        f"duplicate's row, the id of the row it duplicates; the report and the manifest give "
+        f"how many of these pairs each method put in one group (default: {KNOWN_FIELD} "
+        f"when the embeddings kept it, else the labelled duplicates of --labels; "
+        f"{NO_KNOWN_FIELD}: off)",
     )
     parser.add_argument(
         "--corpus",

@@ -12,8 +12,9 @@ from pipelines.dedup.labels import LabelledPairs
 from pipelines.dedup.load import PairSource
 from pipelines.dedup.order import corpus_spec
 from pipelines.dedup.outputs import REPORT_FILE
+from pipelines.dedup.report_methods import KnownView
 from pipelines.dedup.summary import DedupSummary
-from pipelines.dedup.sweep import MethodSettings
+from pipelines.dedup.sweep import MethodSettings, MethodSweep
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 
@@ -28,6 +29,7 @@ def dedup_manifest(
     summary: DedupSummary,
     histogram: Histogram,
     labelled: LabelledPairs | None,
+    known: KnownView | None = None,
 ) -> dict:
     """The manifest (without the order and the texts, which the job adds).
 
@@ -41,6 +43,7 @@ def dedup_manifest(
         summary: the run's summary (with every method's sweep).
         histogram: the pair similarities.
         labelled: the labelled pairs, if any.
+        known: the known duplicates at the threshold, if any (``known_duplicates``).
     """
     corpus = None
     if args.corpus is not None:
@@ -96,6 +99,7 @@ def dedup_manifest(
         ],
         "methods": [sweep.to_json(limited, summary.target_precision) for sweep in summary.sweeps],
         "labels": _labels(args, summary, labelled),
+        "known_duplicates": known_duplicates_json(args.threshold, known, summary.sweeps),
         "histogram": histogram.to_json(),
         "files": {
             "groups": GROUPS_FILE,
@@ -130,4 +134,31 @@ def _labels(
         "best_f1": best.to_json() if best else None,
         "target_precision": summary.target_precision,
         "at_target_precision": reached.to_json() if reached else None,
+    }
+
+
+def known_duplicates_json(
+    threshold: float, known: KnownView | None, sweeps: list[MethodSweep]
+) -> dict | None:
+    """The known duplicate pairs, how many the chosen method found at the threshold (with the
+    labelled-pairs precision when labelled), and every method's recall over the sweep (None
+    without known duplicates)."""
+    if known is None:
+        return None
+    return {
+        **known.known.to_json(),
+        "method": known.method,
+        "threshold": threshold,
+        "at_threshold": {**known.found.to_json(), "labelled_precision": known.precision},
+        "methods": [
+            {
+                "method": sweep.method,
+                "points": [
+                    {"threshold": p.threshold, "found": p.counts.tp, "recall": round(p.recall, 6)}
+                    for p in sweep.known
+                ],
+            }
+            for sweep in sweeps
+            if sweep.known
+        ],
     }

@@ -7,7 +7,13 @@ import numpy as np
 from pipelines.dedup.files import KEPT_FILE, REMOVED_FILE, write_id_list
 from pipelines.dedup.groups import DuplicateGroups, Histogram
 from pipelines.dedup.report import GroupView, group_views, report_html
-from pipelines.dedup.report_methods import labels_section, methods_section
+from pipelines.dedup.report_methods import (
+    KnownView,
+    known_fact,
+    known_section,
+    labels_section,
+    methods_section,
+)
 from pipelines.dedup.summary import DedupSummary
 from pipelines.io.html import write_text
 from pipelines.io.output_dir import join
@@ -59,9 +65,11 @@ def write_report(
     histogram: Histogram,
     views: list[GroupView],
     labels: dict | None = None,
+    known: KnownView | None = None,
 ) -> None:
     """``report.html``: the counts, the plots, every method's sweep, the calibration against
-    the labelled pairs (``labels``: their counts) and the largest groups with their texts."""
+    the labelled pairs (``labels``: their counts), the known duplicates found (``known``) and
+    the largest groups with their texts."""
     counts = {
         "threshold": f"{summary.threshold:g}",
         "method": summary.method,
@@ -79,12 +87,16 @@ def write_report(
         counts["labelled pairs: P / R / F1 at the threshold"] = (
             f"{point.precision:.3f} / {point.recall:.3f} / {point.f1:.3f}"
         )
+    if known is not None:
+        counts["known duplicate pairs in one group"] = known_fact(known)
     if summary.corpus is not None:
         counts["corpus rows written / read"] = (
             f"{summary.corpus['written']} / {summary.corpus['rows_read']}"
         )
         counts["corpus rows not embedded"] = summary.corpus["not_embedded"]
     sections = []
+    if known is not None:
+        sections.append(known_section(known, summary.sweeps, summary.threshold))
     if summary.sweeps:
         sections.append(methods_section(summary.sweeps, summary.threshold))
         if labels is not None:

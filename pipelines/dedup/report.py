@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.dedup.groups import Histogram, SweepPoint
+from pipelines.dedup.terms import CHAINED, CHAINED_MEANING
 from pipelines.io.html import SIMILARITY_AXIS, Bins, histogram_svg, line_chart_svg, shown_text
 
 _WIDTH, _HEIGHT = 680, 280
@@ -29,7 +30,7 @@ class Member:
     id: str
     text: str | None  # None: unknown (the id is shown instead)
     kept: bool
-    score: float | None  # similarity to the representative; None: itself or under the threshold
+    score: float | None  # similarity to the representative; None: itself, or chained
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ tr.chosen {{ background: #fde0dd; font-weight: bold; }}
 .score {{ color: #777; font-size: 85%; }}
 .id {{ color: #777; font-size: 80%; font-family: monospace; }}
 .notes {{ color: #8a3b00; }}
+.legend {{ color: #555; font-size: 90%; }}
 </style></head><body>
 <h1>Duplicate groups</h1>
 <table>{fact_rows}</table>
@@ -176,6 +178,8 @@ def groups_table(groups: Sequence[GroupView]) -> str:
             f"<td><ul>{removed_items}{more}</ul></td></tr>"
         )
     return (
+        f'<p class="legend">Each removed row shows its cosine similarity to the kept row; '
+        f"<b>{CHAINED}</b>: {html.escape(CHAINED_MEANING)}.</p>"
         '<table class="groups"><tr><th>kept</th><th>removed (similarity to the kept row)</th>'
         f"</tr>{''.join(rows)}</table>"
     )
@@ -185,10 +189,7 @@ def _member(member: Member) -> str:
     if member.kept:
         score = ""
     elif member.score is None:
-        score = (
-            '<span class=score title="its pair with the kept row is under the threshold; it '
-            'joined the group through other members">linked</span> '
-        )
+        score = f'<span class=score title="{html.escape(CHAINED_MEANING)}">{CHAINED}</span> '
     else:
         score = f"<span class=score>{member.score:.3f}</span> "
     ident = f"<span class=id>{html.escape(member.id)}</span>"

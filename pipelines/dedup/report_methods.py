@@ -1,14 +1,17 @@
-"""The every-method parts of the dedup ``report.html``: the sweep of every method and, with
-labelled pairs, P/R/F1 per threshold, the calibrated thresholds and a precision-recall curve
-(inline SVG, no scripts; every label HTML-escaped)."""
+"""The every-method parts of the dedup ``report.html``: the sweep of every method; with
+labelled pairs, P/R/F1 per threshold, the calibrated thresholds and a precision-recall curve;
+with known duplicates (a ``duplicate_of`` field, or the labelled duplicates), how many of them
+each method found (inline SVG, no scripts; every label HTML-escaped)."""
 
 from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from pipelines.dedup.known import Found, KnownDuplicates
 from pipelines.dedup.sweep import MethodSweep
-from pipelines.io.html import Series, lines_svg
+from pipelines.io.html import Series, lines_svg, shown_text
 
 _WIDTH, _HEIGHT = 420, 360
 # One colour per method, in METHODS order (the chosen one is drawn thicker).
@@ -120,3 +123,118 @@ def pr_curve_svg(sweeps: Sequence[MethodSweep], threshold: float) -> str:
         width=_WIDTH,
         height=_HEIGHT,
     )
+
+
+@dataclass(frozen=True)
+class MissedPair:
+    """A known duplicate pair that the groups split, as the report shows it."""
+
+    id_a: str
+    text_a: str | None
+    id_b: str
+    text_b: str | None
+    score: float | None  # the pair's cosine when it was loaded, else None (under the pairs')
+
+
+@dataclass(frozen=True)
+class KnownView:
+    """The known duplicates at the threshold, for the report.
+
+    Attributes:
+        known: the known pairs and where they come from.
+        found: the chosen method's groups at the threshold on them.
+        method: the chosen method.
+        precision: the chosen method's pair precision on the labelled pairs (None without
+            labels: known duplicates alone cannot measure it).
+        missed: some of the pairs the groups split.
+        low: the lowest pair score loaded (a missed pair not loaded scores below it).
+    """
+
+    known: KnownDuplicates
+    found: Found
+    method: str
+    precision: float | None
+    missed: Sequence[MissedPair]
+    low: float
+
+
+def known_fact(view: KnownView) -> str:
+    """The one-line fact for the top of the report: ``"150 of 150 pairs (recall 1.000)"``."""
+    text = f"{view.found.found} of {view.found.known} pairs (recall {view.found.recall:.3f})"
+    if view.precision is not None:
+        text += f"; precision on the labelled pairs {view.precision:.3f}"
+    return text
+
+
+def known_section(view: KnownView, sweeps: Sequence[MethodSweep], threshold: float) -> str:
+    """Known-duplicate recall: at the threshold, per method and threshold, and missed pairs."""
+    known = view.known
+    left_out = []
+    if known.pairs.unknown:
+        left_out.append(f"{known.pairs.unknown} name an id that was not embedded")
+    if known.pairs.same_item:
+        left_out.append(f"{known.pairs.same_item} name their own row")
+    if known.repeated:
+        left_out.append(f"{known.repeated} repeat a pair")
+    aside = f" ({'; '.join(left_out)}: not counted)" if left_out else ""
+    precision = (
+        f" Precision on the labelled pairs: {view.precision:.3f}."
+        if view.precision is not None
+        else " Known duplicates measure recall only: that a group holds no distinct texts "
+        "needs labelled non-duplicates (<code>--labels</code>)."
+    )
+    head = (
+        "<h2>Known duplicates</h2>"
+        f"<p>{known.count} known duplicate pairs from {html.escape(known.describe())}"
+        f"{aside}. A pair is found when both rows end in one group. At threshold "
+        f"{threshold:g}, {html.escape(view.method)} found <b>{view.found.found} of "
+        f"{view.found.known}</b> (recall {view.found.recall:.3f}).{precision}</p>"
+    )
+    return head + _known_table(sweeps, threshold) + _missed_list(view)
+
+
+def _known_table(sweeps: Sequence[MethodSweep], threshold: float) -> str:
+    """Known-duplicate recall (pairs found) of every method at every sweep threshold."""
+    with_known = [sweep for sweep in sweeps if sweep.known]
+    if not with_known:
+        return ""
+    head = "".join(f'<th class="num">{html.escape(sweep.method)}</th>' for sweep in with_known)
+    rows = []
+    for i, point in enumerate(with_known[0].known):
+        cells = "".join(
+            f'<td class="num">{sweep.known[i].recall:.3f} ({sweep.known[i].counts.tp})</td>'
+            for sweep in with_known
+        )
+        chosen = ' class="chosen"' if point.threshold == threshold else ""
+        rows.append(f'<tr{chosen}><td class="num">{point.threshold:g}</td>{cells}</tr>')
+    return (
+        "<p>Known-duplicate recall (pairs found) of every method, the chosen one first:</p>"
+        f'<table><tr><th class="num">threshold</th>{head}</tr>{"".join(rows)}</table>'
+    )
+
+
+def _missed_list(view: KnownView) -> str:
+    if not view.missed:
+        return ""
+    items = []
+    for pair in view.missed:
+        score = (
+            f"{pair.score:.3f}"
+            if pair.score is not None
+            else f"&lt; {view.low:g} (not among the pairs)"
+        )
+        items.append(
+            f"<li><span class=score>{score}</span> {_item(pair.id_a, pair.text_a)} "
+            f"&harr; {_item(pair.id_b, pair.text_b)}</li>"
+        )
+    more = view.found.missed - len(view.missed)
+    tail = f"<li>\u2026 and {more} more</li>" if more > 0 else ""
+    return (
+        f"<h3>Missed at the threshold</h3><p>Known pairs in two groups (or alone), with their "
+        f"cosine similarity:</p><ul>{''.join(items)}{tail}</ul>"
+    )
+
+
+def _item(item: str, text: str | None) -> str:
+    ident = f"<span class=id>{html.escape(item)}</span>"
+    return ident if text is None else f"{shown_text(text)} {ident}"

@@ -1,0 +1,239 @@
+"""Known duplicates: pairs the corpus names itself, and how many of them dedup found (Beam-free).
+
+A corpus may say which rows duplicate which: a field (by default ``duplicate_of``, as in
+``examples/sample_corpus.jsonl``) naming, on a duplicate's row, the id of the row it copies.
+The embed job keeps such a field next to the vectors (``--keep-fields``), and dedup reads it
+from there. Each row with the field set gives one *known duplicate pair* ``(row, duplicate_of)``;
+without such a field, the labelled duplicates of ``--labels`` are the known pairs.
+
+A known pair is *found* when both rows end in the same group (a removed row belongs to its
+representative's group). *Known-duplicate recall* = found / known pairs. It says how many of
+the duplicates one knows of a grouping catches; it cannot say how many non-duplicates it groups
+(only labelled non-duplicates can: the precision of ``--labels``).
+
+A row naming an id that was not embedded (rejected, or not in the corpus) or itself gives no
+pair; both are counted (``unknown_ids``, ``same_item``), so ``rows naming == pairs +
+unknown_ids + same_item + repeated`` (``repeated``: a pair named twice, e.g. from both ends).
+
+Example:
+    >>> known = read_known_duplicates(datasets, "duplicate_of", ids)
+    >>> known_found(groups.group, known).recall
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.dedup.choices import KNOWN_FIELD, NO_KNOWN_FIELD
+from pipelines.dedup.labels import LabelledPairs, PairCounts, RawLabels, match_labels, pair_counts
+from pipelines.io.embeddings import EmbeddingsDataset
+
+# The field read when the embeddings kept it and no other is named, and the value of
+# ``--known-duplicates-field`` that turns known duplicates off.
+DEFAULT_FIELD, NO_FIELD = KNOWN_FIELD, NO_KNOWN_FIELD
+# Missed pairs listed in the report (all of them are in no file: the report lists a sample).
+SHOWN_MISSED = 20
+
+
+@dataclass(frozen=True)
+class KnownDuplicates:
+    """The known duplicate pairs of a run, as item rows.
+
+    Attributes:
+        source: ``"field"`` (a corpus field kept in the embeddings) or ``"labels"``.
+        name: the field's name, or the labels file.
+        pairs: the pairs, every label True (``a``, ``b`` rows; usable as labelled pairs).
+        naming: rows whose field names an id (field), or labelled duplicates read (labels).
+        repeated: pairs named more than once (counted once).
+    """
+
+    source: str
+    name: str
+    pairs: LabelledPairs
+    naming: int
+    repeated: int = 0
+
+    @property
+    def count(self) -> int:
+        """Known pairs evaluated."""
+        return len(self.pairs.a)
+
+    def describe(self) -> str:
+        """Where the pairs come from, in words (for the reports)."""
+        if self.source == "field":
+            return f"the corpus field {self.name!r} (rows naming the row they duplicate)"
+        return f"the labelled duplicates of {self.name}"
+
+    def to_json(self) -> dict:
+        """For the manifest."""
+        return {
+            "source": self.source,
+            "field" if self.source == "field" else "file": self.name,
+            "naming": self.naming,
+            "pairs": self.count,
+            "unknown_ids": self.pairs.unknown,
+            "same_item": self.pairs.same_item,
+            "repeated": self.repeated,
+        }
+
+
+def field_of(datasets: Sequence[EmbeddingsDataset], requested: str | None) -> str | None:
+    """The known-duplicates field to read: ``requested``, else :data:`DEFAULT_FIELD` when some
+    embeddings kept it, else None; :data:`NO_FIELD` gives None.
+
+    Raises:
+        ValueError: ``requested`` is not a column of any of the embeddings.
+    """
+    if requested == NO_FIELD:
+        return None
+    name = requested or DEFAULT_FIELD
+    if any(name in _columns(dataset) for dataset in datasets):
+        return name
+    if requested is None:
+        return None
+    kept = sorted({c for d in datasets for c in _columns(d)} - {"id", "embedding"})
+    raise ValueError(
+        f"--known-duplicates-field {requested!r}: the embeddings have no such column (they "
+        f"hold {', '.join(kept) or 'no kept fields'}); embed with --keep-fields {requested}, "
+        f"or pass --known-duplicates-field {NO_FIELD}"
+    )
+
+
+def _columns(dataset: EmbeddingsDataset) -> set[str]:
+    if not dataset.shards:
+        return set()
+    with FileSystems.open(dataset.shards[0]) as handle:
+        return set(pq.read_schema(handle).names)
+
+
+def read_known_duplicates(
+    datasets: Sequence[EmbeddingsDataset], field: str, ids: pa.Array | Sequence[str]
+) -> KnownDuplicates:
+    """The pairs ``(row, row named by field)`` of the embeddings that hold ``field``.
+
+    A value is an id (a string or a whole number; a list names several); null and empty
+    values name nothing.
+
+    Raises:
+        ValueError: a value is of another kind (named with its shard and id).
+    """
+    id_a: list[str] = []
+    id_b: list[str] = []
+    for dataset in datasets:
+        for path in dataset.shards:
+            with FileSystems.open(path) as handle:
+                file = pq.ParquetFile(handle)
+                if field not in file.schema_arrow.names:
+                    continue
+                for batch in file.iter_batches(columns=["id", field]):
+                    items, values = batch.column("id"), batch.column(field)
+                    for item, value in zip(items.to_pylist(), values.to_pylist(), strict=True):
+                        for other in _named(value, path, item, field):
+                            id_a.append(item)
+                            id_b.append(other)
+    return _known("field", field, id_a, id_b, ids)
+
+
+def _named(value, path: str, item: str, field: str) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    out = []
+    for one in values:
+        if one is None or (isinstance(one, str) and not one.strip()):
+            continue
+        if isinstance(one, bool) or not isinstance(one, str | int | float):
+            raise ValueError(
+                f"{path}: row {item!r}, field {field!r}: expected the id of the row it "
+                f"duplicates, got {one!r}"
+            )
+        if isinstance(one, float):
+            if not one.is_integer():
+                raise ValueError(
+                    f"{path}: row {item!r}, field {field!r}: expected an id, got {one!r}"
+                )
+            one = int(one)
+        out.append(str(one))
+    return out
+
+
+def from_labels(labelled: LabelledPairs, path: str) -> KnownDuplicates:
+    """The labelled duplicates (label 1) as the known pairs."""
+    keep = labelled.label
+    pairs = LabelledPairs(
+        a=labelled.a[keep],
+        b=labelled.b[keep],
+        label=labelled.label[keep],
+        read=labelled.positives,
+        unknown=0,
+        same_item=0,
+    )
+    return KnownDuplicates("labels", path, pairs, naming=labelled.positives)
+
+
+def _known(
+    source: str, name: str, id_a: list[str], id_b: list[str], ids: pa.Array | Sequence[str]
+) -> KnownDuplicates:
+    matched = match_labels(RawLabels(name, id_a, id_b, np.ones(len(id_a), bool)), ids)
+    # One pair per unordered pair of rows (A naming B and B naming A is one pair).
+    low, high = np.minimum(matched.a, matched.b), np.maximum(matched.a, matched.b)
+    unique = np.unique(np.stack([low, high], axis=1), axis=0) if len(low) else np.zeros((0, 2))
+    unique = unique.astype(np.int64)
+    pairs = LabelledPairs(
+        a=unique[:, 0],
+        b=unique[:, 1],
+        label=np.ones(len(unique), bool),
+        read=matched.read,
+        unknown=matched.unknown,
+        same_item=matched.same_item,
+    )
+    return KnownDuplicates(source, name, pairs, len(id_a), repeated=len(low) - len(unique))
+
+
+@dataclass(frozen=True)
+class Found:
+    """How many known pairs one grouping put in one group."""
+
+    found: int
+    known: int
+
+    @property
+    def recall(self) -> float:
+        """``found / known``; 0 without known pairs."""
+        return self.found / self.known if self.known else 0.0
+
+    @property
+    def missed(self) -> int:
+        """Known pairs split across groups (or left alone)."""
+        return self.known - self.found
+
+    def to_json(self) -> dict:
+        """For the manifest."""
+        return {"found": self.found, "missed": self.missed, "recall": round(self.recall, 6)}
+
+
+def partition(group: np.ndarray) -> np.ndarray:
+    """``(n,)`` partition labels of a ``group`` array (-1: in no group, so alone)."""
+    out = np.asarray(group, dtype=np.int64).copy()
+    alone = out < 0
+    out[alone] = int(out.max(initial=-1)) + 1 + np.flatnonzero(alone)
+    return out
+
+
+def known_found(group: np.ndarray, known: KnownDuplicates) -> Found:
+    """The known pairs found by the groups ``group`` (``(n,)``, -1 for an item in no group)."""
+    counts: PairCounts = pair_counts(partition(group), known.pairs)
+    return Found(counts.tp, known.count)
+
+
+def missed_pairs(
+    group: np.ndarray, known: KnownDuplicates, limit: int = SHOWN_MISSED
+) -> list[tuple[int, int]]:
+    """Up to ``limit`` known pairs ``(row, row)`` that ``group`` did not put in one group."""
+    labels = partition(group)
+    split = np.flatnonzero(labels[known.pairs.a] != labels[known.pairs.b])[:limit]
+    return [(int(known.pairs.a[i]), int(known.pairs.b[i])) for i in split]
