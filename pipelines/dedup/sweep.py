@@ -139,11 +139,13 @@ def group_at(
 
 @dataclass(frozen=True)
 class MethodSweep:
-    """One method at every sweep threshold: the counts and, with labels, P/R/F1."""
+    """One method at every sweep threshold: the counts, with labels P/R/F1, and with known
+    duplicates their recall (``known``: :mod:`pipelines.dedup.known`)."""
 
     method: str
     points: list[SweepPoint]
     labels: list[LabelPoint] | None
+    known: list[LabelPoint] | None = None
 
     def best(self) -> LabelPoint | None:
         """The best-F1 point (None without labels)."""
@@ -182,8 +184,12 @@ def sweep_methods(
     labelled: LabelledPairs | None = None,
     methods: Sequence[str] = METHODS,
     copies: TextCopies | None = None,
+    known: LabelledPairs | None = None,
 ) -> list[MethodSweep]:
     """Every method at every threshold (ascending), the chosen method first.
+
+    With ``known`` (known duplicate pairs, all labelled duplicates), every point also counts
+    how many of them ended in one group (``MethodSweep.known``).
 
     With ``copies`` (of an ``--exact-dedup`` embed run), ``pairs`` are the distinct rows' and
     every grouping gets the copies joined (:mod:`pipelines.dedup.copies`).
@@ -204,8 +210,8 @@ def sweep_methods(
         if method == "components":
             edges = copies.with_copy_edges(pairs)
             counted = copies.counted(threshold_sweep(ranker.n, edges, thresholds))
-        points, labels = [], []
-        if counted is None or labelled is not None:
+        points, labels, found = [], [], []
+        if counted is None or labelled is not None or known is not None:
             groupings = sweep_groupings(
                 method,
                 ranker.n,
@@ -222,7 +228,16 @@ def sweep_methods(
                 points.append(sweep_point(grouping))
                 if labelled is not None:
                     labels.append(evaluate(grouping, labelled))
-        out.append(MethodSweep(method, counted or points, labels if labelled else None))
+                if known is not None:
+                    found.append(evaluate(grouping, known))
+        out.append(
+            MethodSweep(
+                method,
+                counted or points,
+                labels if labelled else None,
+                found if known is not None else None,
+            )
+        )
     return out
 
 
