@@ -15,32 +15,43 @@ given."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass, replace
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from jobs.beam_options import runner_name
 from jobs.errors import JobFailedError
 from jobs.job_options import job_output
 from jobs.model_options import encoder_settings
 from jobs.parsers.embed import build_parser
-from jobs.pipeline_run import new_pipeline, options_for, run_pipeline, show_progress
-from pipelines.embed.model_handler import (
-    ZERO_VECTORS,
-    DeterministicInferenceError,
-    SbertModelHandler,
+from jobs.pipeline_run import (
+    new_pipeline,
+    options_for,
+    run_pipeline,
+    show_progress,
+    step_error,
+    waits,
 )
+from pipelines.embed.commit import (
+    EMBEDDING_COUNTS,
+    FILES_WRITTEN,
+    ROWS_READ,
+    CommitEmbeddings,
+    CommitPlan,
+    CommitRefusedError,
+    counted_as,
+    embedding_tally,
+)
+from pipelines.embed.model_handler import DeterministicInferenceError, SbertModelHandler
 from pipelines.embed.read_corpus import (
-    READ_LEDGER,
     READS,
     RECORDS,
     REJECTED,
     ReadCorpus,
     RecordReads,
     RejectDuplicateIds,
-    read_ledger,
     refuse_output_inside_input,
 )
 from pipelines.embed.sinks import WriteEmbeddings, WriteErrors, output_schema
@@ -48,19 +59,21 @@ from pipelines.embed.transform import EMBEDDED, Embed
 from pipelines.io.corpus_reader import (
     CorpusSpec,
 )
-from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.embeddings import count_rows, shard_paths
-from pipelines.io.manifest_fields import created_now, software_versions
-from pipelines.io.output_dir import OutputLayout, join
+from pipelines.io.manifest_fields import software_versions
+from pipelines.io.output_dir import MANIFEST, OutputLayout, join
 from pipelines.io.schemas import ERRORS_DIR
 from pipelines.io.staged_output import StagedOutput
 from pipelines.vectors.progress import close_shared_progress
 from sbert_core.encoder_settings import EncoderSettings
+from sbert_core.errors import DataFileError
 
 logger = logging.getLogger(__name__)
 
 # What an embed run writes: parts at the top level and under errors/ (docs/architecture.md).
 LAYOUT = OutputLayout(datasets=("", ERRORS_DIR))
+# The manifest's counts besides read / embedded / rejected, in one place: each is the sum of a
+# tally branch that ``_build_pipeline`` adds to ``tallies`` (pipelines/embed/commit.py).
+REPORTED_COUNTS = EMBEDDING_COUNTS
 
 
 @dataclass(frozen=True)
@@ -84,18 +97,89 @@ class EmbedSummary:
             f"-> {self.output}"
         )
 
+    @classmethod
+    def from_manifest(cls, output: str, manifest: dict) -> EmbedSummary:
+        """The summary of a published run, read from its manifest."""
+        counts = manifest["counts"]
+        return cls(
+            output,
+            counts["read"],
+            counts["embedded"],
+            counts["rejected"],
+            counts.get("truncated"),
+            float(manifest["seconds"]),
+        )
 
-def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> EmbedSummary:
-    """Build and run the embed pipeline; returns the summary after the manifest is written.
+
+@dataclass(frozen=True)
+class EmbedSubmitted:
+    """A job handed to its runner without waiting for it (Beam's ``--no_wait_until_finish``)."""
+
+    output: str
+    runner: str
+    job_id: str | None
+
+    def line(self) -> str:
+        """One-line human summary."""
+        job = f" as job {self.job_id}" if self.job_id else ""
+        return (
+            f"submitted to {self.runner}{job}; its last step publishes {self.output} (with "
+            f"{join(self.output, MANIFEST)}) once every row is embedded or rejected and checked"
+        )
+
+
+@dataclass
+class EmbedJob:
+    """A built embed pipeline and the output folder it holds; its last step publishes.
+
+    Use it as a context manager: leaving it drops the folder's lock (never the attempt area,
+    which a job still running, or the next run, needs).
+    """
+
+    pipeline: beam.Pipeline
+    output: StagedOutput
+    options: PipelineOptions
+    directory: str  # --output as the user gave it
+
+    def __enter__(self) -> EmbedJob:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.output.release()
+
+
+def run(
+    argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None
+) -> EmbedSummary | EmbedSubmitted:
+    """Build and run the embed pipeline; its last step checks the counts and publishes.
 
     Args:
-        argv: job options followed by any Beam options.
+        argv: job options followed by any Beam options (``--no_wait_until_finish``: only submit).
         test_pipeline: a pipeline to build into (tests pass a ``TestPipeline``).
+
+    Returns:
+        The summary read from the published manifest, or, when the launcher does not wait for
+        a job still running, what was submitted.
 
     Raises:
         ModelLoadError, FileNotFoundError, OutputExistsError, ValueError: before any work starts.
         JobFailedError: the run finished but rows were lost or the error rate was too high.
+        DataFileError: an input file was damaged (and ``--on-bad-file`` is ``fail``).
     """
+    with build(argv, test_pipeline) as job:
+        return launch(job, test_pipeline)
+
+
+def build(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> EmbedJob:
+    """Check the options, take the output folder and build the pipeline, without running it.
+
+    Run ``job.pipeline`` with any runner (or :func:`launch` it) inside ``with job:``; the
+    manifest appears when the pipeline's last step has published.
+
+    Raises:
+        ModelLoadError, FileNotFoundError, OutputExistsError, ValueError: before any work starts.
+    """
+    started = time.time()
     args, beam_args = build_parser().parse_known_args(argv)
     spec, settings = _checked(args)
     options = options_for(beam_args, test_pipeline)
@@ -107,10 +191,64 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     refuse_output_inside_input(args.output, args.input, read_corpus.files)
     schema = output_schema(description["dim"], args.dtype, args.keep_text, spec.keep_fields)
     out = job_output("embed", args.output, args.overwrite, argv, LAYOUT)
-    with out:
-        return _run_pipeline(
-            args, out, (description, settings, schema), options, spec, read_corpus, test_pipeline
+    try:
+        plan = CommitPlan(
+            output=args.output,
+            input_files=tuple(path for path, _, _ in read_corpus.files),
+            max_error_rate=args.max_error_rate,
+            allow_all_rejected=args.allow_all_rejected,
+            manifest=_launch_manifest(args, description, spec, options),
+            started=started,
+            reported=REPORTED_COUNTS,
         )
+        pipeline = _build_pipeline(
+            args, out, plan, (settings, schema, spec), options, read_corpus, test_pipeline
+        )
+    except BaseException:
+        out.release()
+        raise
+    return EmbedJob(pipeline, out, options, args.output)
+
+
+def launch(
+    job: EmbedJob, test_pipeline: beam.Pipeline | None = None
+) -> EmbedSummary | EmbedSubmitted:
+    """Run a built job: wait for it and summarise its manifest, or only submit it when Beam's
+    ``--no_wait_until_finish`` is given (see :func:`jobs.pipeline_run.waits`).
+
+    Raises:
+        JobFailedError: the commit step refused the run, or inference failed for every text.
+        DataFileError: an input file was damaged (and ``--on-bad-file`` is ``fail``).
+    """
+    wait = waits(job.options)
+    try:
+        finished = run_pipeline(job.pipeline, job.options, test_pipeline=test_pipeline, wait=wait)
+    except Exception as err:
+        known = _job_error(err)
+        if known is None:
+            raise
+        raise known from None
+    finally:
+        close_shared_progress()  # the embed bar's last count, before the summary or the error
+    manifest = job.output.committed_manifest()
+    if manifest is not None:
+        return EmbedSummary.from_manifest(job.directory, manifest)
+    if not wait:
+        job_id = getattr(finished.result, "job_id", None)
+        return EmbedSubmitted(job.directory, finished.runner, job_id() if job_id else None)
+    raise JobFailedError(
+        f"the pipeline finished but its last step published nothing into {job.directory}"
+    )
+
+
+def _job_error(err: Exception) -> Exception | None:
+    """What the launcher raises for an exception of the run: a step's own error, unwrapped."""
+    known = step_error(err, (CommitRefusedError, DataFileError, DeterministicInferenceError))
+    if isinstance(known, DeterministicInferenceError):
+        return JobFailedError(f"{known}; nothing was published")
+    if isinstance(known, CommitRefusedError):
+        return JobFailedError(str(known))
+    return known
 
 
 def check_options(argv: list[str]) -> None:
@@ -156,12 +294,11 @@ def _checked(args) -> tuple[CorpusSpec, EncoderSettings]:
     return spec, settings
 
 
-def _run_pipeline(
-    args, out: StagedOutput, model, options, spec, read_corpus, test_pipeline
-) -> EmbedSummary:
-    """Build and run the pipeline into ``out``'s attempt area, then check and publish."""
-    description, settings, schema = model
-    keep_fields = spec.keep_fields
+def _build_pipeline(
+    args, out: StagedOutput, plan: CommitPlan, model, options, read_corpus, test_pipeline
+) -> beam.Pipeline:
+    """The embed pipeline: it writes into ``out``'s attempt area, then checks and publishes."""
+    settings, schema, spec = model
     show_progress(options)
 
     handler = SbertModelHandler(
@@ -171,6 +308,11 @@ def _run_pipeline(
     pipeline = new_pipeline(options, test_pipeline)
     corpus = pipeline | "ReadCorpus" >> read_corpus
     records, rejected = corpus[RECORDS], [corpus[REJECTED]]
+    # What the commit step counts, each element a {name: count} dict (pipelines/embed/commit.py).
+    tallies = [
+        corpus[RECORDS] | "TallyRecordsRead" >> beam.Map(counted_as(ROWS_READ)),
+        corpus[REJECTED] | "TallyRejectedRead" >> beam.Map(counted_as(ROWS_READ)),
+    ]
     if args.id_field:
         unique = records | "RejectDuplicateIds" >> RejectDuplicateIds()
         records = unique[RECORDS]
@@ -181,35 +323,33 @@ def _run_pipeline(
         embed = embed.with_resource_hints(accelerator=args.accelerator)
     embedded = records | "Embed" >> embed
     rejected.append(embedded[REJECTED])
-    written = [
-        embedded[EMBEDDED]
+    tallies.append(embedded[EMBEDDED] | "TallyEmbedded" >> beam.Map(embedding_tally))
+    written = {
+        "Embeddings": embedded[EMBEDDED]
         | "WriteEmbeddings"
         >> WriteEmbeddings(
             out.attempt,
             schema,
             dtype=args.dtype,
             keep_text=args.keep_text,
-            keep_fields=keep_fields,
+            keep_fields=spec.keep_fields,
             num_shards=n_shards,
         ),
-        tuple(rejected)
+        "Errors": tuple(rejected)
         | "FlattenRejected" >> beam.Flatten()
         | "WriteErrors" >> WriteErrors(out.attempt, num_shards=n_shards),
-        corpus[READS] | "RecordReads" >> RecordReads(out.attempt),
+        "Reads": corpus[READS] | "RecordReads" >> RecordReads(out.attempt),
+    }
+    # Each write emits a file's name once the file is final, so this sum is complete only after
+    # every write has finished.
+    tallies += [
+        files | f"Tally{name}Written" >> beam.Map(counted_as(FILES_WRITTEN))
+        for name, files in written.items()
     ]
-    # One final node downstream of every write: the Dask runner computes only the lineage of
-    # the last transform applied, so without it some branches would silently not run.
-    tuple(written) | "FlattenWritten" >> beam.Flatten() | "Finished" >> beam.Map(str)
-
-    try:
-        finished = run_pipeline(pipeline, options, test_pipeline=test_pipeline)
-    except DeterministicInferenceError as err:
-        raise JobFailedError(f"{err}; nothing was published") from None
-    finally:
-        close_shared_progress()  # the embed bar's last count, before the summary or the error
-    return _finish(
-        args, out, description, options, spec, read_corpus.files, finished.result, finished.seconds
-    )
+    # The last step publishes. Applied last: the Dask runner computes only the lineage of the
+    # last transform applied, so every branch above runs.
+    _ = tuple(tallies) | "Commit" >> CommitEmbeddings(out, plan)
+    return pipeline
 
 
 def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int | None]:
@@ -221,91 +361,18 @@ def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int
     return max(1, total_bytes // 65_536), max(1, -(-total_bytes // 4_194_304))
 
 
-def _finish(
-    args,
-    out: StagedOutput,
-    description: dict,
-    options,
-    spec: CorpusSpec,
-    files,
-    result,
-    seconds: float,
-) -> EmbedSummary:
-    """Count what was written, check nothing was lost, then publish with the manifest."""
-    attempt = out.attempt
-    parts = shard_paths(attempt)
-    embedded = count_rows(parts)
-    rejected = count_rows(shard_paths(join(attempt, ERRORS_DIR)))
-    ledger = read_ledger(attempt)
-    kept = f"; the previous content of {args.output} is unchanged"
-    unread = sorted({path for path, _, _ in files} - set(ledger))
-    if unread:
-        raise JobFailedError(
-            f"{len(unread)} input file(s) were not read to the end (first: {unread[0]}); "
-            f"nothing was published{kept}"
-        )
-    read = sum(ledger.values())
-    read_counter = _counter(result, "read")
-    if read != embedded + rejected or read_counter not in (None, read):
-        raise JobFailedError(
-            f"rows were lost: read {read} (counter: {read_counter}), but wrote {embedded} "
-            f"embeddings and {rejected} rejections; nothing was published{kept}"
-        )
-    summary = EmbedSummary(
-        args.output, read, embedded, rejected, _counter(result, "truncated"), seconds
-    )
-    if read and rejected / read > args.max_error_rate:
-        raise JobFailedError(
-            f"{rejected} of {read} rows rejected ({rejected / read:.1%}), more than "
-            f"--max-error-rate {args.max_error_rate:.1%}; see {join(attempt, ERRORS_DIR)}; "
-            f"nothing was published{kept}"
-        )
-    if read and not embedded and not args.allow_all_rejected:
-        raise JobFailedError(
-            f"all {read} rows were rejected, none embedded (see {join(attempt, ERRORS_DIR)}); "
-            f"nothing was published{kept}; pass --allow-all-rejected to publish such a run"
-        )
-    manifest = {
+def _launch_manifest(args, description: dict, spec: CorpusSpec, options) -> dict:
+    """The manifest's fields known before the run; the commit step adds counts and files."""
+    return {
         "kind": "embeddings",
         **description,
         "dtype": args.dtype,
         "compute_dtype": args.compute_dtype,
-        "counts": {
-            "read": read,
-            "embedded": embedded,
-            "rejected": rejected,
-            "truncated": summary.truncated,
-            "tokens": _counter(result, "tokens"),
-            "zero_vectors": _counter(result, ZERO_VECTORS),
-        },
-        "input": {
-            "pattern": args.input,
-            **asdict(spec),
-            "files": [{"path": path, "rows": rows} for path, rows in sorted(ledger.items())],
-        },
+        "input": {"pattern": args.input, **asdict(spec)},
         "keep_text": args.keep_text,
-        "shards": sorted(out.final_name(path.rsplit("/", 1)[-1]) for path in parts),
         "runner": runner_name(options),
         "software": software_versions(),
-        "seconds": round(seconds, 3),
-        "created": created_now(),
     }
-    FileSystems.delete([join(attempt, READ_LEDGER)])  # now recorded in the manifest
-    out.commit(manifest)
-    return summary
-
-
-def _counter(result, name: str) -> int | None:
-    try:
-        query = result.metrics().query(
-            MetricsFilter().with_namespace(METRICS_NAMESPACE).with_name(name)
-        )
-    except (NotImplementedError, AttributeError):
-        return None
-    counters = query.get("counters", [])
-    if not counters:
-        return None
-    return int(sum(c.committed if c.committed is not None else c.attempted for c in counters))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,22 +1,29 @@
-"""Run a Beam pipeline to the end and say how long it took on which runner.
+"""Run a Beam pipeline (to the end, or only to its submission) and say how long it took where.
 
 Every Beam job runs its pipeline the same way: run, wait until it finishes, close the client the
-Dask runner leaves open, and name the runner for the manifest. Stage orchestration in
+Dask runner leaves open, and name the runner for the manifest. ``sbert embed``, whose last step
+publishes, may also only submit (Beam's ``--no_wait_until_finish``); :func:`step_error` gives back
+what a step raised through Beam's wrapping. Stage orchestration in
 ``pipelines/`` receives :func:`transform_runner`'s callable, so pipelines never import jobs.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
 from jobs.beam_options import is_local, pipeline_options, runner_name
+
+logger = logging.getLogger(__name__)
+# What Beam appends to an exception raised in a step, once per enclosing step.
+_STEP_SUFFIX = re.compile(r"(?: \[while running '[^\]]*'\])+$")
 
 
 @dataclass(frozen=True)
@@ -53,19 +60,45 @@ def new_pipeline(options: PipelineOptions, test_pipeline: beam.Pipeline | None) 
     return test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
 
 
+def waits(options: PipelineOptions) -> bool:
+    """Whether the launcher waits for the job: not with Beam's ``--no_wait_until_finish``
+    (a Dataflow flex template, a detached Spark or Flink submission), except on the Dask runner,
+    whose job is cancelled when its launcher lets go of the client."""
+    if not options.view_as(StandardOptions).no_wait_until_finish:
+        return True
+    if "DaskRunner" in runner_name(options):
+        logger.warning(
+            "--no_wait_until_finish: the Dask runner's job ends with its launcher, which waits"
+        )
+        return True
+    return False
+
+
 def run_pipeline(
     pipeline: beam.Pipeline,
     options: PipelineOptions,
     *,
     test_pipeline: beam.Pipeline | None = None,
+    wait: bool = True,
 ) -> PipelineRun:
-    """Run ``pipeline`` and wait for it; the seconds count from the start of the run."""
+    """Run ``pipeline`` and (unless ``wait`` is false) wait for it to finish.
+
+    A stage that publishes after the run waits whatever the options say; only a pipeline
+    whose last step publishes (``sbert embed``) passes ``wait=waits(options)``. The seconds
+    count from the start of the run (to the submission, when not waiting).
+    """
+    if wait and not waits(options) and "DaskRunner" not in runner_name(options):
+        logger.warning(
+            "--no_wait_until_finish: this stage publishes its output after the pipeline "
+            "finishes, so it waits for it"
+        )
     start = time.perf_counter()
     result = pipeline.run()
-    result.wait_until_finish()
+    if wait:
+        result.wait_until_finish()
     seconds = time.perf_counter() - start
     client = getattr(result, "client", None)  # the Dask runner leaves its client open
-    if client is not None:
+    if client is not None and wait:
         client.close()
     # A TestPipeline is given its runner directly rather than through the options.
     runner = type(pipeline.runner).__name__ if test_pipeline is not None else runner_name(options)
@@ -86,3 +119,22 @@ def transform_runner(
         return run_pipeline(pipeline, options, test_pipeline=test_pipeline)
 
     return run
+
+
+def step_error(err: BaseException, kinds: tuple[type[Exception], ...]) -> Exception | None:
+    """The exception of one of ``kinds`` that a pipeline step raised, as the step raised it.
+
+    Beam re-raises a step's exception with ``[while running 'Step']`` appended when the step
+    ran in this process, and as a ``RuntimeError`` holding the worker's traceback when it ran
+    in another (``--direct_running_mode multi_processing``, a portable job server). Both give
+    back ``kind(message)`` with the step's own message; None when ``err`` is none of ``kinds``.
+    """
+    for kind in kinds:
+        if isinstance(err, kind):
+            return kind(_STEP_SUFFIX.sub("", str(err)))
+    text = str(err)
+    for kind in kinds:
+        found = re.findall(rf"(?m)^(?:[\w.]+\.)?{kind.__name__}: (.+)$", text)
+        if found:
+            return kind(_STEP_SUFFIX.sub("", found[-1].strip()))
+    return None

@@ -137,6 +137,11 @@ class StagedOutput:
         """A path inside this run's attempt area."""
         return join(self.attempt, *parts)
 
+    def __getstate__(self) -> dict:
+        # A pipeline step that commits gets a copy without the lock: the descriptor means
+        # nothing in a worker, and closing it there could drop the launcher's lock.
+        return {**self.__dict__, "_lock": None}
+
     def __enter__(self) -> StagedOutput:
         return self
 
@@ -157,6 +162,13 @@ class StagedOutput:
                 name = f"part-{self.run_id}-{name.removeprefix('part-')}"
             return f"{folder}/{name}" if folder else name
         return relative
+
+    def committed_manifest(self) -> dict | None:
+        """The published manifest if this run wrote it (a retried commit step finds it)."""
+        manifest = read_json_or_none(join(self.directory, MANIFEST))
+        commit = manifest.get("commit") if manifest else None
+        ours = isinstance(commit, dict) and commit.get("run_id") == self.run_id
+        return manifest if ours else None
 
     def commit(self, manifest: dict) -> dict:
         """Publish the attempt: move its files, write the manifest, drop the previous run's files.

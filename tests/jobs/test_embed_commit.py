@@ -1,0 +1,236 @@
+"""Issue 16 item 2: the embed pipeline counts, checks and publishes in its own last step.
+
+Nobody has to wait for the job: run the built pipeline directly, or launch it on a runner that
+returns at once (a detached submission), and ``_manifest.json`` still appears, after the shards
+and matching them. A check that fails in that step fails the job and publishes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from typing import ClassVar
+
+import apache_beam as beam
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
+from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
+
+from jobs import embed
+from jobs.errors import JobFailedError
+from pipelines.embed.commit import CommitRefusedError
+from pipelines.io import output_dir
+from pipelines.io.schemas import ERRORS_DIR
+
+
+def _argv(corpus, out, model, *extra) -> list[str]:
+    return ["--input", str(corpus), "--output", str(out), "--model", str(model), *extra]
+
+
+def _parts(directory) -> list[str]:
+    return sorted(path.name for path in directory.glob("part-*.parquet"))
+
+
+def _rows(paths) -> int:
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in paths)
+
+
+@pytest.fixture
+def manifest_writes(monkeypatch):
+    """Records, for each manifest write, the part files already in place in its folder."""
+    seen: list[dict] = []
+    write = output_dir.write_manifest
+
+    def recording(directory, manifest):
+        from pathlib import Path
+
+        folder = Path(directory)
+        seen.append(
+            {
+                "parts": _parts(folder),
+                "errors": sorted(p.name for p in (folder / ERRORS_DIR).glob("part-*.parquet")),
+                "embedded": _rows(sorted(folder.glob("part-*.parquet"))),
+            }
+        )
+        write(directory, manifest)
+
+    monkeypatch.setattr(output_dir, "write_manifest", recording)
+    return seen
+
+
+def _check_matches_shards(out, manifest: dict, read: int) -> None:
+    parts = _parts(out)
+    errors = sorted((out / ERRORS_DIR).glob("part-*.parquet"))
+    assert manifest["shards"] == parts
+    listed = {entry["path"]: entry for entry in manifest["commit"]["files"]}
+    assert sorted(name for name in listed if "/" not in name) == parts
+    assert all(listed[name]["rows"] == _rows([out / name]) for name in parts)
+    counts = manifest["counts"]
+    assert counts["embedded"] == _rows(out / name for name in parts)
+    assert counts["rejected"] == _rows(errors)
+    assert counts["read"] == read == counts["embedded"] + counts["rejected"]
+    assert sum(entry["rows"] for entry in manifest["input"]["files"]) == read
+    assert not (out / "_STARTED").exists() and not (out / "_attempts").exists()
+
+
+def test_running_the_built_pipeline_publishes_without_the_launcher(
+    tmp_path, tiny_st_dir, manifest_writes
+):
+    path, good, n_bad = write_bad_jsonl(tmp_path / "in")
+    out = tmp_path / "out"
+    with embed.build(_argv(path, out, tiny_st_dir, "--id-field", "id")) as job:
+        assert not (out / "_manifest.json").exists()
+        result = job.pipeline.run()  # the test waits, not the launcher
+        assert result.wait_until_finish() == PipelineState.DONE
+    manifest = json.loads((out / "_manifest.json").read_text())
+    _check_matches_shards(out, manifest, len(good) + n_bad)
+    assert manifest["counts"]["embedded"] == len(good) and manifest["counts"]["rejected"] == n_bad
+    # The manifest was written once, when every shard was already in its final place.
+    assert len(manifest_writes) == 1
+    assert manifest_writes[0]["parts"] == manifest["shards"]
+    assert manifest_writes[0]["embedded"] == manifest["counts"]["embedded"]
+    assert manifest_writes[0]["errors"] == sorted(
+        name.rsplit("/", 1)[-1]
+        for name in (entry["path"] for entry in manifest["commit"]["files"])
+        if name.startswith(f"{ERRORS_DIR}/")
+    )
+    # Counted in the pipeline, not read from runner metrics.
+    assert manifest["counts"]["truncated"] == 1  # write_bad_jsonl's one over-long row
+    assert manifest["counts"]["tokens"] > 0 and manifest["counts"]["zero_vectors"] == 0
+
+
+class _Detached(PipelineResult):
+    """A job running in the background, as a detached submission returns it: its work starts
+    only when someone waits on it, so the test sees what the launcher left before any work."""
+
+    def __init__(self, thread: threading.Thread, start: threading.Event, outcome: dict) -> None:
+        super().__init__(PipelineState.RUNNING)
+        self._thread = thread
+        self._start = start
+        self._outcome = outcome
+
+    def wait_until_finish(self, duration=None):
+        self._start.set()
+        self._thread.join()
+        if "error" in self._outcome:
+            self._state = PipelineState.FAILED
+            raise self._outcome["error"]
+        self._state = PipelineState.DONE
+        return self._state
+
+    def cancel(self):
+        raise NotImplementedError
+
+    def metrics(self):
+        raise NotImplementedError
+
+
+class DetachedRunner(PipelineRunner):
+    """Submits to Beam's FnApiRunner in a background thread and returns at once."""
+
+    submitted: ClassVar[list[_Detached]] = []
+
+    def run_pipeline(self, pipeline, options):
+        outcome: dict = {}
+        start = threading.Event()
+
+        def job():
+            start.wait()
+            try:
+                FnApiRunner().run_pipeline(pipeline, options).wait_until_finish()
+            except Exception as err:  # handed to whoever waits on the result
+                outcome["error"] = err
+
+        thread = threading.Thread(target=job, daemon=True)
+        thread.start()
+        result = _Detached(thread, start, outcome)
+        DetachedRunner.submitted.append(result)
+        return result
+
+
+def _detached_pipeline(*beam_args: str) -> beam.Pipeline:
+    DetachedRunner.submitted.clear()
+    return beam.Pipeline(runner=DetachedRunner(), options=PipelineOptions(list(beam_args)))
+
+
+def test_a_launcher_that_does_not_wait_still_gets_a_manifest(tmp_path, tiny_st_dir):
+    write_corpus(tmp_path / "in", "txt", GOOD_TEXTS)
+    out = tmp_path / "out"
+    pipeline = _detached_pipeline("--no_wait_until_finish")
+    submitted = embed.run(_argv(tmp_path / "in" / "*.txt", out, tiny_st_dir), pipeline)
+
+    assert isinstance(submitted, embed.EmbedSubmitted)
+    assert "DetachedRunner" in submitted.line() and str(out) in submitted.line()
+    assert not (out / "_manifest.json").exists()
+    # The launcher left the run's marker (its hold on the folder) to the job still running.
+    run_id = json.loads((out / "_STARTED").read_text())["run_id"]
+    (result,) = DetachedRunner.submitted
+    assert result.wait_until_finish() == PipelineState.DONE  # waited on outside the launcher
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["commit"]["run_id"] == run_id
+    _check_matches_shards(out, manifest, len(GOOD_TEXTS))
+
+
+def test_without_no_wait_the_launcher_waits_on_a_detached_runner(tmp_path, tiny_st_dir):
+    write_corpus(tmp_path / "in", "txt", GOOD_TEXTS)
+    out = tmp_path / "out"
+    summary = embed.run(_argv(tmp_path / "in" / "*.txt", out, tiny_st_dir), _detached_pipeline())
+    assert isinstance(summary, embed.EmbedSummary)
+    assert (summary.read, summary.embedded) == (len(GOOD_TEXTS), len(GOOD_TEXTS))
+    assert summary == embed.EmbedSummary.from_manifest(
+        str(out), json.loads((out / "_manifest.json").read_text())
+    )
+
+
+def test_a_failing_check_in_the_commit_step_publishes_nothing(tmp_path, tiny_st_dir):
+    path, _, _ = write_bad_jsonl(tmp_path / "in")
+    out = tmp_path / "out"
+    embed.run(_argv(path, out, tiny_st_dir))
+    before = (out / "_manifest.json").read_text()
+    parts, errors = _parts(out), sorted((out / ERRORS_DIR).iterdir())
+
+    argv = _argv(path, out, tiny_st_dir, "--overwrite", "--max-error-rate", "0.1")
+    refused = pytest.raises(CommitRefusedError, match=r"more than --max-error-rate 10\.0%")
+    with embed.build(argv) as job, refused:
+        job.pipeline.run().wait_until_finish()
+    assert (out / "_manifest.json").read_text() == before
+    assert _parts(out) == parts and sorted((out / ERRORS_DIR).iterdir()) == errors
+    # The refused run's files stay in its attempt area, unpublished, for a look.
+    assert list(out.glob(f"_attempts/*/{ERRORS_DIR}/part-*.parquet"))
+
+
+def test_the_launcher_raises_the_commit_steps_message_from_worker_processes(tmp_path, tiny_st_dir):
+    path, _, _ = write_bad_jsonl(tmp_path / "in")
+    out = tmp_path / "out"
+    workers = ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]
+    argv = _argv(path, out, tiny_st_dir, "--max-error-rate", "0.1", *workers)
+    with pytest.raises(
+        JobFailedError, match=r"^\d+ of \d+ rows rejected .* --max-error-rate"
+    ) as failure:
+        embed.run(argv)
+    # The step's own one-line message, not the worker's traceback Beam wraps it in.
+    message = str(failure.value)
+    assert "Traceback" not in message and "\n" not in message and "while running" not in message
+    assert message.endswith(f"the previous content of {out} is unchanged")
+    assert not (out / "_manifest.json").exists()
+
+
+def test_the_local_launcher_prints_the_summary_of_its_manifest(tmp_path, tiny_st_dir, capsys):
+    write_corpus(tmp_path / "in", "txt", GOOD_TEXTS)
+    out = tmp_path / "out"
+    assert embed.main(_argv(tmp_path / "in" / "*.txt", out, tiny_st_dir)) == 0
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    manifest = json.loads((out / "_manifest.json").read_text())
+    counts = manifest["counts"]
+    n = len(GOOD_TEXTS)
+    assert re.fullmatch(
+        rf"read {n} rows: {n} embedded, 0 truncated, 0 rejected \(see {re.escape(str(out))}/"
+        rf"{ERRORS_DIR}\) in \d+\.\ds \(\d+ texts/s\) -> {re.escape(str(out))}",
+        printed,
+    ), printed
+    assert (counts["read"], counts["embedded"], counts["rejected"]) == (n, n, 0)
+    assert printed == embed.EmbedSummary.from_manifest(str(out), manifest).line()
