@@ -5,7 +5,7 @@
         [--dtype float32|float16] [--normalize/--no-normalize] [--max-error-rate R]
         [--overwrite] [Beam options: --runner, --direct_num_workers, ...]
 
-Every row read is either embedded or written to ``OUTPUT/errors/`` with a reason, and
+Every row read is either embedded or written to ``OUTPUT/_errors/`` with a reason, and
 ``_manifest.json`` (written last, only on success) records read == embedded + rejected. The run
 writes into ``OUTPUT/_attempts/<run id>/`` and publishes in one step
 (``pipelines/io/output_dir.py``), so a failed or killed run leaves the previous output as it was. A
@@ -61,7 +61,7 @@ from pipelines.io.corpus_reader import (
 )
 from pipelines.io.manifest_fields import software_versions
 from pipelines.io.output_dir import MANIFEST, OutputLayout, join
-from pipelines.io.schemas import ERRORS_DIR
+from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
 from pipelines.io.staged_output import StagedOutput
 from pipelines.vectors.progress import close_shared_progress
 from sbert_core.encoder_settings import EncoderSettings
@@ -69,8 +69,9 @@ from sbert_core.errors import DataFileError
 
 logger = logging.getLogger(__name__)
 
-# What an embed run writes: parts at the top level and under errors/ (docs/architecture.md).
-LAYOUT = OutputLayout(datasets=("", ERRORS_DIR))
+# What an embed run writes: parts at the top level and under _errors/ (docs/architecture.md);
+# earlier versions' errors/ still counts as ours.
+LAYOUT = OutputLayout(datasets=("", ERRORS_DIR), legacy_datasets=LEGACY_ERRORS_DIRS)
 # The manifest's counts besides read / embedded / rejected, in one place: each is the sum of a
 # tally branch that ``_build_pipeline`` adds to ``tallies`` (pipelines/embed/commit.py).
 REPORTED_COUNTS = EMBEDDING_COUNTS

@@ -7,7 +7,7 @@ one of:
 
 * a row the embed job did not embed: rejected when read (bad JSON, empty text, ...), a later
   row with an id seen before (the embed job keeps the first in file, row order), or a row the
-  embed stage rejected (listed in its ``errors/``). These are not written to the deduplicated
+  embed stage rejected (listed in its ``_errors/``). These are not written to the deduplicated
   corpus (nothing is known about their duplicates) and are listed in ``corpus_rejected.parquet``;
 * an embedded row that is kept (a singleton or a group's representative): written;
 * an embedded row that is removed (a duplicate of its group's representative): not written.
@@ -45,12 +45,14 @@ from pipelines.io.corpus_reader import (
     raw_rows,
     read_corpus_file,
 )
-from pipelines.io.schemas import ERRORS_SCHEMA
+from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
 from pipelines.vectors.records import field_record
 from sbert_core.tabular import detect_format
 
 CORPUS_DIR, REJECTED_FILE = "corpus", "corpus_rejected.parquet"
-NOT_EMBEDDED_REASON = "not embedded: rejected by the embed stage (see the embeddings' errors/)"
+NOT_EMBEDDED_REASON = (
+    f"not embedded: rejected by the embed stage (see the embeddings' {ERRORS_DIR}/)"
+)
 
 
 @dataclass
@@ -180,7 +182,7 @@ def write_deduplicated_corpus(
     rejected_path: str,
 ) -> ApplyCounts:
     """Write the kept rows of every corpus file under ``directory``, and the rows that were not
-    embedded to ``rejected_path`` (``errors/`` schema).
+    embedded to ``rejected_path`` (the ``_errors/`` schema, ERRORS_SCHEMA).
 
     Args:
         scan: the corpus as scanned (same files and spec).

@@ -24,9 +24,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.dedup.groups import DuplicateGroups
 from pipelines.io.embeddings import EmbeddingsDataset, require_compatible, shard_paths
-from pipelines.io.output_dir import join
+from pipelines.io.output_dir import join, listed_parts
 from pipelines.io.pairs_output import PairsOutput
-from pipelines.io.schemas import ERRORS_DIR
+from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
 from pipelines.vectors.cosine_range import clamp_cosines
 
 GROUPS_FILE, KEPT_FILE, REMOVED_FILE = "groups.parquet", "kept_ids.txt", "removed_ids.txt"
@@ -111,14 +111,28 @@ def embedding_ids(datasets: list[EmbeddingsDataset]) -> pa.Array:
 
 
 def embed_error_ids(datasets: list[EmbeddingsDataset]) -> set[str]:
-    """Ids of the rows the embed jobs rejected (their ``errors/``), where the id was known."""
+    """Ids of the rows the embed jobs rejected (their ``_errors/``), where the id was known.
+
+    Outputs of versions before issue 16 hold them in ``errors/``; both are read.
+    """
     found: set[str] = set()
     for dataset in datasets:
-        for path in shard_paths(join(dataset.directory, ERRORS_DIR)):
+        for path in error_parts(dataset):
             with FileSystems.open(path) as handle:
                 column = pq.read_table(handle, columns=["id"]).column("id")
             found.update(value for value in column.to_pylist() if value is not None)
     return found
+
+
+def error_parts(dataset: EmbeddingsDataset) -> list[str]:
+    """The dead-letter part files of an embed output: those its manifest lists in the errors
+    folder (``_errors/``, or ``errors/`` before issue 16); every part there for a manifest
+    without a file list (written before manifests listed their files)."""
+    paths: list[str] = []
+    for folder in (ERRORS_DIR, *LEGACY_ERRORS_DIRS):
+        listed = listed_parts(dataset.directory, dataset.manifest, folder)
+        paths += listed if listed is not None else shard_paths(join(dataset.directory, folder))
+    return paths
 
 
 def groups_table(

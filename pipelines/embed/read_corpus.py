@@ -36,6 +36,8 @@ from pipelines.io.corpus_reader import (
     read_corpus_file,
 )
 from pipelines.io.counters import METRICS_NAMESPACE
+from pipelines.io.output_dir import ATTEMPTS, MANIFEST
+from pipelines.io.schemas import ERRORS_DIR
 from pipelines.vectors.progress import EMBED_PROGRESS, shared_progress
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import detect_format
@@ -227,7 +229,7 @@ def refuse_output_inside_input(
 
     A second run would read the first run's shards as corpus (and ``--overwrite`` would
     replace input files). Refused when a matched file lies inside ``output``, or when the glob
-    matches the names the job writes there (``part-*.parquet``, ``errors/``, attempt folders).
+    matches the names the job writes there (``part-*.parquet``, ``_errors/``, attempt folders).
 
     Raises:
         ValueError: naming the output folder and the glob.
@@ -239,10 +241,10 @@ def refuse_output_inside_input(
         folder + name
         for name in (
             "part-00000-of-00001.parquet",
-            "errors/part-00000-of-00001.parquet",
-            "_manifest.json",
-            "_attempts/run/part-00000-of-00001.parquet",
-            "_attempts/run/errors/part-00000-of-00001.parquet",
+            f"{ERRORS_DIR}/part-00000-of-00001.parquet",
+            MANIFEST,
+            f"{ATTEMPTS}/run/part-00000-of-00001.parquet",
+            f"{ATTEMPTS}/run/{ERRORS_DIR}/part-00000-of-00001.parquet",
         )
     ]
     if inside or any(written.match(probe) for probe in probes):

@@ -17,6 +17,11 @@ A stage never writes its results straight into its output directory. The life of
    size, sha256 and, for Parquet, its row count. Only then are the previous run's files that
    the new manifest does not list deleted, by name.
 
+Every name a stage leaves inside a folder that holds Parquet parts, other than the parts
+themselves, starts with ``_`` or ``.`` (``_manifest.json``, ``_STARTED``, ``_attempts/``, the
+embed stage's ``_errors/``), so that pandas, pyarrow.dataset and Spark read the folder as one
+dataset of parts; DuckDB and polars read it as ``DIR/*.parquet``.
+
 This module holds the contract every reader relies on (names, the manifest, ``read_manifest``);
 :mod:`pipelines.io.staged_output` holds the writer's side (the lock, the attempt area, the commit).
 
@@ -34,14 +39,16 @@ started together can both prepare the folder; the one whose run id is no longer 
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
+import os
 from dataclasses import dataclass
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.io.atomic import json_text, write_json_replacing
+from pipelines.io.atomic import is_local, json_text, write_json_replacing
 
 MANIFEST = "_manifest.json"
 STARTED = "_STARTED"
@@ -95,21 +102,42 @@ class OutputLayout:
             get the run id in their name at commit, and any unlisted file in them is refused.
         files: glob patterns of the other files the stage writes (``index.faiss``,
             ``shards/*.faiss``, ...).
+        legacy_datasets: dataset folders that earlier versions wrote and this one no longer
+            does (the embed stage's ``errors/``, now ``_errors/``): their parts still count as
+            ours, so ``--overwrite`` replaces such an output and a rerun clears its remains.
     """
 
     datasets: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    legacy_datasets: tuple[str, ...] = ()
 
     def owns(self, relative: str) -> bool:
-        """Whether a file at ``relative`` is one this stage writes (by name)."""
+        """Whether a file at ``relative`` is one this stage writes, or an earlier version wrote."""
         if relative in (MANIFEST, STARTED) or relative.startswith(f"{ATTEMPTS}/"):
             return True
         if fnmatch.fnmatch(relative, f".{MANIFEST}.*.tmp"):
             return True
         folder, _, name = relative.rpartition("/")
-        if folder in self.datasets and fnmatch.fnmatch(name, "part-*.parquet"):
+        if folder in (*self.datasets, *self.legacy_datasets) and _is_part(name):
             return True
         return any(fnmatch.fnmatch(relative, pattern) for pattern in self.files)
+
+    def publishes(self, relative: str) -> bool:
+        """Whether the commit moves a file of the attempt area (``relative`` to it) into place.
+
+        A dataset's parts are published even in a folder named with ``_`` (``_errors/``); any
+        other name with a part starting with ``_`` or ``.`` (ledgers, work areas), a runner's
+        ``beam-temp-*`` folder, or a ``.tmp`` file stays behind.
+        """
+        folder, _, name = relative.rpartition("/")
+        if folder in self.datasets and _is_part(name):
+            return True
+        hidden = any(part.startswith(("_", ".", "beam-temp-")) for part in relative.split("/"))
+        return not hidden and not relative.endswith(".tmp")
+
+
+def _is_part(name: str) -> bool:
+    return fnmatch.fnmatch(name, "part-*.parquet")
 
 
 def read_json_or_none(path: str) -> dict | None:
@@ -142,6 +170,16 @@ def delete_quietly(paths: list[str]) -> None:
     for path in paths:
         if FileSystems.exists(path):
             FileSystems.delete([path])
+
+
+def remove_empty_folders(directory: str, folders: tuple[str, ...]) -> None:
+    """Remove ``folders`` of ``directory`` that are now empty (local disks; object stores have
+    no folders); a folder that still holds anything stays."""
+    if not is_local(directory):
+        return
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            os.rmdir(join(directory, folder).removeprefix("file://"))
 
 
 def write_manifest(directory: str, manifest: dict) -> None:

@@ -87,8 +87,13 @@ PAIRS_SCHEMA = pa.schema(
 )
 
 
-# The dead letters' folder inside an embeddings output (docs/architecture.md).
-ERRORS_DIR = "errors"
+# The dead letters' folder inside an embeddings output (docs/architecture.md). Its leading
+# underscore makes dataset readers of the embeddings folder skip it (pandas, pyarrow.dataset and
+# Spark skip names starting with "_" or "."; DuckDB's and polars' "dir/*.parquet" do not descend).
+ERRORS_DIR = "_errors"
+# Where versions before issue 16 put them: still read (dedup) and still recognised as ours
+# (--overwrite, clearing a killed run's remains).
+LEGACY_ERRORS_DIRS = ("errors",)
 
 ERRORS_SCHEMA = pa.schema(
     [

@@ -191,10 +191,7 @@ class StagedOutput:
         previous = read_json_or_none(join(self.directory, MANIFEST))
         moves = []
         for relative, size in sorted(file_sizes(self.attempt).items()):
-            parts = relative.split("/")
-            if any(
-                part.startswith(("_", ".", "beam-temp-")) for part in parts
-            ) or relative.endswith(".tmp"):
+            if not self.layout.publishes(relative):
                 continue  # ledgers, retried writers' and runner temporaries stay behind
             moves.append((relative, self.final_name(relative), size))
         entries = [_describe_file(self.path(source), final, size) for source, final, size in moves]
@@ -216,6 +213,7 @@ class StagedOutput:
                 if name not in kept and self.layout.owns(name) and not is_marker(name)
             ]
         delete_quietly([join(self.directory, name) for name in stale])
+        output_dir.remove_empty_folders(self.directory, self.layout.legacy_datasets)
         delete_quietly([join(self.directory, STARTED)])
         _clear_attempts(self.directory)
         self.release()

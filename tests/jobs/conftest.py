@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from pipelines.io.schemas import ERRORS_SCHEMA
+from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ class EmbedOutput:
         self.directory = directory
         self.manifest = json.loads((directory / "_manifest.json").read_text())
         self.table = pq.read_table(sorted(directory.glob("part-*.parquet")))
-        error_files = sorted((directory / "errors").glob("part-*.parquet"))
+        error_files = sorted((directory / ERRORS_DIR).glob("part-*.parquet"))
         # Grouped (sharded) writes create no error file when nothing was rejected.
         self.errors = pq.read_table(error_files) if error_files else ERRORS_SCHEMA.empty_table()
 

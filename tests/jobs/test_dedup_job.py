@@ -21,7 +21,7 @@ from pipelines.io.corpus_files import open_decompressed
 from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
 from pipelines.io.embeddings import IncompatibleEmbeddingsError
 from pipelines.io.output_dir import OutputExistsError
-from pipelines.io.schemas import ERRORS_SCHEMA, embeddings_table
+from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_table
 
 MODEL = {
     "model_id": "planted",
@@ -54,14 +54,14 @@ def write_embeddings(
             texts=None if texts is None else [texts[r] for r in rows],
         )
         pq.write_table(table, directory / f"part-{i:05d}-of-00002.parquet")
-    (directory / "errors").mkdir()
+    (directory / ERRORS_DIR).mkdir()
     errors = [
         {"id": r, "source": f"x:{i}", "reason": "bad", "excerpt": ""}
         for i, r in enumerate(rejected)
     ]
     pq.write_table(
         pa.Table.from_pylist(errors, schema=ERRORS_SCHEMA),
-        directory / "errors" / "part-00000-of-00001.parquet",
+        directory / ERRORS_DIR / "part-00000-of-00001.parquet",
     )
     manifest = {
         "kind": "embeddings",

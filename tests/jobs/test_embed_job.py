@@ -10,6 +10,7 @@ from jobs.errors import JobFailedError
 from pipelines.embed.read_corpus import RECORDS, REJECTED, ReadCorpus, RejectDuplicateIds
 from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec
 from pipelines.io.output_dir import OutputExistsError
+from pipelines.io.schemas import ERRORS_DIR
 
 
 def test_read_corpus_transform(local_pipeline, tmp_path):
@@ -165,8 +166,8 @@ def test_error_rate_limit_fails_without_manifest(local_pipeline, tmp_path, tiny_
         )
     assert not (out / "_manifest.json").exists()
     # Nothing is published; the failed run's dead letters stay in its attempt area for a look.
-    assert not (out / "errors").exists()
-    assert list(out.glob("_attempts/*/errors/part-*.parquet"))
+    assert not (out / ERRORS_DIR).exists()
+    assert list(out.glob(f"_attempts/*/{ERRORS_DIR}/part-*.parquet"))
 
 
 def test_existing_output_is_refused_unless_overwrite(tmp_path, tiny_st_dir, local_pipeline):

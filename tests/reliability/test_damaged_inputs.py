@@ -32,6 +32,7 @@ from pipelines.io.corpus_reader import (
     raw_rows,
     read_corpus_file,
 )
+from pipelines.io.schemas import ERRORS_DIR
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import read_table
 from sbert_core.tokenizing import CUT_CHARS_PER_TOKEN
@@ -138,7 +139,7 @@ def test_skip_turns_each_damaged_file_into_one_counted_dead_letter(tmp_path, tin
     counts = manifest["counts"]
     assert counts["read"] == counts["embedded"] + counts["rejected"]
     files = {Path(entry["path"]).name: entry["rows"] for entry in manifest["input"]["files"]}
-    errors = pq.read_table(sorted(out.glob("errors/*.parquet"))).to_pylist()
+    errors = pq.read_table(sorted(out.glob(f"{ERRORS_DIR}/*.parquet"))).to_pylist()
     letters = {
         Path(row["source"]).name: row
         for row in errors

@@ -25,6 +25,7 @@ from pipelines.embed.model_handler import NON_FINITE_REASON
 from pipelines.index.build import ArraySource
 from pipelines.index.sharded import ShardTask, read_row_range
 from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.schemas import ERRORS_DIR
 from pipelines.vectors.checks import NonFiniteEmbeddingError, require_finite
 from pipelines.vectors.communities import detect_communities
 from pipelines.vectors.kmeans import fit_spherical_kmeans
@@ -130,7 +131,7 @@ def test_non_finite_embeddings_are_dead_letters_and_zero_vectors_counted(
     assert (summary.read, summary.embedded, summary.rejected) == (23, 21, 2)
     manifest = json.loads((out / "_manifest.json").read_text())
     assert manifest["counts"]["zero_vectors"] == 1
-    errors = pq.read_table(sorted((out / "errors").glob("*.parquet"))).to_pylist()
+    errors = pq.read_table(sorted((out / ERRORS_DIR).glob("*.parquet"))).to_pylist()
     assert sorted(row["excerpt"] for row in errors) == ["poison one", "the poison two"]
     assert {row["reason"] for row in errors} == {NON_FINITE_REASON}
     ids, vectors = EmbeddingsDataset.open(str(out)).load()
