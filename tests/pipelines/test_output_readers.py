@@ -73,7 +73,12 @@ def job(tmp_path_factory, tiny_st_dir) -> Path:
     corpus.write_text("".join(line + "\n" for line in corpus_lines()), encoding="utf-8")
     config = {
         "job_dir": str(root / "job"),
-        "input": {"path": str(corpus), "id_field": "id", "keep_fields": ["lang"], "keep_text": True},
+        "input": {
+            "path": str(corpus),
+            "id_field": "id",
+            "keep_fields": ["lang"],
+            "keep_text": True,
+        },
         "model": str(tiny_st_dir),
         "stages": ["embed", "index", "cluster", "pairs", "dedup"],
         "index": {"queries": 20},
