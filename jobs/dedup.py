@@ -5,7 +5,7 @@
         random|column:NAME] [--seed S] [--radius R] [--mutual-k K] [--missing-score S]
         [--keep first|longest|central]  (components; the others read it as --rank)
         [--labels FILE [--label-id-a C] [--label-id-b C] [--label-column C]
-         [--target-precision P] [--skip-unknown-labels]]
+         [--target-precision P] [--skip-unknown-labels]] [--known-duplicates-field F|none]
         [--corpus GLOB [--apply] [--id-field F] [--text-field F] [--format FMT]]
         [--embeddings DIR ...] [--sweep-from 0.8] [--sweep-to 0.99] [--sweep-step 0.01]
         [--report-groups 50] [--dry-run] [--overwrite]
@@ -52,6 +52,14 @@ Parquet) every method at every sweep threshold is scored: pair precision, recall
 "both in one group" on the labelled pairs only, the best-F1 threshold and, with
 ``--target-precision P``, the threshold of highest recall whose precision is >= P; the numbers
 go to the manifest, the report gets a precision-recall curve.
+
+Known duplicates: when the embeddings kept a ``duplicate_of`` field (``sbert embed
+--keep-fields duplicate_of``; another field with ``--known-duplicates-field F``) naming, on a
+duplicate's row, the id of the row it duplicates, each such row gives a known duplicate pair
+(without the field, the labelled duplicates of ``--labels`` are the known pairs). The summary
+line, the report and the manifest (``known_duplicates``) give how many known pairs ended in one
+group (known-duplicate recall) for every method at every sweep threshold, and list some the
+groups split; with ``--labels`` also the precision on the labelled pairs.
 
 Outputs (docs/architecture.md, ``dedup/``): ``groups.parquet`` (id, group, is_representative,
 size, score to the representative), ``kept_ids.txt`` and ``removed_ids.txt`` (one id per line in
@@ -102,11 +110,13 @@ from pipelines.dedup.groups import (
     similarity_histogram,
     sweep_thresholds,
 )
+from pipelines.dedup.known import known_found, load_known
 from pipelines.dedup.labels import LabelColumns, LabelledPairs, load_labels
 from pipelines.dedup.load import check_count, load_pairs
 from pipelines.dedup.manifest import dedup_manifest
 from pipelines.dedup.order import corpus_spec, item_texts, order_rank, paired_items, text_lengths
 from pipelines.dedup.outputs import REPORT_FILE, largest_groups, write_id_lists, write_report
+from pipelines.dedup.report_methods import KnownView, known_view
 from pipelines.dedup.summary import DedupSummary
 from pipelines.dedup.sweep import Ranker, group_at, sweep_methods
 from pipelines.io.atomic import write_table
@@ -162,11 +172,14 @@ def run(argv: list[str] | None = None) -> DedupSummary:
     for note in source.notes:
         logger.warning("%s", note)
     labelled = _labels(args, ids)
+    known = load_known(datasets, args.known_duplicates_field, ids, labelled, args.labels)
 
     # Everything that can fail on the inputs happens before the output directory is touched.
     n, id_list = len(ids), ids.to_pylist()
     grouped = paired_items(n, source.pairs, args.threshold) | copies.grouped_rows()
     wanted = paired_items(n, source.pairs, source.thresholds[0]) if rank_by_length else grouped
+    if known is not None:  # the report shows the known pairs the groups split, with texts
+        wanted = wanted | known.rows(n)
     index = {item: row for row, item in enumerate(id_list)}
     scan = _scan(args, datasets, index, wanted, settings.column) if args.corpus else None
     rank, order_basis = order_rank(id_list, datasets, scan)
@@ -180,7 +193,13 @@ def run(argv: list[str] | None = None) -> DedupSummary:
     values = None if scan is None else scan.values
     ranker = Ranker(settings, n, source.pairs, rank, lengths, values)
     sweeps = sweep_methods(
-        settings, source.pairs, source.thresholds, ranker, labelled, copies=copies
+        settings,
+        source.pairs,
+        source.thresholds,
+        ranker,
+        labelled,
+        copies=copies,
+        known=None if known is None else known.pairs,
     )
     if args.method == "components":
         keep = args.keep or "first"
@@ -208,6 +227,7 @@ def run(argv: list[str] | None = None) -> DedupSummary:
         sweeps=sweeps,
         target_precision=args.target_precision,
         copies=copies.n_copies if copies.n_copies else None,
+        known=None if known is None else known_found(groups.group, known),
     )
     if args.dry_run:
         removed = groups.removed
@@ -259,9 +279,21 @@ def run(argv: list[str] | None = None) -> DedupSummary:
         histogram = similarity_histogram(source.pairs.scores, min(source.low, 0.99))
         views = largest_groups(groups, args.report_groups, id_list, rank, scores, texts)
         label_counts = labelled.to_json() if labelled is not None else None
-        write_report(args.output, summary, groups, report_facts, histogram, views, label_counts)
+        shown = _known_view(known, groups, summary, source, id_list, texts)
+        write_report(
+            args.output, summary, groups, report_facts, histogram, views, label_counts, shown
+        )
         manifest = dedup_manifest(
-            args, settings, pairs_output, datasets, source, groups, summary, histogram, labelled
+            args,
+            settings,
+            pairs_output,
+            datasets,
+            source,
+            groups,
+            summary,
+            histogram,
+            labelled,
+            shown,
         )
         manifest["first_order"] = order_basis
         if copies.n_copies:
@@ -273,6 +305,17 @@ def run(argv: list[str] | None = None) -> DedupSummary:
         }
         out.commit(manifest)
         return summary
+
+
+def _known_view(known, groups, summary: DedupSummary, source, ids, texts) -> KnownView | None:
+    """The known duplicates at the threshold as the report and the manifest show them."""
+    if known is None:
+        return None
+    point = summary.at_threshold()  # labelled precision, when there are labels
+    precision = None if point is None else point.precision
+    return known_view(
+        known, groups.group, summary.method, precision, source.pairs, ids, texts, source.low
+    )
 
 
 def _labels(args: argparse.Namespace, ids) -> LabelledPairs | None:

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ from pipelines.io.embeddings import EmbeddingsDataset
 # The field read when the embeddings kept it and no other is named, and the value of
 # ``--known-duplicates-field`` that turns known duplicates off.
 DEFAULT_FIELD, NO_FIELD = KNOWN_FIELD, NO_KNOWN_FIELD
+logger = logging.getLogger(__name__)
+
 # Missed pairs listed in the report (all of them are in no file: the report lists a sample).
 SHOWN_MISSED = 20
 
@@ -63,6 +66,12 @@ class KnownDuplicates:
     def count(self) -> int:
         """Known pairs evaluated."""
         return len(self.pairs.a)
+
+    def rows(self, n: int) -> np.ndarray:
+        """``(n,)`` bool: the items of some known pair."""
+        out = np.zeros(n, bool)
+        out[self.pairs.a] = out[self.pairs.b] = True
+        return out
 
     def describe(self) -> str:
         """Where the pairs come from, in words (for the reports)."""
@@ -103,6 +112,37 @@ def field_of(datasets: Sequence[EmbeddingsDataset], requested: str | None) -> st
         f"hold {', '.join(kept) or 'no kept fields'}); embed with --keep-fields {requested}, "
         f"or pass --known-duplicates-field {NO_FIELD}"
     )
+
+
+def load_known(
+    datasets: Sequence[EmbeddingsDataset],
+    requested: str | None,
+    ids: pa.Array,
+    labelled: LabelledPairs | None,
+    labels_path: str | None,
+) -> KnownDuplicates | None:
+    """The known duplicates of a run: from the field (:func:`field_of`) when the embeddings
+    hold it and it names some embedded row, else the labelled duplicates, else None; None
+    also for ``requested`` :data:`NO_FIELD`.
+
+    Raises:
+        ValueError: ``requested`` is not a column of the embeddings, or holds a bad value.
+    """
+    if requested == NO_FIELD:
+        return None
+    field = field_of(datasets, requested)
+    if field is not None:
+        known = read_known_duplicates(datasets, field, ids)
+        if known.count:
+            return known
+        logger.warning(
+            "the embeddings' field %r names no other embedded row: no known-duplicate recall "
+            "from it",
+            field,
+        )
+    if labelled is not None and labels_path is not None:
+        return from_labels(labelled, labels_path)
+    return None
 
 
 def _columns(dataset: EmbeddingsDataset) -> set[str]:

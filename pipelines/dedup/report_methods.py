@@ -9,7 +9,10 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipelines.dedup.known import Found, KnownDuplicates
+import numpy as np
+
+from pipelines.dedup.groups import IndexedPairs
+from pipelines.dedup.known import Found, KnownDuplicates, known_found, missed_pairs
 from pipelines.dedup.sweep import MethodSweep
 from pipelines.io.html import Series, lines_svg, shown_text
 
@@ -156,6 +159,41 @@ class KnownView:
     precision: float | None
     missed: Sequence[MissedPair]
     low: float
+
+
+def known_view(
+    known: KnownDuplicates,
+    group: np.ndarray,
+    method: str,
+    precision: float | None,
+    pairs: IndexedPairs,
+    ids: Sequence[str],
+    texts: dict[str, str],
+    low: float,
+) -> KnownView:
+    """The known duplicates as the report shows them.
+
+    Args:
+        known: the known pairs.
+        group: ``(n,)`` the written groups (-1: in no group).
+        method: the chosen method.
+        precision: its pair precision on the labelled pairs at the threshold (None: no labels).
+        pairs: the pairs loaded (the missed pairs' scores come from them).
+        ids: item ids by row.
+        texts: ``{id: text}`` where known.
+        low: every pair scoring at least this was loaded.
+    """
+    missed = missed_pairs(group, known)
+    n = len(ids)
+    wanted = np.array([a * n + b for a, b in missed], np.int64)
+    keys = np.minimum(pairs.a, pairs.b) * n + np.maximum(pairs.a, pairs.b)
+    hit = np.flatnonzero(np.isin(keys, wanted))
+    scores = {int(keys[i]): float(pairs.scores[i]) for i in hit}
+    shown = [
+        MissedPair(ids[a], texts.get(ids[a]), ids[b], texts.get(ids[b]), scores.get(a * n + b))
+        for a, b in missed
+    ]
+    return KnownView(known, known_found(group, known), method, precision, shown, low)
 
 
 def known_fact(view: KnownView) -> str:

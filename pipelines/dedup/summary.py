@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from pipelines.dedup.corpus import REJECTED_FILE
 from pipelines.dedup.groups import SweepPoint
+from pipelines.dedup.known import Found
 from pipelines.dedup.labels import LabelPoint
 from pipelines.dedup.sweep import MethodSweep
 
@@ -39,6 +40,9 @@ class DedupSummary:
     # Rows that copy another row's normalised text (--exact-dedup embeddings), all removed;
     # None: the embeddings name no copies.
     copies: int | None = None
+    # Known duplicate pairs (duplicate_of, or the labelled duplicates) the groups found; None:
+    # there are none (pipelines/dedup/known.py).
+    known: Found | None = None
 
     @property
     def chosen(self) -> MethodSweep | None:
@@ -62,6 +66,11 @@ class DedupSummary:
     def line(self) -> str:
         """One-line human summary."""
         labels = self._labels_line()
+        if self.known is not None:
+            labels += (
+                f"; known duplicates: {self.known.found} of {self.known.known} pairs in one "
+                f"group (recall {self.known.recall:.3f})"
+            )
         if self.dry_run:
             return (
                 f"dry run: at threshold {self.threshold:g}, {self.removed} of {self.rows_in} rows "
