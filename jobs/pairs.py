@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -64,8 +65,6 @@ from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.io.sizes import parse_size
-from pipelines.pairs.clustered import ClusteredOptions, run_clustered
-from pipelines.pairs.exact import run_exact
 from pipelines.pairs.files import (
     VectorReader,
     needs_normalizing,
@@ -78,7 +77,6 @@ from pipelines.pairs.plan import (
     exact_path,
     plan_blocking,
 )
-from pipelines.pairs.transforms import WORK_DIR, PairsSettings
 from pipelines.vectors.checks import check_cosine
 
 # What a pairs run writes (see docs/architecture.md, folder contracts).
@@ -153,8 +151,20 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         and exact_path(n, dim, args.k, args.threshold is not None, budget) == "whole"
     )
     job_start = time.perf_counter()
-    # Unique ids and finite values are checked here, before any output exists.
-    scan = reader.scan(blocking.picks() if blocking is not None else {}, keep=in_process)
+    # Unique ids and finite values are checked here, before any output exists. Arrow decodes
+    # the shards on its own threads, without Python's lock, so the search modules (torch and
+    # numba: seconds of imports) load meanwhile; "scan" is the time until both are done.
+    with ThreadPoolExecutor(1, thread_name_prefix="pairs-scan") as pool:
+        picks = blocking.picks() if blocking is not None else {}
+        scanning = pool.submit(reader.scan, picks, in_process)
+        from pipelines.pairs.clustered import ClusteredOptions, run_clustered
+        from pipelines.pairs.exact import run_exact
+        from pipelines.pairs.transforms import WORK_DIR, PairsSettings
+        from pipelines.vectors.block_search import warm_up
+
+        if in_process:
+            warm_up(dim, args.k, args.precision)
+        scan = scanning.result()
     seconds = {"scan": time.perf_counter() - job_start}
     out = job_output("pairs", args.output, args.overwrite, argv, LAYOUT)
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.

@@ -6,6 +6,7 @@ embedded by another model is refused the same way everywhere.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines.io.atomic import is_local
 from pipelines.io.output_dir import join, listed_parts, read_manifest
 from pipelines.vectors.checks import require_finite
 
@@ -50,17 +52,32 @@ def shard_paths(directory: str, prefix: str = "part") -> list[str]:
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
+@contextlib.contextmanager
+def parquet_source(path: str) -> Iterator[str | object]:
+    """What ``pyarrow.parquet`` reads ``path`` from: a local file by its name, so Arrow reads it
+    with its own I/O (in parallel, without taking Python's lock for every read, which a Python
+    file object makes it do), else a handle of the Beam filesystem of its scheme."""
+    if is_local(path):
+        yield path.removeprefix("file://")
+        return
+    with FileSystems.open(path) as handle:
+        yield handle
+
+
 def count_rows(paths: list[str]) -> int:
     """Total rows of Parquet files, from their footers (no data is read)."""
     total = 0
     for path in paths:
-        with FileSystems.open(path) as handle:
-            total += pq.ParquetFile(handle).metadata.num_rows
+        with parquet_source(path) as source:
+            total += pq.ParquetFile(source).metadata.num_rows
     return total
 
 
 def embedding_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A fixed-size-list embedding column as a float32 ``(N, d)`` array, without Python loops."""
+    """A fixed-size-list embedding column as a float32 ``(N, d)`` array, without Python loops.
+
+    A float32 column without nulls (what the embed stage writes) comes back as a read-only view
+    of Arrow's buffer, no copy; chunked columns and float16 values are copied."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     dim = column.type.list_size
@@ -164,8 +181,8 @@ class EmbeddingsDataset:
         """Stream ``(ids, vectors)`` (plus the record batch when ``columns`` asks for more)."""
         wanted = ["id", "embedding", *columns]
         for path in self.shards:
-            with FileSystems.open(path) as handle:
-                for batch in pq.ParquetFile(handle).iter_batches(
+            with parquet_source(path) as source:
+                for batch in pq.ParquetFile(source).iter_batches(
                     batch_size=batch_size, columns=wanted
                 ):
                     ids = batch.column("id").to_pylist()

@@ -21,6 +21,7 @@ writes every range's shards from that one answer.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 
 import apache_beam as beam
@@ -34,6 +35,9 @@ from pipelines.pairs.files import neighbors_table, pairs_table, part_path
 from pipelines.pairs.transforms import METRICS_NAMESPACE, PairsSettings, write_parquet
 from pipelines.vectors.block_search import BlockResult, search_block
 from pipelines.vectors.progress import shared_progress
+
+# Output shards the whole-matrix search writes at a time.
+_WRITERS = 2
 
 
 def plan_ranges(n: int, count: int) -> list[tuple[int, int]]:
@@ -151,8 +155,13 @@ def search_all(
     calls it itself on a local runner); ``(shard, neighbour rows, pairs)`` per range."""
     s = settings
     result = search_block(vectors, s.k, threshold=s.threshold, precision=s.precision)
-    for index, rows in enumerate(ranges):
-        yield _write_range(s, ids, index, len(ranges), rows, _range_of(result, rows))
+
+    def write(index: int, rows: tuple[int, int]) -> tuple[int, int, int]:
+        return _write_range(s, ids, index, len(ranges), rows, _range_of(result, rows))
+
+    # Shards are separate files, built and written by Arrow without Python's lock: a few at once.
+    with ThreadPoolExecutor(_WRITERS, thread_name_prefix="pairs-write") as pool:
+        yield from pool.map(write, range(len(ranges)), ranges)
 
 
 class WholeExactPairs(beam.PTransform):

@@ -26,9 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
-from pipelines.io.embeddings import embedding_matrix
+from pipelines.io.embeddings import embedding_matrix, parquet_source
 from pipelines.io.output_dir import join
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.vectors.checks import require_finite
@@ -114,27 +113,28 @@ class VectorReader:
     normalize: bool
     batch_size: int = 65536
 
-    def batches(self) -> Iterator[tuple[pa.Array, np.ndarray]]:
+    def batches(self, writable: bool = True) -> Iterator[tuple[pa.Array, np.ndarray]]:
         """``(ids, (b, d) float32 vectors)`` per record batch, in row order."""
         for path in self.shards:
-            yield from self.read_shard(path)
+            yield from self.read_shard(path, writable)
 
-    def read_shard(self, path: str) -> Iterator[tuple[pa.Array, np.ndarray]]:
-        """``(ids, vectors)`` batches of one shard."""
-        with FileSystems.open(path) as handle:
-            for batch in pq.ParquetFile(handle).iter_batches(
+    def read_shard(self, path: str, writable: bool = True) -> Iterator[tuple[pa.Array, np.ndarray]]:
+        """``(ids, vectors)`` batches of one shard; without ``writable`` the vectors may be
+        read-only views of Arrow's buffers (for a caller that copies them anyway)."""
+        with parquet_source(path) as source:
+            for batch in pq.ParquetFile(source).iter_batches(
                 batch_size=self.batch_size, columns=["id", "embedding"]
             ):
                 ids = _plain(batch.column("id"))
-                yield ids, self.prepare(embedding_matrix(batch.column("embedding")))
+                yield ids, self.prepare(embedding_matrix(batch.column("embedding")), writable)
 
-    def prepare(self, vectors: np.ndarray) -> np.ndarray:
+    def prepare(self, vectors: np.ndarray, writable: bool = True) -> np.ndarray:
         """float32 rows, L2-normalised when the embeddings are not unit float32 rows already."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if self.normalize:
             return normalize_rows(vectors)
         # Arrow hands out read-only views; torch wants arrays it may write to.
-        return vectors if vectors.flags.writeable else vectors.copy()
+        return vectors if vectors.flags.writeable or not writable else vectors.copy()
 
     def scan(self, picks: dict[str, np.ndarray], keep: bool = False) -> Scan:
         """Check every row and collect the rows ``picks`` name (sorted row numbers per name);
@@ -149,7 +149,8 @@ class VectorReader:
         kept: list[np.ndarray] = []
         found: dict[str, tuple[list, list, list]] = {name: ([], [], []) for name in picks}
         offset = 0
-        for ids, vectors in self.batches():
+        # Kept vectors are copied once, into their sorted places, so they are read as views.
+        for ids, vectors in self.batches(writable=not keep):
             if ids.null_count:
                 raise ValueError(f"row {offset + _first(ids.is_null())}: the id is null")
             require_finite(vectors, ids)
@@ -181,7 +182,7 @@ class VectorReader:
         put in id order, plus the ids.
         """
         ids, parts = [], []
-        for batch_ids, vectors in self.batches():
+        for batch_ids, vectors in self.batches(writable=False):  # copied into place below
             ids.append(batch_ids)
             parts.append(vectors)
         return self._sorted(ids, parts)

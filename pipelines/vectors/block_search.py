@@ -16,7 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pipelines.vectors.allpairs import candidate_error_bound, pair_scores, self_topk
+from pipelines.vectors.allpairs import (
+    DEFAULT_BLOCK_SIZE,
+    candidate_error_bound,
+    pair_scores,
+    self_topk,
+)
 from pipelines.vectors.checks import check_cosine
 from pipelines.vectors.precision import Precision
 from pipelines.vectors.topk import neighbors_above
@@ -28,6 +33,8 @@ _ABOVE_CHUNK = 256
 # off on larger ones (measured per row on 384-d blocks: 1.2k rows fp32 128 us vs bf16 153 us,
 # 2k 134 vs 157, 4k 153 vs 127, 10k 198 vs 151).
 _BF16_MIN_ROWS = 4096
+# Random rows a warm-up searches: two blocks, so diagonal and off-diagonal tiles, both kernels.
+_WARM_UP_ROWS = DEFAULT_BLOCK_SIZE + 1024
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,15 @@ def search_block(
         return BlockResult(indices, scores, empty, empty.copy(), np.zeros(0, np.float32))
     a, b, s = _pairs_above(vectors, indices, scores, threshold, start)
     return BlockResult(indices, scores, a, b, s)
+
+
+def warm_up(dim: int, k: int, precision: Precision = "auto") -> None:
+    """Load what a process's first search loads (numba's compiled kernels from their disk
+    cache, the matrix library's code) by searching a few random rows the way a large block is
+    searched (``precision`` as given, bf16 included), so that a caller can pay for it while it
+    waits for something else: the pairs launcher, while Arrow reads the vectors."""
+    rows = np.random.default_rng(0).standard_normal((_WARM_UP_ROWS, dim), dtype=np.float32)
+    self_topk(rows, min(k, _WARM_UP_ROWS - 1), precision=precision)
 
 
 def _pairs_above(

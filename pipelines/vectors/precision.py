@@ -7,9 +7,6 @@ from contextlib import contextmanager
 from typing import Literal
 
 import numpy as np
-import torch
-
-from sbert_core.precision import cpu_has_fast_bf16
 
 Precision = Literal["auto", "bfloat16", "float32"]
 
@@ -25,6 +22,10 @@ def use_bf16(precision: Precision) -> bool:
     """Whether candidate search runs in bf16: asked for, or ``auto`` on a CPU with bf16 units."""
     if precision not in ("auto", "bfloat16", "float32"):
         raise ValueError(f"precision must be auto, bfloat16 or float32, got {precision!r}")
+    # imported here (as torch below): the pairs launcher reads its vectors through this module
+    # while torch loads in parallel
+    from sbert_core.precision import cpu_has_fast_bf16
+
     return precision == "bfloat16" or (precision == "auto" and cpu_has_fast_bf16())
 
 
@@ -35,6 +36,8 @@ def one_thread() -> Iterator[None]:
     threads and 0.05 s on one), memory-bound scatters, and bookkeeping on small tensors (on a
     loaded machine every parallel op waits for a descheduled thread: 20 ms per op measured).
     """
+    import torch
+
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
