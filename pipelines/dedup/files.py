@@ -42,7 +42,7 @@ GROUPS_SCHEMA = pa.schema(
         pa.field("is_representative", pa.bool_(), nullable=False),
         pa.field("size", pa.int64(), nullable=False),
         # Score of the pair (member, representative); null for the representative itself and
-        # for members whose pair with it is under the threshold (they joined through others).
+        # for chained members (their pair with it is under the threshold; dedup/terms.py).
         pa.field("score", pa.float32()),
     ]
 )

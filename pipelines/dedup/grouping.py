@@ -15,13 +15,14 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from pipelines.dedup.groups import DuplicateGroups, IndexedPairs
+from pipelines.dedup.terms import CHAINED
 from pipelines.vectors.checks import check_cosine
 
 # Why a member is in its group. Code 0 is "kept" (a representative or an item in no group).
 REASONS: tuple[str, ...] = (
     "kept",
     "similar to its representative",
-    "joined through other members",
+    CHAINED,  # pipelines/dedup/terms.py: similar to another member, not to the representative
     # A copy of another row's normalised text (--exact-dedup embeddings; dedup/copies.py).
     "same normalised text",
 )
@@ -44,7 +45,7 @@ class Grouping:
     matched: np.ndarray  # (n,) int64: a removed item's representative row, -1 for kept items
     matched_score: np.ndarray  # (n,) float32: score with it, NaN if kept or not a given pair
     # (n,) int8 index into REASONS: "similar to its representative" when matched_score reaches
-    # the threshold (star: rep_threshold), else "joined through other members"; "same
+    # the threshold (star: rep_threshold), else "chained"; "same
     # normalised text" for a copy joined by pipelines/dedup/copies.py.
     reason: np.ndarray
     pairs_used: int  # pairs at or above the threshold

@@ -316,7 +316,7 @@ def _preference(
 
 def representative_scores(groups: DuplicateGroups, pairs: IndexedPairs) -> np.ndarray:
     """``(n,)`` float32: each removed member's score with its group's representative, NaN where
-    that pair is under the threshold (the member joined the group through others) or for items
+    that pair is under the threshold (a chained member, pipelines/dedup/terms.py) or for items
     that are not removed."""
     used = pairs.above(groups.threshold)
     out = np.full(groups.n, np.nan, np.float32)

@@ -1,7 +1,8 @@
 """The words the dedup outputs use, defined once (docs/architecture.md, "Dedup glossary").
 
 Every report, manifest and reason column says :data:`CHAINED` for a member that is in its
-group only through other members, and explains it with :data:`CHAINED_MEANING`.
+group only because it is similar to another member, and explains it with
+:data:`CHAINED_MEANING`.
 """
 
 from __future__ import annotations
