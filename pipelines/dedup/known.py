@@ -157,8 +157,7 @@ def read_known_duplicates(
 ) -> KnownDuplicates:
     """The pairs ``(row, row named by field)`` of the embeddings that hold ``field``.
 
-    A value is an id (a string or a whole number; a list names several); null and empty
-    values name nothing.
+    A value is an id (a string or a whole number); null and empty values name nothing.
 
     Raises:
         ValueError: a value is of another kind (named with its shard and id).
@@ -181,24 +180,17 @@ def read_known_duplicates(
 
 
 def _named(value, path: str, item: str, field: str) -> list[str]:
-    values = value if isinstance(value, list) else [value]
-    out = []
-    for one in values:
-        if one is None or (isinstance(one, str) and not one.strip()):
-            continue
-        if isinstance(one, bool) or not isinstance(one, str | int | float):
-            raise ValueError(
-                f"{path}: row {item!r}, field {field!r}: expected the id of the row it "
-                f"duplicates, got {one!r}"
-            )
-        if isinstance(one, float):
-            if not one.is_integer():
-                raise ValueError(
-                    f"{path}: row {item!r}, field {field!r}: expected an id, got {one!r}"
-                )
-            one = int(one)
-        out.append(str(one))
-    return out
+    """The id ``value`` names (none for null or empty)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return []
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(
+            f"{path}: row {item!r}, field {field!r}: expected the id of the row it duplicates, "
+            f"got {value!r}"
+        )
+    return [str(value)]
 
 
 def from_labels(labelled: LabelledPairs, path: str) -> KnownDuplicates:
