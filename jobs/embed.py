@@ -44,6 +44,13 @@ from pipelines.embed.commit import (
     counted_as,
     embedding_tally,
 )
+from pipelines.embed.exact_copies import (
+    COPY_OF,
+    EXACT_DEDUP_COUNTS,
+    EXACT_DEDUP_RULE,
+    EmbedDistinctTexts,
+    exact_dedup_tally,
+)
 from pipelines.embed.model_handler import DeterministicInferenceError, SbertModelHandler
 from pipelines.embed.read_corpus import (
     READS,
@@ -87,11 +94,15 @@ class EmbedSummary:
     rejected: int
     truncated: int | None
     seconds: float
+    copies: int | None = None  # --exact-dedup: rows written with their representative's vector
 
     def line(self) -> str:
         """One-line human summary."""
         rate = self.embedded / self.seconds if self.seconds > 0 else float("inf")
         truncated = "" if self.truncated is None else f", {self.truncated} truncated"
+        if self.copies is not None:
+            distinct = self.embedded - self.copies
+            truncated += f" ({distinct} distinct normalised texts, {self.copies} copies)"
         return (
             f"read {self.read} rows: {self.embedded} embedded{truncated}, {self.rejected} rejected "
             f"(see {join(self.output, ERRORS_DIR)}) in {self.seconds:.1f}s ({rate:.0f} texts/s) "
@@ -109,6 +120,7 @@ class EmbedSummary:
             counts["rejected"],
             counts.get("truncated"),
             float(manifest["seconds"]),
+            counts.get("copies"),
         )
 
 
@@ -190,7 +202,9 @@ def build(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = N
     description = settings.describe(settings.inspect())
     read_corpus = ReadCorpus(args.input, spec)
     refuse_output_inside_input(args.output, args.input, read_corpus.files)
-    schema = output_schema(description["dim"], args.dtype, args.keep_text, spec.keep_fields)
+    schema = output_schema(
+        description["dim"], args.dtype, args.keep_text, spec.keep_fields, copy_of=args.exact_dedup
+    )
     out = job_output("embed", args.output, args.overwrite, argv, LAYOUT)
     try:
         plan = CommitPlan(
@@ -200,7 +214,7 @@ def build(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = N
             allow_all_rejected=args.allow_all_rejected,
             manifest=_launch_manifest(args, description, spec, options),
             started=started,
-            reported=REPORTED_COUNTS,
+            reported=REPORTED_COUNTS + (EXACT_DEDUP_COUNTS if args.exact_dedup else ()),
         )
         pipeline = _build_pipeline(
             args, out, plan, (settings, schema, spec), options, read_corpus, test_pipeline
@@ -268,7 +282,8 @@ def _checked(args) -> tuple[CorpusSpec, EncoderSettings]:
     if not 0.0 <= args.max_error_rate <= 1.0:
         raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
     keep_fields = tuple(name for name in args.keep_fields.split(",") if name)
-    reserved = {"id", "embedding", "n_tokens", "truncated", "text"} & set(keep_fields)
+    columns = {"id", "embedding", "n_tokens", "truncated", "text"}
+    reserved = (columns | ({COPY_OF} if args.exact_dedup else set())) & set(keep_fields)
     if reserved:
         raise ValueError(
             f"--keep-fields may not include output columns: {', '.join(sorted(reserved))}"
@@ -318,13 +333,18 @@ def _build_pipeline(
         unique = records | "RejectDuplicateIds" >> RejectDuplicateIds()
         records = unique[RECORDS]
         rejected.append(unique[REJECTED])
-    # Grouping by id already redistributed the records; no second shuffle is needed.
-    embed = Embed(handler, n_groups=n_groups, reshuffle=not args.id_field)
+    # Grouping by id (or by normalised text) already redistributed the records; no second
+    # shuffle is needed.
+    embed = Embed(handler, n_groups=n_groups, reshuffle=not (args.id_field or args.exact_dedup))
     if args.accelerator:  # GPUs for this step only; local runners ignore the hint
         embed = embed.with_resource_hints(accelerator=args.accelerator)
+    if args.exact_dedup:  # each normalised text embedded once (pipelines/embed/exact_copies.py)
+        embed = EmbedDistinctTexts(embed)
     embedded = records | "Embed" >> embed
     rejected.append(embedded[REJECTED])
     tallies.append(embedded[EMBEDDED] | "TallyEmbedded" >> beam.Map(embedding_tally))
+    if args.exact_dedup:
+        tallies.append(embedded[EMBEDDED] | "TallyCopies" >> beam.Map(exact_dedup_tally))
     written = {
         "Embeddings": embedded[EMBEDDED]
         | "WriteEmbeddings"
@@ -335,6 +355,7 @@ def _build_pipeline(
             keep_text=args.keep_text,
             keep_fields=spec.keep_fields,
             num_shards=n_shards,
+            copy_of=args.exact_dedup,
         ),
         "Errors": tuple(rejected)
         | "FlattenRejected" >> beam.Flatten()
@@ -371,6 +392,7 @@ def _launch_manifest(args, description: dict, spec: CorpusSpec, options) -> dict
         "compute_dtype": args.compute_dtype,
         "input": {"pattern": args.input, **asdict(spec)},
         "keep_text": args.keep_text,
+        **({"exact_dedup": EXACT_DEDUP_RULE} if args.exact_dedup else {}),
         "runner": runner_name(options),
         "software": software_versions(),
     }

@@ -185,6 +185,21 @@ def is_copy(result: PredictionResult) -> bool:
     return isinstance(result.inference, CopiedEmbedding)
 
 
+# The embed manifest's counts of an --exact-dedup run: embedded == distinct_texts + copies.
+EXACT_DEDUP_COUNTS = ("distinct_texts", COPIES)
+# The embed manifest's ``exact_dedup``: what made two texts one, and which row was embedded.
+EXACT_DEDUP_RULE = {
+    "same_text": "pipelines/io/text_normal.py: NFKC, casefold, runs of whitespace and sentence "
+    "punctuation to one space (BLAKE2b-128 of the result)",
+    "representative": "first in corpus order: file path, row, id",
+}
+
+
+def exact_dedup_tally(result: PredictionResult) -> dict[str, int]:
+    """One written row's tally for the commit step (pipelines/embed/commit.py)."""
+    return {COPIES: 1} if is_copy(result) else {"distinct_texts": 1}
+
+
 def count_copies(paths: Iterable[str]) -> int:
     """Rows with a ``copy_of`` id in the embeddings shards ``paths`` (0 without the column)."""
     total = 0

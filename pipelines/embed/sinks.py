@@ -20,7 +20,7 @@ from apache_beam.io.parquetio import WriteToParquet, WriteToParquetBatched
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import PredictionResult
 
-from pipelines.embed.exact_copies import COPY_OF, is_copy
+from pipelines.embed.exact_copies import COPY_OF
 from pipelines.io.atomic import write_parquet_replacing
 from pipelines.io.corpus_reader import RejectedRow
 from pipelines.io.counters import METRICS_NAMESPACE
@@ -58,9 +58,7 @@ class _ToTableFn(beam.DoFn):
         truncated = np.fromiter((r.inference.truncated for r in batch), bool, len(batch))
         self._embedded.inc(len(batch))
         self._truncated.inc(int(truncated.sum()))
-        # Tokens the model encoded: a copy's are its representative's, counted there.
-        copies = np.fromiter((is_copy(r) for r in batch), bool, len(batch))
-        self._tokens.inc(int(n_tokens[~copies].sum()))
+        self._tokens.inc(int(n_tokens.sum()))
         extra = {
             name: [r.fields[position][1] for r in records]
             for position, name in enumerate(self._keep_fields)
