@@ -26,7 +26,12 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 from pipelines.io.corpus_reader import CorpusRecord
 from pipelines.io.counters import METRICS_NAMESPACE
 from pipelines.vectors.checks import non_finite_rows
-from pipelines.vectors.progress import EMBED_PROGRESS, shared_progress
+from pipelines.vectors.progress import (
+    EMBED_PROGRESS,
+    count_forward_rows,
+    settle_rows,
+    shared_progress,
+)
 from sbert_core import SentenceEncoder
 from sbert_core.encode_result import EncodeResult
 from sbert_core.encoder_settings import EncoderSettings
@@ -138,6 +143,7 @@ class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]
         encoder = self._settings.load()
         logger.info("loaded %s on %s (%s)", encoder.model_id, encoder.device, encoder.dtype)
         shared_progress(EMBED_PROGRESS, "texts").start()  # the rate counts from the first batch
+        count_forward_rows(encoder, EMBED_PROGRESS, "texts")  # the bar moves inside a batch
         return encoder
 
     def run_inference(
@@ -242,7 +248,7 @@ class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]
     def _log_progress(self, n: int) -> None:
         bar = shared_progress(EMBED_PROGRESS, "texts")
         if bar.enabled:  # the launcher's process draws a bar; the log line is for other workers
-            bar.update(n)
+            settle_rows(EMBED_PROGRESS, "texts", n)
             return
         now = time.monotonic()
         if not self._started:

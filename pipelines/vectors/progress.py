@@ -56,6 +56,8 @@ class _Setting:
 
 _SETTING = _Setting()
 _SHARED_LOCK = threading.Lock()
+# Rows that this thread's forward passes counted since its last settle_rows call.
+_FORWARDED = threading.local()
 
 
 def enable_progress(
@@ -133,6 +135,31 @@ def close_shared_progress() -> None:
         bars, _SETTING.shared = list(_SETTING.shared.values()), {}
     for bar in bars:
         bar.close()
+
+
+def count_forward_rows(module, description: str, unit: str) -> None:
+    """Count on the shared bar ``description`` the rows each forward pass of the torch
+    ``module`` returns in this process, so that the bar moves inside one large batch of a
+    caller that sees whole batches only; the caller then reports the batch with
+    :func:`settle_rows`. Nothing is registered where this process shows no progress."""
+    if not progress_enabled():
+        return
+
+    def count(_module, _inputs, output) -> None:
+        shared_progress(description, unit).update(len(output))
+        _FORWARDED.rows = getattr(_FORWARDED, "rows", 0) + len(output)
+
+    module.register_forward_hook(count)
+
+
+def settle_rows(description: str, unit: str, rows: int) -> None:
+    """Count a finished batch of ``rows`` on the shared bar ``description``, less the rows this
+    thread's forward passes counted since the last call (all of them, unless the model ran in
+    another process, e.g. one shared by every process of a GPU worker)."""
+    counted = getattr(_FORWARDED, "rows", 0)
+    _FORWARDED.rows = 0
+    if rows > counted:
+        shared_progress(description, unit).update(rows - counted)
 
 
 class Progress:

@@ -250,15 +250,27 @@ def test_embed_handler_counts_texts_and_the_reader_the_total(lines, tmp_path, ti
     from pipelines.embed.model_handler import SbertModelHandler
     from pipelines.embed.read_corpus import _ReadFileFn
     from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec
+    from sbert_core.encoder_settings import EncoderSettings
 
     path = write_corpus(tmp_path, "txt", GOOD_TEXTS[:5])
     read = list(_ReadFileFn(CorpusSpec()).process((str(path), "corpus", path.stat().st_size)))
     records = [item for item in read if isinstance(item, CorpusRecord)]
-    handler = SbertModelHandler(str(tiny_st_dir))
+    # Two texts per forward pass: the bar moves inside each batch the handler is given.
+    handler = SbertModelHandler(EncoderSettings(model=str(tiny_st_dir), batch_size=2))
     model = handler.load_model()
     handler.run_inference(records[:3], model)
     handler.run_inference(records[3:], model)
-    assert _counts(lines(), "embed:") == ["3/5", "5/5"]
+    assert _counts(lines(), "embed:") == ["2/5", "3/5", "5/5"]
+
+
+def test_embed_handler_counts_a_batch_whose_model_ran_elsewhere(lines, tiny_encoder):
+    """A model shared by a GPU worker's processes runs in another one: no forward pass is seen
+    here, so the finished batch is counted whole."""
+    from pipelines.embed.model_handler import SbertModelHandler
+
+    handler = SbertModelHandler("unused")
+    handler.run_inference(GOOD_TEXTS[:4], tiny_encoder)  # loaded elsewhere: no forward hook
+    assert _counts(lines(), "embed:") == ["4"]
 
 
 def test_embed_job_draws_the_bar_to_its_end(tmp_path, tiny_st_dir, monkeypatch, root_level):
