@@ -85,9 +85,15 @@ def test_first_run_runs_every_stage_and_writes_every_output(job) -> None:
     facts = {stage.name: stage.facts for stage in summary.stages}
     assert facts["embed"] == {"read": ROWS, "embedded": ROWS, "rejected": 0}
     assert facts["cluster"]["clusters"] == 6
-    dedup = json.loads((job_dir / "dedup" / "_manifest.json").read_text())["counts"]
+    manifest = json.loads((job_dir / "dedup" / "_manifest.json").read_text())
+    dedup = manifest["counts"]
     assert dedup["rows_in"] == dedup["kept"] + dedup["removed"] == ROWS
-    assert facts["dedup"] == {k: dedup[k] for k in ("groups", "removed", "kept")}
+    # The corpus names its planted duplicates (duplicate_of, kept): the known-duplicate fact.
+    found = manifest["known_duplicates"]["at_threshold"]["found"]
+    assert facts["dedup"] == {
+        **{k: dedup[k] for k in ("groups", "removed", "kept")},
+        "known duplicates found": f"{found} of {PLANTED}",
+    }
 
 
 def test_planted_duplicates_land_in_their_originals_groups(job) -> None:
@@ -100,6 +106,12 @@ def test_planted_duplicates_land_in_their_originals_groups(job) -> None:
     # On the whole sample 144 of 150 planted pairs reach cosine 0.9 with all-MiniLM-L6-v2; the
     # rest (mostly a statement turned into a question) stay just below it.
     assert found >= 0.85 * PLANTED
+    # dedup counts the same from the embeddings' duplicate_of field, and the report says it
+    known = json.loads((job_dir / "dedup" / "_manifest.json").read_text())["known_duplicates"]
+    assert known["pairs"] == PLANTED and known["at_threshold"]["found"] == found
+    page = re.sub(r"<[^>]+>", "", (job_dir / "report.html").read_text(encoding="utf-8"))
+    assert f"Of the {PLANTED} known duplicate pairs" in page
+    assert f"{found} ended in one group" in page
 
 
 def test_report_has_the_counts_and_needs_nothing_from_outside(job) -> None:
