@@ -140,8 +140,8 @@ def commit_embeddings(out: StagedOutput, plan: CommitPlan, tallies: Mapping[str,
         DataFileError: an input file was damaged and ``on_bad_file`` was ``"fail"``.
         OutputLockedError: another run took the folder over; nothing was published.
     """
-    done = out.committed_manifest()
-    if done is not None:  # a retry of a step that already published (the runner lost its ack)
+    done = out.resume()  # a retried step: published already, or its interrupted commit undone
+    if done is not None:
         return done
     attempt = out.attempt
     parts = shard_paths(attempt)

@@ -170,6 +170,35 @@ class StagedOutput:
         ours = isinstance(commit, dict) and commit.get("run_id") == self.run_id
         return manifest if ours else None
 
+    def resume(self) -> dict | None:
+        """Before a commit that a runner may retry: this run's manifest if it is published;
+        otherwise put back what an interrupted commit of this run had moved, so that the attempt
+        area is whole again.
+
+        A pipeline step that commits can be retried after its worker died inside the commit:
+        the parts it had moved (their names carry this run id) go back to the attempt area, and
+        files it had set aside in ``_previous/`` go back in place (this run's copy back to the
+        attempt area first).
+        """
+        done = self.committed_manifest()
+        if done is not None:
+            return done
+        marker = f"part-{self.run_id}-"
+        for relative in file_sizes(self.directory):
+            folder, _, name = relative.rpartition("/")
+            if folder in self.layout.datasets and name.startswith(marker):
+                source = f"part-{name.removeprefix(marker)}"
+                source = f"{folder}/{source}" if folder else source
+                replace(join(self.directory, relative), self.path(source))
+        saved = self.path(PREVIOUS)
+        for backup in list_files(saved):
+            final = relative_to(saved, backup)
+            target = join(self.directory, final)
+            if FileSystems.exists(target):
+                replace(target, self.path(final))
+            replace(backup, target)
+        return None
+
     def commit(self, manifest: dict) -> dict:
         """Publish the attempt: move its files, write the manifest, drop the previous run's files.
 

@@ -234,3 +234,63 @@ def test_the_local_launcher_prints_the_summary_of_its_manifest(tmp_path, tiny_st
     ), printed
     assert (counts["read"], counts["embedded"], counts["rejected"]) == (n, n, 0)
     assert printed == embed.EmbedSummary.from_manifest(str(out), manifest).line()
+
+
+def test_a_retried_commit_puts_back_what_an_interrupted_one_moved(tmp_path):
+    import os
+
+    from pipelines.io.output_dir import OutputLayout
+    from pipelines.io.schemas import ERRORS_SCHEMA
+    from pipelines.io.staged_output import prepare_output
+
+    out = tmp_path / "out"
+    staged = prepare_output(
+        str(out), overwrite=False, job={"command": "test"}, layout=OutputLayout(("", ERRORS_DIR))
+    )
+    attempt = tmp_path / "out" / "_attempts" / staged.run_id
+    (attempt / ERRORS_DIR).mkdir(parents=True)
+    names = ["part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
+    for name in names:
+        pq.write_table(ERRORS_SCHEMA.empty_table(), attempt / name)
+    pq.write_table(ERRORS_SCHEMA.empty_table(), attempt / ERRORS_DIR / names[0])
+    # What a worker that died inside the commit leaves: one part already at its final name.
+    os.replace(attempt / names[0], out / f"part-{staged.run_id}-00000-of-00002.parquet")
+
+    assert staged.resume() is None
+    assert sorted(path.name for path in attempt.glob("part-*.parquet")) == names
+    assert not _parts(out)
+    manifest = staged.commit({"kind": "test"})
+    listed = sorted(entry["path"] for entry in manifest["commit"]["files"])
+    assert listed == sorted(
+        [f"part-{staged.run_id}-{name.removeprefix('part-')}" for name in names]
+        + [f"{ERRORS_DIR}/part-{staged.run_id}-00000-of-00002.parquet"]
+    )
+    assert [name for name in listed if "/" not in name] == _parts(out)
+    # A retry after the commit finished finds this run's manifest and changes nothing.
+    assert staged.resume() == manifest == json.loads((out / "_manifest.json").read_text())
+
+
+def test_the_flex_template_launcher_submits_without_waiting():
+    import importlib.util
+    from pathlib import Path
+
+    from jobs.beam_options import pipeline_options
+    from jobs.pipeline_run import waits
+
+    path = Path(__file__).parents[2] / "deploy" / "dataflow" / "flex-template" / "launch.py"
+    spec = importlib.util.spec_from_file_location("flex_template_launch", path)
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    argv = launcher.launcher_argv(
+        ["--input=gs://b/in/*.txt", "--output=gs://b/out", "--keep-text=true"]
+    )
+    assert argv == [
+        "--input=gs://b/in/*.txt",
+        "--output=gs://b/out",
+        "--keep-text",
+        "--no_wait_until_finish",
+    ]
+    assert launcher.launcher_argv(argv) == argv
+    _, beam_args = embed.build_parser().parse_known_args(argv)
+    assert not waits(pipeline_options(beam_args))
+    assert waits(pipeline_options([]))

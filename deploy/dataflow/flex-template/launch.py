@@ -5,6 +5,11 @@ The template launcher runs this file with every template parameter as ``--name=v
 ``sdk_container_image`` ride along). On/off job options arrive as ``--keep-text=true``, which
 argparse refuses for a flag, so they are rewritten to the bare flag before ``jobs.embed.run``
 splits job options from Beam's.
+
+A flex template's launcher must not wait for the job it submits, so it runs with Beam's
+``--no_wait_until_finish``: it checks the options, the model and the input, builds the graph,
+submits it and exits; the job's last step counts, checks and publishes the output with its
+``_manifest.json`` (docs/architecture.md, "Commit inside the pipeline").
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from collections.abc import Sequence
 
 from jobs import embed
 from jobs.submit import option_actions
+
+NO_WAIT = "--no_wait_until_finish"
 
 
 def template_argv(argv: Sequence[str]) -> list[str]:
@@ -40,11 +47,18 @@ def template_argv(argv: Sequence[str]) -> list[str]:
     return result
 
 
+def launcher_argv(argv: Sequence[str]) -> list[str]:
+    """The ``sbert embed`` arguments of a template launch: its parameters as flags, and Beam's
+    ``--no_wait_until_finish`` (submit, do not wait)."""
+    result = template_argv(argv)
+    return result if NO_WAIT in result else [*result, NO_WAIT]
+
+
 def main() -> None:
-    """Run the job with this process's arguments and log its summary."""
+    """Submit the job with this process's arguments and log what was submitted."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    summary = embed.run(template_argv(sys.argv[1:]))
-    logging.info("%s", summary.line())
+    submitted = embed.run(launcher_argv(sys.argv[1:]))
+    logging.info("%s", submitted.line())
 
 
 if __name__ == "__main__":
