@@ -195,13 +195,7 @@ class _TrainingRun:
         self.evaluator = evaluator
         self.device = device
         self.processes = processes
-        self.plan = BatchPlan(
-            len(examples),
-            config.batch_size,
-            self.processes.world_size,
-            config.gradient_accumulation_steps,
-            config.seed,
-        )
+        self.plan = BatchPlan.for_training(examples, config, self.processes.world_size)
         per_run = self.plan.steps_per_epoch * config.epochs
         self.total_steps = min(per_run, config.max_steps) if config.max_steps else per_run
         self.warmup = warmup_steps(self.total_steps, config.warmup_ratio)

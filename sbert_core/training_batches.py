@@ -1,7 +1,10 @@
 """Which examples each optimizer step trains on, and their padded token tensors.
 
 Order and sharding: each epoch shuffles the examples with a generator seeded by (seed, epoch)
-and cuts the order into global batches of ``batch_size``. Each global batch is split into
+and cuts the order into global batches of ``batch_size``; with group ids (the ``no_duplicates``
+sampler) the batches come from :func:`sbert_core.group_batches.group_exclusive_batches`
+instead, so no global batch (hence no micro-batch) holds two members of a group, and every
+example is in exactly one batch of each epoch. Each global batch is split into
 ``world_size x gradient_accumulation_steps`` contiguous parts; process ``r`` takes its parts,
 and every part's loss is weighted by its share of the batch. So 1 process, N processes and any
 accumulation compute the same update up to float rounding, as long as dropout is off (its masks
@@ -10,14 +13,24 @@ depend on the process).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from sbert_core.encoder import SentenceEncoder
+from sbert_core.group_batches import (
+    batch_count,
+    check_groups,
+    group_exclusive_batches,
+    largest_group,
+    text_groups,
+)
 from sbert_core.training_config import TrainingConfig
 from sbert_core.training_data import ExampleSet
+
+logger = logging.getLogger(__name__)
 
 
 def epoch_order(n_examples: int, seed: int, epoch: int) -> np.ndarray:
@@ -28,13 +41,19 @@ def epoch_order(n_examples: int, seed: int, epoch: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """Global batches of each epoch and each process's micro-batches within them."""
+    """Global batches of each epoch and each process's micro-batches within them.
+
+    Attributes:
+        groups: ``(n_examples,)`` group ids: batches never hold two members of one group
+            (:mod:`sbert_core.group_batches`); None: a plain shuffle.
+    """
 
     n_examples: int
     batch_size: int
     world_size: int = 1
     accumulation: int = 1
     seed: int = 0
+    groups: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         parts = self.world_size * self.accumulation
@@ -45,16 +64,71 @@ class BatchPlan:
             )
         if self.steps_per_epoch == 0:
             raise ValueError(f"{self.n_examples} examples make no batch of {self.batch_size}")
+        if self.groups is not None:
+            groups = check_groups(self.groups)
+            if groups.size != self.n_examples:
+                raise ValueError(f"{groups.size} group ids for {self.n_examples} examples")
+            smallest = self.n_examples // self.steps_per_epoch
+            if smallest < parts:
+                raise ValueError(
+                    f"the largest duplicate group ({largest_group(groups)} examples) needs "
+                    f"{self.steps_per_epoch} batches, and batches of {smallest} examples cannot "
+                    f"give each of {self.world_size} x {self.accumulation} parts one; cap the "
+                    "group (max_pairs_per_group) or use fewer processes or accumulation steps"
+                )
+
+    @classmethod
+    def for_training(
+        cls, examples: ExampleSet, config: TrainingConfig, world_size: int
+    ) -> BatchPlan:
+        """The plan of a training run: ``config.batch_sampler`` picks the groups (if any)."""
+        sampler = config.batch_sampler
+        groups = None
+        if sampler == "no_duplicates" or (sampler == "auto" and examples.groups is not None):
+            groups = examples.groups if examples.groups is not None else text_groups(examples.texts)
+        plan = cls(
+            len(examples),
+            config.batch_size,
+            world_size,
+            config.gradient_accumulation_steps,
+            config.seed,
+            groups,
+        )
+        if groups is not None:
+            largest = largest_group(groups)
+            logger.info(
+                "batches without two examples of one group: %d groups, the largest has %d "
+                "examples; %d batches per epoch of %d to %d examples",
+                np.unique(groups).size,
+                largest,
+                plan.steps_per_epoch,
+                len(examples) // plan.steps_per_epoch,
+                -(-len(examples) // plan.steps_per_epoch),
+            )
+            if largest > -(-len(examples) // config.batch_size):
+                logger.warning(
+                    "the largest group (%d examples) needs more batches than batch_size %d "
+                    "gives (%d): batches are smaller (fewer in-batch negatives); cap it with "
+                    "max_pairs_per_group",
+                    largest,
+                    config.batch_size,
+                    -(-len(examples) // config.batch_size),
+                )
+        return plan
 
     @property
     def steps_per_epoch(self) -> int:
-        """Optimizer steps per epoch; a last batch too small to give every part an example is
-        dropped."""
+        """Optimizer steps per epoch. A shuffle drops a last batch too small to give every part
+        an example; group-exclusive batches keep every example (module docstring)."""
+        if self.groups is not None:
+            return batch_count(self.groups, self.batch_size)
         full, rest = divmod(self.n_examples, self.batch_size)
         return full + (1 if rest >= self.world_size * self.accumulation else 0)
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         """The global batches (example indices) of ``epoch``."""
+        if self.groups is not None:
+            return group_exclusive_batches(self.groups, self.batch_size, self.seed, epoch)
         order = epoch_order(self.n_examples, self.seed, epoch)
         return [
             order[start : start + self.batch_size]

@@ -8,7 +8,7 @@ from YAML with :func:`sbert_core.config.load_config`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from sbert_core.config import Aliases
 from sbert_core.pooling import PoolingMode
@@ -17,6 +17,11 @@ from sbert_core.pooling import PoolingMode
 TrainingPrecision = Literal["float32", "bfloat16", "float16"]
 # Spellings configs used before the names were unified; still read, stored as the names above.
 PRECISION_ALIASES = {"bf16": "bfloat16", "fp16": "float16"}
+# How examples are cut into batches (sbert_core.training_batches.BatchPlan): "shuffle" is a
+# plain shuffle; "no_duplicates" never puts two examples of one group in a batch
+# (sbert_core.group_batches), with the data's group ids or, without them, groups of examples
+# sharing a text; "auto" is no_duplicates when the examples carry group ids, else shuffle.
+BatchSampler = Literal["auto", "shuffle", "no_duplicates"]
 
 
 @dataclass
@@ -35,6 +40,9 @@ class TrainingConfig:
     epochs: int = 1
     # Stop after this many optimizer steps (the schedule is laid out over them); None: all epochs.
     max_steps: int | None = None
+    # auto: no_duplicates when the training data has duplicate groups (kind duplicate_pairs),
+    # so in-batch negatives never include a duplicate of the anchor; else shuffle.
+    batch_sampler: BatchSampler = "auto"
     # Micro-batches per step, to bound memory; in-batch negatives then see only their part.
     gradient_accumulation_steps: int = 1
     # Clip the gradient norm (sentence-transformers' default); None: no clipping.
@@ -100,6 +108,11 @@ class TrainingConfig:
                 raise ValueError(f"{name} must be >= 1 or null, got {value}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0 or null, got {self.max_grad_norm}")
+        if self.batch_sampler not in get_args(BatchSampler):
+            raise ValueError(
+                f"batch_sampler must be one of {', '.join(get_args(BatchSampler))}, "
+                f"got {self.batch_sampler!r}"
+            )
         if self.prompt_name is not None and self.prompt is not None:
             raise ValueError("give either prompt_name or prompt, not both")
         if self.evaluate_every < 0 or self.checkpoint_every < 0:

@@ -12,7 +12,15 @@ kind               roles                                used by
 ``pairs``          anchor, positive                     in-batch negatives
 ``nli_triplets``   sentence1, sentence2, label          NLI pairs turned into (premise, entailment,
                                                         contradiction) triplets
+``duplicate_pairs`` id1, id2, sentence1, sentence2,     labelled duplicates (QQP) turned into
+                   label (0/1)                          (question, duplicate) pairs with group ids,
+                                                        from one part of a component-wise split
 =================  ===================================  ==========================================
+
+``duplicate_pairs`` (:mod:`sbert_core.duplicate_pairs`): ``part`` picks the ``train`` or
+``holdout`` part of a split by connected components of the labelled-pair graph (``all``: no
+split); the examples are that part's duplicate pairs, each with the id of its duplicate group
+(``ExampleSet.groups``), so the in-batch-negatives sampler never batches two members of a group.
 
 Everything is checked before training starts. A missing column, an empty text, a score outside
 the declared range, an unknown label or a file without examples raises ``DataFileError`` naming
@@ -23,17 +31,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import numpy as np
 
+from sbert_core.duplicate_pairs import (
+    DuplicatePairs,
+    DuplicateSplit,
+    duplicate_flags,
+    id_values,
+    split_duplicate_pairs,
+)
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import Table, float_column, read_table, text_column
 
+logger = logging.getLogger(__name__)
+
 ExampleKind = Literal["scored_pairs", "labelled_pairs", "triplets", "pairs"]
-DataKind = Literal["scored_pairs", "labelled_pairs", "triplets", "pairs", "nli_triplets"]
+DataKind = Literal[
+    "scored_pairs", "labelled_pairs", "triplets", "pairs", "nli_triplets", "duplicate_pairs"
+]
+SplitPart = Literal["all", "train", "holdout"]
 DATA_KINDS: tuple[str, ...] = get_args(DataKind)
 NLI_LABELS: tuple[str, ...] = ("entailment", "neutral", "contradiction")
 
@@ -43,6 +64,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "triplets": ("anchor", "positive", "negative"),
     "pairs": ("anchor", "positive"),
     "nli_triplets": ("sentence1", "sentence2", "label"),
+    "duplicate_pairs": ("id1", "id2", "sentence1", "sentence2", "label"),
 }
 _TARGET_ROLES = ("score", "label")
 
@@ -70,6 +92,16 @@ class DataSpec:
     labels: tuple[str, ...] = NLI_LABELS
     # Read only the first N rows (quick runs); None reads all.
     limit: int | None = None
+    # duplicate_pairs: which part of the component-wise split (all: no split), the holdout's
+    # expected share of components, and the seed choosing them (train and holdout specs of one
+    # run must agree on both).
+    part: SplitPart = "all"
+    holdout_fraction: float = 0.5
+    split_seed: int = 0
+    # duplicate_pairs: keep at most this many duplicate pairs of one group (chosen with
+    # split_seed; the count left out is logged). A group's pairs need one batch each, so a group
+    # larger than the epoch's batch count makes every batch smaller; None keeps all.
+    max_pairs_per_group: int | None = None
 
     def column(self, role: str) -> str:
         """The file column that holds ``role``."""
@@ -78,7 +110,7 @@ class DataSpec:
     @property
     def example_kind(self) -> ExampleKind:
         """The kind of examples this file yields (NLI triplets are built into ``triplets``)."""
-        return "triplets" if self.kind == "nli_triplets" else self.kind
+        return {"nli_triplets": "triplets", "duplicate_pairs": "pairs"}.get(self.kind, self.kind)
 
 
 @dataclass(frozen=True)
@@ -91,6 +123,8 @@ class ExampleSet:
         targets: ``(N,)`` float32 scores scaled to [0, 1], int64 label indices, or None.
         label_names: class names by index, for labelled pairs.
         source: where the examples were read from, for messages and manifests.
+        groups: ``(N,)`` int64 group ids (equal: duplicates, never in one in-batch-negatives
+            batch), or None.
     """
 
     kind: ExampleKind
@@ -98,11 +132,14 @@ class ExampleSet:
     targets: np.ndarray | None = None
     label_names: tuple[str, ...] = ()
     source: str = ""
+    groups: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         lengths = {len(column) for column in self.texts}
         if self.targets is not None:
             lengths.add(len(self.targets))
+        if self.groups is not None:
+            lengths.add(len(self.groups))
         if len(lengths) > 1:
             raise ValueError(f"{self.source}: columns of different lengths {sorted(lengths)}")
 
@@ -118,6 +155,7 @@ class ExampleSet:
             targets=None if self.targets is None else self.targets[indices],
             label_names=self.label_names,
             source=self.source,
+            groups=None if self.groups is None else self.groups[indices],
         )
 
     def fingerprint(self) -> str:
@@ -127,11 +165,18 @@ class ExampleSet:
             digest.update(json.dumps(column, ensure_ascii=False).encode())
         if self.targets is not None:
             digest.update(np.ascontiguousarray(self.targets).tobytes())
+        if self.groups is not None:  # other groups give other batches
+            digest.update(np.ascontiguousarray(self.groups, dtype=np.int64).tobytes())
         return digest.hexdigest()
 
 
-def load_examples(spec: DataSpec) -> ExampleSet:
+def load_examples(spec: DataSpec, text_key: Callable[[str], str] | None = None) -> ExampleSet:
     """Read and validate the examples ``spec`` describes.
+
+    Args:
+        spec: the file and its kind.
+        text_key: ``duplicate_pairs``: texts with one key are copies of one text (one group);
+            default the exact text.
 
     Raises:
         DataFileError: missing or unreadable file, missing column, empty text, a score that is
@@ -139,26 +184,17 @@ def load_examples(spec: DataSpec) -> ExampleSet:
             message names the file, row and column.
         ValueError: an invalid spec (unknown kind or role, empty score range, ...).
     """
-    if not spec.path:
-        raise ValueError("a data spec needs a path")
-    if spec.kind not in ROLES:
-        raise ValueError(f"unknown data kind {spec.kind!r}; valid kinds: {', '.join(DATA_KINDS)}")
+    if spec.kind == "duplicate_pairs":
+        split = load_duplicate_split(spec, text_key)
+        rows = np.flatnonzero(split.rows_in(spec.part) & split.label)
+        if not rows.size:
+            raise DataFileError(f"{spec.path}: no duplicate pairs in the {spec.part} part")
+        rows = _capped(rows, split.group[split.row1[rows]], spec)
+        q1, q2 = split.row1[rows], split.row2[rows]
+        texts = (tuple(split.texts[q] for q in q1), tuple(split.texts[q] for q in q2))
+        return ExampleSet("pairs", texts, source=spec.path, groups=split.group[q1])
+    table = _read_spec(spec)
     roles = ROLES[spec.kind]
-    unknown = sorted(set(spec.columns) - set(roles))
-    if unknown:
-        raise ValueError(
-            f"{spec.path}: columns names role(s) {', '.join(unknown)} that {spec.kind} does not "
-            f"have; its roles are: {', '.join(roles)}"
-        )
-    if spec.limit is not None and spec.limit < 1:
-        raise ValueError(f"limit must be >= 1, got {spec.limit}")
-    table = read_table(spec.path, spec.format)
-    table.require([spec.column(role) for role in roles])
-    if spec.limit is not None:
-        table = Table(table.path, table.columns, table.rows[: spec.limit])
-    if not table.rows:
-        raise DataFileError(f"{table.path}: no examples (the file has no data rows)")
-
     texts = tuple(
         tuple(text_column(table, spec.column(role))) for role in roles if role not in _TARGET_ROLES
     )
@@ -173,6 +209,87 @@ def load_examples(spec: DataSpec) -> ExampleSet:
             spec.kind, texts, labels, label_names=tuple(spec.labels), source=table.path
         )
     return ExampleSet(spec.kind, texts, source=table.path)
+
+
+def load_duplicate_split(
+    spec: DataSpec, text_key: Callable[[str], str] | None = None
+) -> DuplicateSplit:
+    """The labelled pairs of a ``duplicate_pairs`` spec with their component-wise split.
+
+    Raises:
+        DataFileError / ValueError: as :func:`load_examples`, and an id with two texts.
+    """
+    if spec.kind != "duplicate_pairs":
+        raise ValueError(f"{spec.path}: a split needs kind duplicate_pairs, not {spec.kind}")
+    table = _read_spec(spec)
+    path = table.path
+    pairs = DuplicatePairs(
+        id1=id_values(table.column(spec.column("id1")), path, spec.column("id1")),
+        id2=id_values(table.column(spec.column("id2")), path, spec.column("id2")),
+        text1=tuple(text_column(table, spec.column("sentence1"))),
+        text2=tuple(text_column(table, spec.column("sentence2"))),
+        label=duplicate_flags(table.column(spec.column("label")), path, spec.column("label")),
+        source=path,
+    )
+    return split_duplicate_pairs(pairs, spec.holdout_fraction, spec.split_seed, text_key)
+
+
+def _capped(rows: np.ndarray, groups: np.ndarray, spec: DataSpec) -> np.ndarray:
+    """``rows`` with at most ``spec.max_pairs_per_group`` of each group (a seeded choice),
+    in file order; logs what was left out."""
+    cap = spec.max_pairs_per_group
+    if cap is None:
+        return rows
+    if cap < 1:
+        raise ValueError(f"max_pairs_per_group must be >= 1 or null, got {cap}")
+    order = np.random.default_rng(spec.split_seed).permutation(rows.size)
+    # Position of each pair within its group, in the random order.
+    by_group = order[np.argsort(groups[order], kind="stable")]
+    sorted_groups = groups[by_group]
+    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
+    rank = np.arange(rows.size) - np.repeat(starts, np.diff(np.r_[starts, rows.size]))
+    kept = np.sort(by_group[rank < cap])
+    if kept.size < rows.size:
+        over = int(np.sum(np.diff(np.r_[starts, rows.size]) > cap))
+        logger.warning(
+            "%s: max_pairs_per_group %d keeps %d of %d duplicate pairs (%d pairs of %d larger "
+            "groups left out)",
+            spec.path,
+            cap,
+            kept.size,
+            rows.size,
+            rows.size - kept.size,
+            over,
+        )
+    return rows[kept]
+
+
+def _read_spec(spec: DataSpec) -> Table:
+    """The table of ``spec``, checked: path, kind, roles, limit, required columns, any rows."""
+    if not spec.path:
+        raise ValueError("a data spec needs a path")
+    if spec.kind not in ROLES:
+        raise ValueError(f"unknown data kind {spec.kind!r}; valid kinds: {', '.join(DATA_KINDS)}")
+    roles = ROLES[spec.kind]
+    unknown = sorted(set(spec.columns) - set(roles))
+    if unknown:
+        raise ValueError(
+            f"{spec.path}: columns names role(s) {', '.join(unknown)} that {spec.kind} does not "
+            f"have; its roles are: {', '.join(roles)}"
+        )
+    if spec.limit is not None and spec.limit < 1:
+        raise ValueError(f"limit must be >= 1, got {spec.limit}")
+    if spec.part not in get_args(SplitPart):
+        raise ValueError(f"part must be one of {', '.join(get_args(SplitPart))}, got {spec.part!r}")
+    if spec.part != "all" and spec.kind != "duplicate_pairs":
+        raise ValueError(f"{spec.path}: part {spec.part!r} needs kind duplicate_pairs")
+    table = read_table(spec.path, spec.format)
+    table.require([spec.column(role) for role in roles])
+    if spec.limit is not None:
+        table = Table(table.path, table.columns, table.rows[: spec.limit])
+    if not table.rows:
+        raise DataFileError(f"{table.path}: no examples (the file has no data rows)")
+    return table
 
 
 def nli_triplets(
