@@ -1,1 +1,1 @@
-"""The embed stage: corpus -> embeddings/ (+ errors/), in Beam."""
+"""The embed stage: corpus -> embeddings/ (+ _errors/), in Beam."""

@@ -96,7 +96,7 @@ class CorpusRecord:
 
 @dataclass(frozen=True)
 class RejectedRow:
-    """A row that could not become a record, and why (the ``errors/`` contract)."""
+    """A row that could not become a record, and why (the ``_errors/`` contract)."""
 
     id: str | None
     source: str
@@ -104,7 +104,7 @@ class RejectedRow:
     excerpt: str
 
     def to_dict(self) -> dict:
-        """The ``errors/`` Parquet row (its fields, in ERRORS_SCHEMA's order)."""
+        """The ``_errors/`` Parquet row (its fields, in ERRORS_SCHEMA's order)."""
         return asdict(self)
 
 
