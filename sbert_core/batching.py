@@ -58,3 +58,12 @@ def length_sorted_batches(
         batches.append(order[start : start + rows])
         start += rows
     return batches
+
+
+def progress_bar(n_batches: int, enabled: bool):
+    """sentence-transformers' bar: one step per batch, on stderr (None when not enabled)."""
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=n_batches, desc="Batches", unit="batch")

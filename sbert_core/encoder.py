@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sbert_core.batching import DEFAULT_TOKEN_BUDGET, length_sorted_batches
+from sbert_core.batching import DEFAULT_TOKEN_BUDGET, length_sorted_batches, progress_bar
+from sbert_core.compute_paths import ComputePath, prepare_transformer, resolve_compute_path
 from sbert_core.encode_result import EncodeResult
 from sbert_core.errors import ModelLoadError
 from sbert_core.head_modules import HeadModule, Normalize, check_truncate_dim, truncate
@@ -37,7 +38,7 @@ from sbert_core.model_info import (
 )
 from sbert_core.model_source import DEFAULT_MODEL
 from sbert_core.pooling import PoolingConfig, PoolingMode, pool
-from sbert_core.precision import DtypeName, dtype_name, resolve_dtype
+from sbert_core.precision import DtypeName, dtype_name
 from sbert_core.prompts import PromptSettings, PromptTask, prompt_token_count
 from sbert_core.tokenizing import Tokenized, pad_token_ids, tokenize_texts
 
@@ -59,6 +60,9 @@ class SentenceEncoder(nn.Module):
         >>> encoder.encode(["what is sbert?"], task="query", truncate_dim=128).shape
         (1, 128)
     """
+
+    # Set by load (what manifests record of the dtype path); None: the transformer's dtype.
+    compute_path: ComputePath | None = None
 
     def __init__(
         self,
@@ -115,7 +119,8 @@ class SentenceEncoder(nn.Module):
             model: a sentence-transformers directory, a plain Hugging Face encoder directory
                 (MEAN pooling), ``all-MiniLM-L6-v2``, or a Hugging Face Hub id.
             device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available.
-            dtype: ``float32`` (default, exact), ``bfloat16``, ``float16`` (CUDA) or ``auto``.
+            dtype: ``float32`` (default, exact), ``bfloat16``, ``float16`` (CUDA), ``auto`` or
+                ``int8`` (CPU with VNNI; see :mod:`sbert_core.compute_paths`).
             pooling: override the model's pooling (any mode of :mod:`sbert_core.pooling`).
             normalize: True ends the chain with Normalize, False drops every Normalize module
                 (default: the model's chain as saved).
@@ -132,7 +137,7 @@ class SentenceEncoder(nn.Module):
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        compute_dtype = resolve_dtype(dtype, device)
+        path = resolve_compute_path(dtype, device)
         info = inspect_model(
             model,
             allow_pickle=allow_pickle,
@@ -141,7 +146,7 @@ class SentenceEncoder(nn.Module):
             max_seq_length=max_seq_length,
             truncate_dim=truncate_dim,
         )
-        transformer = load_transformer(info, compute_dtype)
+        transformer = prepare_transformer(load_transformer(info, path.load_dtype), path)
         encoder = cls(
             transformer,
             info.tokenizer,
@@ -160,7 +165,8 @@ class SentenceEncoder(nn.Module):
         # The transformer was loaded in the compute dtype, its float32 buffers (rotary inverse
         # frequencies) kept in float32 as sentence-transformers has them: casting the whole
         # module would round them and cost decoders accuracy in bf16.
-        encoder.heads.to(compute_dtype)
+        encoder.heads.to(path.load_dtype)
+        encoder.compute_path = path
         return encoder
 
     # ------------------------------------------------------------------ properties
@@ -216,6 +222,7 @@ class SentenceEncoder(nn.Module):
             ValueError: as :meth:`encode` for the same arguments.
         """
         return {
+            "dtype": dtype_name(self.dtype),
             **describe_model(
                 self,
                 prompt_name=prompt_name,
@@ -224,7 +231,7 @@ class SentenceEncoder(nn.Module):
                 truncate_dim=truncate_dim,
                 normalize=normalize,
             ),
-            "dtype": dtype_name(self.dtype),
+            **(self.compute_path.describe() if self.compute_path else {}),
         }
 
     def prompt_length(self, prompt: str) -> int:
@@ -455,7 +462,7 @@ class SentenceEncoder(nn.Module):
         batches = length_sorted_batches(
             tokens.n_tokens, batch_size=batch_size, token_budget=token_budget
         )
-        progress = _progress_bar(len(batches), show_progress_bar or show_progress)
+        progress = progress_bar(len(batches), show_progress_bar or show_progress)
         with torch.inference_mode():
             for indices in batches:
                 features = self.pad([tokens.input_ids[i] for i in indices])
@@ -485,12 +492,3 @@ class SentenceEncoder(nn.Module):
         from sbert_core.export import save_encoder
 
         return save_encoder(self, Path(path), overwrite=overwrite, extra_manifest=extra_manifest)
-
-
-def _progress_bar(n_batches: int, enabled: bool):
-    """sentence-transformers' bar: one step per batch, on stderr."""
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=n_batches, desc="Batches", unit="batch")

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sbert_core.compute_paths import ComputePath, resolve_compute_path
 from sbert_core.encoder import SentenceEncoder
 from sbert_core.model_info import ModelInfo, inspect_model
 from sbert_core.pooling import PoolingMode
@@ -55,7 +56,8 @@ class EncoderSettings:
     Args:
         model: a model directory, ``all-MiniLM-L6-v2`` or a Hugging Face Hub id.
         device: ``cpu``, ``cuda``, ``cuda:1`` ... (default: CUDA when available).
-        dtype: compute dtype (``float32`` matches sentence-transformers exactly).
+        dtype: compute dtype (``float32`` matches sentence-transformers exactly; ``int8`` is
+            the quantized CPU path of :mod:`sbert_core.compute_paths`).
         pooling: override the model's pooling mode.
         normalize: override whether vectors are L2-normalised.
         max_seq_length: override the truncation length (at most the model's limit).
@@ -119,9 +121,9 @@ class EncoderSettings:
         Raises:
             ValueError: a device torch does not know or this machine lacks, threads, a batch
                 size, a token budget or a truncate_dim below 1, both a prompt name and a
-                prompt text; the message names the option.
+                prompt text, a compute dtype this machine cannot run (int8 without VNNI or
+                off CPU); the message names the option.
         """
-        import torch
 
         if self.prompt_name is not None and self.prompt is not None:
             raise ValueError("give --prompt-name or --prompt, not both")
@@ -133,8 +135,16 @@ class EncoderSettings:
             raise ValueError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.token_budget is not None and self.token_budget < 1:
             raise ValueError(f"--token-budget must be at least 1, got {self.token_budget}")
-        if self.device is None:
-            return
+        if self.device is not None:
+            self._validate_device()
+        if self.dtype == "int8":
+            # Checked here, on the machine that launches (and runs, locally) the job, so an
+            # unsupported CPU is told before any output is touched.
+            self.compute_path()
+
+    def _validate_device(self) -> None:
+        import torch
+
         try:
             device = torch.device(self.device)
         except (RuntimeError, ValueError) as err:
@@ -173,15 +183,32 @@ class EncoderSettings:
         loaded with them): the pooling, normalisation, length, prompt (name and text) and
         dimensions chosen, not only the model's defaults.
 
+        A loaded encoder also names the compute path that ran (``compute``: path, quantizer,
+        CPU features); an inspected model gets the path these settings resolve to here.
+
         Raises:
             ValueError: a prompt name the model does not have, or both a name and a text.
         """
-        return model.describe(
+        description = model.describe(
             prompt_name=self.prompt_name,
             prompt=self.prompt,
             task=self.task,
             normalize=self.normalize,
         )
+        if "compute" not in description:
+            description["compute"] = self.compute_path().describe()["compute"]
+        return description
+
+    def compute_path(self) -> ComputePath:
+        """The dtype path these settings run on this machine (``auto`` resolved).
+
+        Raises:
+            ValueError: as :func:`~sbert_core.compute_paths.resolve_compute_path`.
+        """
+        import torch
+
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        return resolve_compute_path(self.dtype, torch.device(device))
 
     def load(self) -> SentenceEncoder:
         """Load the encoder these settings describe."""
