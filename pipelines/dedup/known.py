@@ -76,7 +76,7 @@ class KnownDuplicates:
     def describe(self) -> str:
         """Where the pairs come from, in words (for the reports)."""
         if self.source == "field":
-            return f"the corpus field {self.name!r} (rows naming the row they duplicate)"
+            return f"the corpus field {self.name} (each row naming the row it duplicates)"
         return f"the labelled duplicates of {self.name}"
 
     def to_json(self) -> dict:
