@@ -263,7 +263,9 @@ def _job_error(err: Exception) -> Exception | None:
         return JobFailedError(f"{known}; nothing was published")
     if isinstance(known, CommitRefusedError):
         return JobFailedError(str(known))
-    return known
+    # The commit step's own I/O failures (a full disk at the manifest write), as the launcher
+    # raised them when it committed.
+    return known or step_error(err, (OSError,), step="Commit")
 
 
 def check_options(argv: list[str]) -> None:

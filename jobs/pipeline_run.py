@@ -121,20 +121,33 @@ def transform_runner(
     return run
 
 
-def step_error(err: BaseException, kinds: tuple[type[Exception], ...]) -> Exception | None:
+def step_error(
+    err: BaseException, kinds: tuple[type[Exception], ...], *, step: str | None = None
+) -> Exception | None:
     """The exception of one of ``kinds`` that a pipeline step raised, as the step raised it.
 
     Beam re-raises a step's exception with ``[while running 'Step']`` appended when the step
-    ran in this process, and as a ``RuntimeError`` holding the worker's traceback when it ran
-    in another (``--direct_running_mode multi_processing``, a portable job server). Both give
-    back ``kind(message)`` with the step's own message; None when ``err`` is none of ``kinds``.
+    ran in this process (as a ``RuntimeError`` naming the type when it cannot rebuild it), and
+    as a ``RuntimeError`` holding the worker's traceback when it ran in another
+    (``--direct_running_mode multi_processing``, a portable job server). Each gives back the
+    exception with the step's own message; None when ``err`` is none of ``kinds`` (or, with
+    ``step``, was not raised in the step of that label or one inside it).
     """
+    text = str(err)
+    if step is not None and f"[while running '{step}" not in text:
+        return None
     for kind in kinds:
         if isinstance(err, kind):
-            return kind(_STEP_SUFFIX.sub("", str(err)))
-    text = str(err)
+            return _rebuilt(err, _STEP_SUFFIX.sub("", text))
     for kind in kinds:
         found = re.findall(rf"(?m)^(?:[\w.]+\.)?{kind.__name__}: (.+)$", text)
         if found:
             return kind(_STEP_SUFFIX.sub("", found[-1].strip()))
     return None
+
+
+def _rebuilt(err: BaseException, message: str) -> Exception:
+    try:
+        return type(err)(message)
+    except Exception:  # a constructor that takes other arguments: the exception as raised
+        return err
