@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
@@ -171,7 +172,9 @@ def read_known_duplicates(
                 if field not in file.schema_arrow.names:
                     continue
                 for batch in file.iter_batches(columns=["id", field]):
-                    items, values = batch.column("id"), batch.column(field)
+                    # Only the rows that name something go through Python (a few, usually).
+                    named = batch.filter(pc.is_valid(batch.column(field)))
+                    items, values = named.column("id"), named.column(field)
                     for item, value in zip(items.to_pylist(), values.to_pylist(), strict=True):
                         for other in _named(value, path, item, field):
                             id_a.append(item)
