@@ -95,6 +95,11 @@ class _SearchRangeFn(beam.DoFn):
 
     def setup(self) -> None:
         self._ids, self._vectors = self._settings.reader.load_sorted()
+        self._progress().start()  # the rate counts from the first range
+
+    def _progress(self):
+        """The bar of the ranges done, one per process (shared by every bundle's instance)."""
+        return shared_progress("pairs (query ranges)", "ranges", total=self._count)
 
     def process(self, item: tuple[int, tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
         index, (start, stop) = item
@@ -103,7 +108,7 @@ class _SearchRangeFn(beam.DoFn):
             self._vectors, s.k, threshold=s.threshold, rows=(start, stop), precision=s.precision
         )
         self._searched.inc(stop - start)
-        shared_progress("pairs (query ranges)", "ranges", total=self._count).update()
+        self._progress().update()
         yield _write_range(s, self._ids, index, self._count, (start, stop), result)
 
 
