@@ -141,7 +141,9 @@ class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]
     def load_model(self) -> SentenceEncoder:
         """Load the encoder on the worker (called once per process or machine)."""
         encoder = self._settings.load()
-        logger.info("loaded %s on %s (%s)", encoder.model_id, encoder.device, encoder.dtype)
+        logger.info(
+            "loaded %s on %s (%s)", encoder.model_id, encoder.device, encoder.describe()["dtype"]
+        )
         shared_progress(EMBED_PROGRESS, "texts").start()  # the rate counts from the first batch
         count_forward_rows(encoder, EMBED_PROGRESS, "texts")  # the bar moves inside a batch
         return encoder
