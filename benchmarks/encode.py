@@ -1,91 +1,226 @@
-"""Encoding throughput: sbert_core vs ``SentenceTransformer.encode``, same model, data and threads.
+"""Encoding throughput: sbert_core (fp32, bf16, int8) vs sentence-transformers (torch fp32, and
+OpenVINO fp32 and static int8), same model, data and threads, interleaved in one run.
 
-Runs interleaved (ST, ours fp32, ours bf16, ST, ...) on the ~15k distinct STSb sentences and
-reports medians. Also scores STSb test with ours in fp32 and bf16, so the speed of bf16 is shown
-next to what it costs in quality.
+Runs the contenders in turn (ST, ST+OpenVINO, ST+OpenVINO int8, ours fp32, ours bf16, ours
+int8, ST, ...) on the first ``--limit`` distinct STSb sentences and reports medians, then scores
+STSb test (cosine Spearman) with every contender, so each speed is shown next to its quality.
+The CPU's matrix features and the load average (other processes on the machine) are recorded.
 
-    python benchmarks/encode.py [--repeats 3] [--threads N] [--device cpu|cuda] [--limit N]
+sentence-transformers' OpenVINO backend needs optimum-intel, which pins an older transformers
+than this project's; it runs in a child process (benchmarks/encode_openvino.py) with such a
+transformers first on its path, given as ``--openvino-site DIR``, e.g.
 
-The last line is ``ours/sentence-transformers speed ratio: X`` (fp32 vs fp32).
+    pip install --target DIR --no-deps transformers==5.5.4 optimum-intel==2.2.0 \\
+        tokenizers==0.22.2 "huggingface-hub>=1.5,<2" httpx httpcore h11
+    pip install -e ".[bench]"          # openvino, nncf, datasets for the child
+    python -m benchmarks.encode [--repeats 3] [--limit 8000] [--threads N] --openvino-site DIR
+
+Without ``--openvino-site`` the OpenVINO contenders are left out. The last line gives the ratios
+(sentences/s of each of ours over sentence-transformers fp32, and bf16 / int8 over
+sentence-transformers+OpenVINO fp32 / int8).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
+import numpy as np
 import torch
+from torch import nn
 
-from benchmarks.common import DATA_DIR, interleaved_medians, stsb_sentences, write_result
+from benchmarks.common import DATA_DIR, ROOT, stsb_sentences, write_result
 from benchmarks.parser import benchmark_parser
+
+
+class OpenVINOContenders:
+    """sentence-transformers+OpenVINO (fp32 and int8) in a child process, driven line by line."""
+
+    def __init__(self, site: str, model_dir: str, corpus: list[str], batch_size: int) -> None:
+        self._work = tempfile.TemporaryDirectory(prefix="encode-bench-")
+        corpus_path = Path(self._work.name) / "corpus.json"
+        corpus_path.write_text(json.dumps(corpus))
+        env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+        self._child = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.encode_openvino",
+                model_dir,
+                str(corpus_path),
+                str(batch_size),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        self.names = self._ask(None)["ready"]
+
+    def _ask(self, request: dict | None) -> dict:
+        if request is not None:
+            self._child.stdin.write(json.dumps(request) + "\n")
+            self._child.stdin.flush()
+        line = self._child.stdout.readline()
+        if not line:
+            raise SystemExit("the sentence-transformers+OpenVINO process ended; see its stderr")
+        return json.loads(line)
+
+    def time(self, name: str) -> float:
+        """Seconds the child took to encode the corpus once with ``name``."""
+        return self._ask({"time": name})["seconds"]
+
+    def encoder(self, name: str):
+        """An object with ``encode(texts)`` for the evaluator, embedding in the child."""
+        work = Path(self._work.name)
+
+        ask = self._ask
+
+        class Remote:
+            def encode(self, texts, **_):
+                (work / "texts.json").write_text(json.dumps(list(texts)))
+                ask({"embed": name, "texts": str(work / "texts.json"), "out": str(work / "v.npy")})
+                return np.load(work / "v.npy")
+
+        return Remote()
+
+    def close(self) -> None:
+        """End the child and remove its files."""
+        self._child.stdin.write(json.dumps({"quit": True}) + "\n")
+        self._child.stdin.close()
+        self._child.wait(timeout=60)
+        self._work.cleanup()
+
+
+def _timed(run) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
 
 
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--st-batch-size", type=int, default=64)
-    parser.add_argument("--limit", type=int, default=None, help="use only the first N sentences")
+    parser.add_argument("--limit", type=int, default=8000, help="the first N distinct sentences")
+    parser.add_argument("--openvino-site", default=None, help="path with optimum-intel's deps")
     args = parser.parse_args()
 
     from sentence_transformers import SentenceTransformer
 
     from sbert_core import SentenceEncoder
+    from sbert_core.cpu_features import detect_cpu_features
     from sbert_core.evaluation import STSEvaluator
     from sbert_core.model_source import packaged_default_model_dir
 
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
     sentences = stsb_sentences()[: args.limit]
-    fast_dtype = "float16" if args.device.startswith("cuda") else "bfloat16"
-    theirs = SentenceTransformer(str(packaged_default_model_dir()), device=args.device)
-    ours = SentenceEncoder.load("all-MiniLM-L6-v2", device=args.device)
-    ours_fast = SentenceEncoder.load("all-MiniLM-L6-v2", device=args.device, dtype=fast_dtype)
-
+    model_dir = str(packaged_default_model_dir())
+    theirs = SentenceTransformer(model_dir, device="cpu")
+    ours = {
+        dtype: SentenceEncoder.load("all-MiniLM-L6-v2", device="cpu", dtype=dtype)
+        for dtype in ("float32", "bfloat16", "int8")
+    }
+    contenders = {"sentence_transformers_fp32": theirs}
+    openvino = None
+    if args.openvino_site:
+        openvino = OpenVINOContenders(args.openvino_site, model_dir, sentences, args.st_batch_size)
     # Warm-up: first calls pay for allocator growth and kernel selection.
-    for model in (theirs, ours, ours_fast):
+    theirs.encode(sentences[:256], batch_size=args.st_batch_size)
+    for model in ours.values():
         model.encode(sentences[:256])
-    timings = interleaved_medians(
-        {
-            "sentence_transformers_fp32": lambda: theirs.encode(
-                sentences, batch_size=args.st_batch_size
-            ),
-            "ours_fp32": lambda: ours.encode(sentences),
-            f"ours_{fast_dtype}": lambda: ours_fast.encode(sentences),
-        },
-        args.repeats,
-    )
-    for entry in timings.values():
-        entry["sentences_per_s"] = len(sentences) / entry["median_s"]
+
+    # Each entry returns its seconds: the OpenVINO child times itself, so its process and pipe
+    # are not counted as the contender's cost.
+    runs = {
+        "sentence_transformers_fp32": lambda: _timed(
+            lambda: theirs.encode(sentences, batch_size=args.st_batch_size)
+        )
+    }
+    for name in openvino.names if openvino else ():
+        runs[f"sentence_transformers_{name}"] = (lambda n: lambda: openvino.time(n))(name)
+    for dtype, model in ours.items():
+        runs[f"ours_{dtype}"] = (lambda m: lambda: _timed(lambda: m.encode(sentences)))(model)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, run in runs.items():
+            times[name].append(run())
+    timings = {
+        name: {
+            "median_s": statistics.median(t),
+            "runs_s": t,
+            "sentences_per_s": len(sentences) / statistics.median(t),
+        }
+        for name, t in times.items()
+    }
+    load_after = os.getloadavg()
 
     evaluator = STSEvaluator.from_file(DATA_DIR / "stsb" / "test.tsv.gz")
-    spearman_fp32 = evaluator(ours)["cosine_spearman"]
-    spearman_fast = evaluator(ours_fast)["cosine_spearman"]
+    for name in openvino.names if openvino else ():
+        contenders[f"sentence_transformers_{name}"] = openvino.encoder(name)
+    contenders.update({f"ours_{dtype}": model for dtype, model in ours.items()})
+    spearman = {name: evaluator(model)["cosine_spearman"] for name, model in contenders.items()}
+    if openvino:
+        openvino.close()
 
-    base = timings["sentence_transformers_fp32"]["median_s"]
-    ratio = base / timings["ours_fp32"]["median_s"]
-    ratio_fast = base / timings[f"ours_{fast_dtype}"]["median_s"]
+    speed = {name: entry["sentences_per_s"] for name, entry in timings.items()}
+    # Useful work per second (no padding counted): 2 FLOPs per Linear weight per token, plus
+    # QK^T and attention x V (4 n^2 h per layer per sentence of n tokens).
+    config = ours["float32"].transformer.config
+    lengths = np.asarray(ours["float32"].tokenize(sentences).n_tokens, dtype=np.float64)
+    linear = sum(
+        m.weight.numel() for m in ours["float32"].transformer.modules() if isinstance(m, nn.Linear)
+    )
+    flops = (
+        2 * linear * lengths.sum()
+        + 4 * config.num_hidden_layers * config.hidden_size * (lengths**2).sum()
+    )
+    for entry in timings.values():
+        entry["useful_gflop_per_s"] = flops / entry["median_s"] / 1e9
+    ratios = {
+        f"{name}_vs_st_fp32": speed[name] / speed["sentence_transformers_fp32"]
+        for name in speed
+        if name.startswith("ours_")
+    }
+    if "sentence_transformers_openvino" in speed:
+        ratios["ours_bfloat16_vs_st_openvino"] = (
+            speed["ours_bfloat16"] / speed["sentence_transformers_openvino"]
+        )
+        ratios["ours_int8_vs_st_openvino_int8"] = (
+            speed["ours_int8"] / speed["sentence_transformers_openvino_int8"]
+        )
     path = write_result(
-        f"encode_{args.device.split(':')[0]}",
+        "encode_cpu",
         {
             "sentences": len(sentences),
             "threads": args.threads,
-            "device": args.device,
+            "device": "cpu",
+            "cpu_features": detect_cpu_features().as_dict(),
+            "load_average_before_after": [load_before, load_after],
             "st_batch_size": args.st_batch_size,
             "repeats": args.repeats,
+            "compute": {dtype: model.describe()["compute"] for dtype, model in ours.items()},
             "timings": timings,
-            "stsb_test_cosine_spearman": {"float32": spearman_fp32, fast_dtype: spearman_fast},
-            "ratio_fp32": ratio,
-            f"ratio_{fast_dtype}_vs_st_fp32": ratio_fast,
+            "stsb_test_cosine_spearman": spearman,
+            "ratios": ratios,
         },
     )
     for name, entry in timings.items():
-        print(f"{name:<30} {entry['median_s']:8.2f} s  {entry['sentences_per_s']:8.0f} sentences/s")
-    print(
-        f"STSb test cosine Spearman: float32 {spearman_fp32:.3f}, {fast_dtype} {spearman_fast:.3f}"
-    )
-    print(f"results: {path}")
-    print(f"ours {fast_dtype}/sentence-transformers fp32 speed ratio: {ratio_fast:.2f}")
-    print(f"ours/sentence-transformers speed ratio: {ratio:.2f}")
+        print(
+            f"{name:<38} {entry['median_s']:8.2f} s  {entry['sentences_per_s']:8.0f} sentences/s"
+            f"  {entry['useful_gflop_per_s']:6.0f} GFLOP/s  STSb {spearman[name]:.2f}"
+        )
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; results: {path}")
+    print("ratios: " + ", ".join(f"{name} {value:.2f}" for name, value in ratios.items()))
 
 
 if __name__ == "__main__":
