@@ -22,6 +22,7 @@ Protocol, one JSON object per line on stdin and stdout:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -63,12 +64,17 @@ def _load(model_dir: str, corpus: list[str], work: Path) -> dict:
 
 def main() -> None:
     model_dir, corpus_path, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    # The protocol owns the real stdout; whatever the libraries print (NNCF, optimum, OpenVINO's
+    # C++ side) goes to stderr, file descriptor 1 included.
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     corpus = json.loads(Path(corpus_path).read_text())
     with tempfile.TemporaryDirectory(prefix="st-openvino-") as work:
         models = _load(model_dir, corpus, Path(work))
         for model in models.values():
             model.encode(corpus[:256], batch_size=batch_size)
-        print(json.dumps({"ready": list(models)}), flush=True)
+        print(json.dumps({"ready": list(models)}), file=protocol, flush=True)
         for line in sys.stdin:
             request = json.loads(line)
             if request.get("quit"):
@@ -76,12 +82,14 @@ def main() -> None:
             if "time" in request:
                 start = time.perf_counter()
                 models[request["time"]].encode(corpus, batch_size=batch_size)
-                print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
+                print(
+                    json.dumps({"seconds": time.perf_counter() - start}), file=protocol, flush=True
+                )
             else:
                 texts = json.loads(Path(request["texts"]).read_text())
                 vectors = models[request["embed"]].encode(texts, batch_size=batch_size)
                 np.save(request["out"], np.asarray(vectors, dtype=np.float32))
-                print(json.dumps({"ok": True}), flush=True)
+                print(json.dumps({"ok": True}), file=protocol, flush=True)
 
 
 if __name__ == "__main__":

@@ -90,8 +90,8 @@ def test_float16_on_cpu_is_refused(tiny_st_dir):
 
 
 def test_unknown_dtype_is_refused(tiny_st_dir):
-    with pytest.raises(ValueError, match="float32, bfloat16, float16, auto"):
-        SentenceEncoder.load(tiny_st_dir, device="cpu", dtype="int8")
+    with pytest.raises(ValueError, match="float32, bfloat16, float16, auto, int8"):
+        SentenceEncoder.load(tiny_st_dir, device="cpu", dtype="int4")
 
 
 def test_lower_case_option_is_applied(tiny_bert_dir, tmp_path, sample_texts):
