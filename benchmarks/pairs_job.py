@@ -24,9 +24,11 @@ how many rows are real).
     python -m benchmarks.pairs_job [--n 100000] [--threads 2] [--repeats 2] [--name pairs_job]
 
 The last line gives the command's time over the kernel's: the job's own clock (its manifest's
-``seconds``: from the embeddings check to the manifest, in-process like the kernel's) and the
-subprocess's wall time (Python start and imports too), and the command's peak RSS against its
-worker budget (``--worker-memory``, default 4GB); JSON in ``benchmarks/results/NAME.json``.
+``seconds``: from the embeddings check to the manifest, in-process like the kernel's), the
+subprocess's wall time (Python start and imports too) and its CPU seconds (user + system, all
+threads: the work done, which on a machine shared with other jobs varies far less than wall
+time), and the command's peak RSS against its worker budget (``--worker-memory``, default
+4GB); JSON in ``benchmarks/results/NAME.json``.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def run_command(command: list[str], threads: int, timeout: float, log: Path) -> 
     lines = log.read_text().strip().splitlines()
     return {
         "seconds": seconds,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "returncode": process.returncode,
         "peak_rss_mb": usage.ru_maxrss / 1024,
         "last_line": lines[-1] if lines else "",
@@ -152,6 +155,8 @@ def main() -> None:
     # The job's own clock: from its embeddings check to its manifest, in-process (no interpreter
     # start or imports), as the kernel's is.
     job_ratio = job["job_seconds"] / kernel["seconds"] if timed else None
+    # CPU seconds (user + system, every thread) depend little on what else runs on the machine.
+    cpu_ratio = job["cpu_seconds"] / kernel["cpu_seconds"] if timed else None
     budget = parse_size(WORKER_MEMORY)
     peak = max(run.get("peak_rss_mb", 0) for run in jobs) * 1024**2
     result = {
@@ -175,9 +180,14 @@ def main() -> None:
         "command_runs": jobs,
         "ratio_command_over_kernel": ratio,
         "ratio_job_over_kernel": job_ratio,
+        "ratio_cpu_command_over_kernel": cpu_ratio,
     }
     print(f"  results -> {write_result(args.name, result)}")
-    shown = "n/a" if ratio is None else f"{job_ratio:.2f}x in-process, {ratio:.2f}x wall"
+    shown = (
+        "n/a"
+        if ratio is None
+        else f"{job_ratio:.2f}x in-process, {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU seconds"
+    )
     memory = f"peak RSS {peak / 1024**3:.2f} GiB of --worker-memory {WORKER_MEMORY}"
     print(f"N = {n}: sbert pairs --method exact / self_topk in-process = {shown}; {memory}")
 
