@@ -249,8 +249,9 @@ def launch(
     if manifest is not None:
         return EmbedSummary.from_manifest(job.directory, manifest)
     if not wait:
-        job_id = getattr(finished.result, "job_id", None)
-        return EmbedSubmitted(job.directory, finished.runner, job_id() if job_id else None)
+        job_id = getattr(finished.result, "job_id", None)  # a method on Dataflow's result
+        job_id = job_id() if callable(job_id) else job_id
+        return EmbedSubmitted(job.directory, finished.runner, str(job_id) if job_id else None)
     raise JobFailedError(
         f"the pipeline finished but its last step published nothing into {job.directory}"
     )
