@@ -38,8 +38,8 @@ from pipelines.dedup.grouping import (
     Grouping,
 )
 from pipelines.dedup.groups import DuplicateGroups, IndexedPairs, SweepPoint
-from pipelines.embed.exact_copies import COPY_OF
 from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.schemas import COPY_OF
 
 
 @dataclass(frozen=True)

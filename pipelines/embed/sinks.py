@@ -20,11 +20,16 @@ from apache_beam.io.parquetio import WriteToParquet, WriteToParquetBatched
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import PredictionResult
 
-from pipelines.embed.exact_copies import COPY_OF
 from pipelines.io.atomic import write_parquet_replacing
 from pipelines.io.corpus_reader import RejectedRow
 from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_schema, embeddings_table
+from pipelines.io.schemas import (
+    COPY_OF,
+    ERRORS_DIR,
+    ERRORS_SCHEMA,
+    embeddings_schema,
+    embeddings_table,
+)
 from pipelines.io.shards import stable_bucket
 
 

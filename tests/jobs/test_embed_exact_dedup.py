@@ -15,8 +15,8 @@ from jobs.run_config import load_run_config
 from jobs.run_inputs import check_inputs
 from jobs.run_stages import plan_stages
 from pipelines.dedup.choices import METHODS
-from pipelines.embed.exact_copies import COPY_OF
 from pipelines.embed.sinks import output_schema
+from pipelines.io.schemas import COPY_OF
 
 # (id, text) in corpus order; each id's representative is the first row of its text.
 CORPUS = [
