@@ -53,11 +53,13 @@ def _load(model_dir: str, corpus: list[str], work: Path) -> dict:
         remove_columns=["sentence"],
     )
     quantizer.quantize(calibration, save_directory=str(local / "openvino_int8"), ov_config=config)
+    # optimum-intel writes the IR into an ``openvino/`` folder of the save directory.
+    (int8_ir,) = (local / "openvino_int8").rglob("openvino_model.xml")
     int8 = SentenceTransformer(
         str(local),
         device="cpu",
         backend="openvino",
-        model_kwargs={"file_name": "openvino_int8/openvino_model.xml"},
+        model_kwargs={"file_name": str(int8_ir.relative_to(local))},
     )
     return {"openvino": fp32, "openvino_int8": int8}
 
