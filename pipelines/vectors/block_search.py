@@ -16,12 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pipelines.vectors.allpairs import (
-    DEFAULT_BLOCK_SIZE,
-    candidate_error_bound,
-    pair_scores,
-    self_topk,
-)
+from pipelines.vectors.allpairs import candidate_error_bound, pair_scores, self_topk
 from pipelines.vectors.checks import check_cosine
 from pipelines.vectors.precision import Precision
 from pipelines.vectors.topk import neighbors_above
@@ -33,8 +28,10 @@ _ABOVE_CHUNK = 256
 # off on larger ones (measured per row on 384-d blocks: 1.2k rows fp32 128 us vs bf16 153 us,
 # 2k 134 vs 157, 4k 153 vs 127, 10k 198 vs 151).
 _BF16_MIN_ROWS = 4096
-# Random rows a warm-up searches: two blocks, so diagonal and off-diagonal tiles, both kernels.
-_WARM_UP_ROWS = DEFAULT_BLOCK_SIZE + 1024
+# A warm-up searches two blocks of random rows (diagonal and off-diagonal tiles: every kernel),
+# small ones: loading is all it is for (about 0.45 CPU-s here, all of it saved on the first
+# search; two default blocks would compute for as long again).
+_WARM_UP_ROWS, _WARM_UP_BLOCK = 512, 256
 
 
 @dataclass(frozen=True)
@@ -117,7 +114,7 @@ def warm_up(dim: int, k: int, precision: Precision = "auto") -> None:
     searched (``precision`` as given, bf16 included), so that a caller can pay for it while it
     waits for something else: the pairs launcher, while Arrow reads the vectors."""
     rows = np.random.default_rng(0).standard_normal((_WARM_UP_ROWS, dim), dtype=np.float32)
-    self_topk(rows, min(k, _WARM_UP_ROWS - 1), precision=precision)
+    self_topk(rows, min(k, _WARM_UP_ROWS - 1), block_size=_WARM_UP_BLOCK, precision=precision)
 
 
 def _pairs_above(
