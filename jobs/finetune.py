@@ -16,6 +16,9 @@ command resumes from the newest one) and are deleted once the model is saved.
 The output is a sentence-transformers directory (``sbert embed --model OUTPUT`` and
 ``SentenceTransformer(OUTPUT)`` load it) with ``sbert_manifest.json`` (base model, data sha256s,
 config, dev and test metrics before and after, software versions) and a model card README.md.
+With a ``dedup_test`` section (labelled duplicates, ``examples/finetune_qqp.yaml``), the card and
+manifest also hold dedup pair-F1 on the held-out part before and after
+(:mod:`jobs.finetune_dedup`).
 """
 
 from __future__ import annotations
@@ -31,8 +34,16 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs.finetune_dedup import (
+    DedupTestConfig,
+    card_lines,
+    dedup_metrics,
+    evaluate_dedup,
+    load_holdout,
+)
 from jobs.parsers.finetune import build_parser
 from pipelines.io.manifest_fields import software_versions
+from pipelines.io.text_normal import text_key
 from sbert_core import DEFAULT_MODEL
 from sbert_core.artifact import sha256_of_files
 from sbert_core.config import config_to_dict, load_config
@@ -66,6 +77,9 @@ class FinetuneConfig:
     dev: DataSpec | None = None
     # Scored after training, and before it as well when evaluate_base_model is on.
     test: list[DataSpec] = field(default_factory=list)
+    # Dedup pair-F1 on the holdout part of labelled duplicates (jobs/finetune_dedup.py), before
+    # (with evaluate_base_model) and after training; into the manifest and the model card.
+    dedup_test: DedupTestConfig | None = None
     evaluate_base_model: bool = True
     # Delete OUTPUT.checkpoints/ once the model is saved.
     remove_checkpoints: bool = True
@@ -96,8 +110,10 @@ class FinetuneSummary:
             parts.append(f"best dev {self.dev_metric} {self.dev_score:.2f}")
         for name, scores in self.test_metrics.items():
             before = scores.get("before")
-            change = f"{before:.2f} -> " if before is not None else ""
-            parts.append(f"test {name} {scores['metric']} {change}{scores['after']:.2f}")
+            digits = 4 if scores["metric"] == "pair_f1" else 2  # F1 changes of 0.01 matter
+            change = f"{before:.{digits}f} -> " if before is not None else ""
+            after = f"{scores['after']:.{digits}f}"
+            parts.append(f"test {name} {scores['metric']} {change}{after}")
         return "; ".join(parts) + f"; saved to {self.output}"
 
 
@@ -139,9 +155,14 @@ def run(argv: list[str] | None = None) -> FinetuneSummary:
         raise FileExistsError(f"{output} exists and is not empty; pass --overwrite to replace it")
 
     check_data_kind(config.objective.name, config.train.example_kind, config.train.path)
-    train_examples = load_examples(config.train)
-    dev_examples = load_examples(config.dev) if config.dev is not None else None
-    test_examples = [load_examples(spec) for spec in config.test]
+    # Copies of a text are the texts dedup treats as one (NFKC, casefold, punctuation).
+    train_examples = load_examples(config.train, text_key)
+    dev_examples = load_examples(config.dev, text_key) if config.dev is not None else None
+    test_examples = [load_examples(spec, text_key) for spec in config.test]
+    holdout = None
+    if config.dedup_test is not None:
+        config.dedup_test.check(config.train)
+        holdout = load_holdout(config.dedup_test, text_key)
 
     encoder = load_base_encoder(config.model, config.training, allow_pickle=config.allow_pickle)
     base = encoder.describe()
@@ -156,9 +177,11 @@ def run(argv: list[str] | None = None) -> FinetuneSummary:
     ]
     is_main = int(os.environ.get("RANK", "0")) == 0
 
-    before = {}
+    before, dedup_before = {}, {}
     if config.evaluate_base_model and is_main:
         before = {evaluator.name: evaluator(encoder) for evaluator in test_evaluators}
+        if holdout is not None:
+            dedup_before = evaluate_dedup(encoder, holdout, config.dedup_test, base=True)
     try:
         result = train(loss, train_examples, config.training, evaluator=dev_evaluator)
     except TrainingDivergedError as err:
@@ -176,6 +199,21 @@ def run(argv: list[str] | None = None) -> FinetuneSummary:
     if is_main:
         data = {"train": train_examples, "dev": dev_examples, "test": test_examples}
         manifest = _manifest(config, base, data, result, before, after)
+        if holdout is not None:
+            dedup_after = evaluate_dedup(encoder, holdout, config.dedup_test)
+            manifest["metrics"]["dedup"] = dedup_metrics(
+                config.dedup_test, holdout, dedup_before, dedup_after
+            )
+            test_metrics.update(
+                {
+                    f"dedup {method}": {
+                        "metric": "pair_f1",
+                        "before": dedup_before.get("methods", {}).get(method, {}).get("f1"),
+                        "after": point["f1"],
+                    }
+                    for method, point in dedup_after["methods"].items()
+                }
+            )
         _save(encoder, loss, output, manifest, config.overwrite)
         if config.remove_checkpoints:
             shutil.rmtree(config.training.checkpoint_dir, ignore_errors=True)
@@ -371,6 +409,8 @@ def model_card(manifest: dict) -> str:
                 shown = "–" if base_value is None else f"{base_value:.2f}"
                 lines.append(f"| {name} | {metric} | {shown} | {value:.2f} |")
         lines.append("")
+    if manifest["metrics"].get("dedup"):
+        lines += card_lines(manifest["metrics"]["dedup"])
     software = ", ".join(f"{k} {v}" for k, v in manifest["software"].items())
     lines += [f"Software: {software}.", ""]
     return "\n".join(lines)
