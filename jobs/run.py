@@ -270,6 +270,14 @@ def _beam_argv(config: RunConfig) -> list[str]:
     from jobs.submit import beam_argv
 
     options = dict(config.beam)
+    if options.get("no_wait_until_finish"):
+        # Each stage reads the output of the one before: a job that only submits its first
+        # stage would leave the next with nothing to read.
+        raise ValueError(
+            "beam.no_wait_until_finish: sbert run waits for each stage, whose output the next "
+            "one reads; submit without waiting with `sbert embed --no_wait_until_finish` or "
+            "`sbert submit`"
+        )
     if not config.is_local:
         options = {"runner": config.runner, **options}
     try:

@@ -288,6 +288,14 @@ def test_runner_options_are_checked_by_beam(tmp_path, corpus, tiny_st_dir) -> No
     assert not (tmp_path / "job").exists()
 
 
+def test_run_refuses_to_submit_without_waiting(tmp_path, corpus, tiny_st_dir) -> None:
+    """Each stage reads the one before, so `sbert run` cannot leave its first stage running."""
+    path = minimal(tmp_path, corpus, tiny_st_dir, "beam: {no_wait_until_finish: true}\n")
+    with pytest.raises(ValueError, match=r"beam.no_wait_until_finish: sbert run waits"):
+        run_main([str(path)])
+    assert not (tmp_path / "job").exists()
+
+
 def test_remote_runner_with_remote_paths_is_accepted(tmp_path) -> None:
     path = write(
         tmp_path,
