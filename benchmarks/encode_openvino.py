@@ -44,7 +44,9 @@ def _load(model_dir: str, corpus: list[str], work: Path) -> dict:
     shutil.copytree(model_dir, local)
     fp32 = SentenceTransformer(str(local), device="cpu", backend="openvino")
     config = OVConfig(quantization_config=OVQuantizationConfig(num_samples=CALIBRATION_SAMPLES))
-    quantizer = OVQuantizer.from_pretrained(fp32.transformers_model)
+    # The quantizer rewrites the model it is given in place: give it a copy of its own.
+    to_quantize = SentenceTransformer(str(local), device="cpu", backend="openvino")
+    quantizer = OVQuantizer.from_pretrained(to_quantize.transformers_model)
     step = max(1, len(corpus) // CALIBRATION_SAMPLES)
     sample = corpus[::step][:CALIBRATION_SAMPLES]
     calibration = Dataset.from_dict({"sentence": sample}).map(
