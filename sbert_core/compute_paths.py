@@ -116,6 +116,10 @@ def prepare_transformer(transformer: nn.Module, path: ComputePath) -> nn.Module:
         warnings.filterwarnings(
             "ignore", message=".*quantized tensor creation", category=UserWarning
         )
+        # Per output channel weight scales: on all-MiniLM-L6-v2 STSb test 81.15 against 80.65
+        # with one scale per matrix (float32: 82.03).
         return torch.ao.quantization.quantize_dynamic(
-            transformer.eval(), {nn.Linear}, dtype=torch.qint8
+            transformer.eval(),
+            {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig},
+            dtype=torch.qint8,
         )
