@@ -21,6 +21,7 @@ normalise), as ``encode(normalize_embeddings=True)`` does there.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -196,7 +197,10 @@ class EncoderSettings:
             normalize=self.normalize,
         )
         if "compute" not in description:
-            description["compute"] = self.compute_path().describe()["compute"]
+            # A device or dtype this machine cannot run: validate() refuses it, naming the
+            # stage's option, before anything runs; the description is only left without it.
+            with contextlib.suppress(ValueError):
+                description["compute"] = self.compute_path().describe()["compute"]
         return description
 
     def compute_path(self) -> ComputePath:
@@ -207,6 +211,8 @@ class EncoderSettings:
         """
         import torch
 
+        if self.device is not None:
+            self._validate_device()  # a ValueError naming the option, not torch's RuntimeError
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         return resolve_compute_path(self.dtype, torch.device(device))
 
