@@ -123,10 +123,11 @@ class _Detached(PipelineResult):
         return self._state
 
     def cancel(self):
-        raise NotImplementedError
+        raise RuntimeError("the tests never cancel a detached job")
 
     def metrics(self):
-        raise NotImplementedError
+        # The launcher must not need the runner's metrics (a detached job has none to give).
+        raise RuntimeError("the embed launcher asked a detached job for its metrics")
 
 
 class DetachedRunner(PipelineRunner):
