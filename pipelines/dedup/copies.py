@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
+from pipelines.dedup.files import rows_naming
 from pipelines.dedup.grouping import (
     NEAR_REPRESENTATIVE,
     REASONS,
@@ -230,16 +229,9 @@ def read_copies(datasets: list[EmbeddingsDataset], ids: pa.Array) -> TextCopies:
         ValueError: a ``copy_of`` names an id that is not embedded.
     """
     copy_ids, rows = [], []
-    for dataset in datasets:
-        for path in dataset.shards:
-            with FileSystems.open(path) as handle:
-                parquet = pq.ParquetFile(handle)
-                if COPY_OF not in parquet.schema_arrow.names:
-                    continue
-                table = parquet.read(columns=["id", COPY_OF])
-            named = table.filter(pc.is_valid(table[COPY_OF]))
-            copy_ids.append(named["id"].combine_chunks())
-            rows.append(named[COPY_OF].combine_chunks())
+    for _, named in rows_naming(datasets, COPY_OF):
+        copy_ids.append(named["id"].combine_chunks())
+        rows.append(named[COPY_OF].combine_chunks())
     copy_of = np.full(len(ids), -1, np.int64)
     if not copy_ids:
         return TextCopies(copy_of)

@@ -14,7 +14,7 @@ with :func:`read_id_list` (split on LF only, then unescape).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -108,6 +108,21 @@ def embedding_ids(datasets: list[EmbeddingsDataset]) -> pa.Array:
             f"{repeated[0]['values'].as_py()!r}); the groups would be ambiguous"
         )
     return ids
+
+
+def rows_naming(
+    datasets: Iterable[EmbeddingsDataset], field: str
+) -> Iterator[tuple[str, pa.Table]]:
+    """For every embeddings shard that has ``field``: its path and its rows with the field set
+    (columns ``id`` and ``field``). Shards without the column give nothing."""
+    for dataset in datasets:
+        for path in dataset.shards:
+            with FileSystems.open(path) as handle:
+                parquet = pq.ParquetFile(handle)
+                if field not in parquet.schema_arrow.names:
+                    continue
+                table = parquet.read(columns=["id", field])
+            yield path, table.filter(pc.is_valid(table[field]))
 
 
 def embed_error_ids(datasets: list[EmbeddingsDataset]) -> set[str]:

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.dedup.choices import KNOWN_FIELD, NO_KNOWN_FIELD
+from pipelines.dedup.files import rows_naming
 from pipelines.dedup.labels import LabelledPairs, PairCounts, RawLabels, match_labels, pair_counts
 from pipelines.io.embeddings import EmbeddingsDataset
 
@@ -165,20 +165,13 @@ def read_known_duplicates(
     """
     id_a: list[str] = []
     id_b: list[str] = []
-    for dataset in datasets:
-        for path in dataset.shards:
-            with FileSystems.open(path) as handle:
-                file = pq.ParquetFile(handle)
-                if field not in file.schema_arrow.names:
-                    continue
-                for batch in file.iter_batches(columns=["id", field]):
-                    # Only the rows that name something go through Python (a few, usually).
-                    named = batch.filter(pc.is_valid(batch.column(field)))
-                    items, values = named.column("id"), named.column(field)
-                    for item, value in zip(items.to_pylist(), values.to_pylist(), strict=True):
-                        for other in _named(value, path, item, field):
-                            id_a.append(item)
-                            id_b.append(other)
+    # Only the rows that name something go through Python (a few, usually).
+    for path, named in rows_naming(datasets, field):
+        items, values = named.column("id"), named.column(field)
+        for item, value in zip(items.to_pylist(), values.to_pylist(), strict=True):
+            for other in _named(value, path, item, field):
+                id_a.append(item)
+                id_b.append(other)
     return _known("field", field, id_a, id_b, ids)
 
 
