@@ -46,6 +46,7 @@ from sbert_core.duplicate_pairs import (
     split_duplicate_pairs,
 )
 from sbert_core.errors import DataFileError
+from sbert_core.hard_negatives import HardNegativeConfig, triplet_texts
 from sbert_core.tabular import Table, float_column, read_table, text_column
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,9 @@ class DataSpec:
     # split_seed; the count left out is logged). A group's pairs need one batch each, so a group
     # larger than the epoch's batch count makes every batch smaller; None keeps all.
     max_pairs_per_group: int | None = None
+    # duplicate_pairs: one hard negative per pair, (anchor, positive, negative) triplets
+    # (sbert_core.hard_negatives: mode none, labelled, mined or labelled+mined).
+    hard_negatives: HardNegativeConfig = field(default_factory=HardNegativeConfig)
 
     def column(self, role: str) -> str:
         """The file column that holds ``role``."""
@@ -110,6 +114,8 @@ class DataSpec:
     @property
     def example_kind(self) -> ExampleKind:
         """The kind of examples this file yields (NLI triplets are built into ``triplets``)."""
+        if self.kind == "duplicate_pairs" and self.hard_negatives.enabled:
+            return "triplets"
         return {"nli_triplets": "triplets", "duplicate_pairs": "pairs"}.get(self.kind, self.kind)
 
 
@@ -191,6 +197,13 @@ def load_examples(spec: DataSpec, text_key: Callable[[str], str] | None = None) 
             raise DataFileError(f"{spec.path}: no duplicate pairs in the {spec.part} part")
         rows = _capped(rows, split.group[split.row1[rows]], spec)
         q1, q2 = split.row1[rows], split.row2[rows]
+        if spec.hard_negatives.enabled:
+            if spec.part != "train":
+                raise ValueError(f"{spec.path}: hard_negatives need part train, not {spec.part}")
+            texts, groups = triplet_texts(
+                split, q1, q2, spec.hard_negatives, spec.split_seed, spec.path
+            )
+            return ExampleSet("triplets", texts, source=spec.path, groups=groups)
         texts = (tuple(split.texts[q] for q in q1), tuple(split.texts[q] for q in q2))
         return ExampleSet("pairs", texts, source=spec.path, groups=split.group[q1])
     table = _read_spec(spec)
@@ -283,6 +296,9 @@ def _read_spec(spec: DataSpec) -> Table:
         raise ValueError(f"part must be one of {', '.join(get_args(SplitPart))}, got {spec.part!r}")
     if spec.part != "all" and spec.kind != "duplicate_pairs":
         raise ValueError(f"{spec.path}: part {spec.part!r} needs kind duplicate_pairs")
+    if spec.hard_negatives.enabled and spec.kind != "duplicate_pairs":
+        raise ValueError(f"{spec.path}: hard_negatives need kind duplicate_pairs")
+    spec.hard_negatives.check()
     table = read_table(spec.path, spec.format)
     table.require([spec.column(role) for role in roles])
     if spec.limit is not None:
