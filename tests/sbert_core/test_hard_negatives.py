@@ -24,8 +24,7 @@ HEADER = ("id1", "id2", "sentence1", "sentence2", "label")
 
 def planted_split(seed: int, n_questions: int = 240, n_pairs: int = 260):
     """Random labelled pairs (40% duplicates) split by components, with unit vectors near a
-    random centre per duplicate group; holdout questions get copies of train anchors' vectors,
-    so a mining step that looked at the holdout would pick them first."""
+    random centre per duplicate group, and holdout questions planted near train anchors."""
     rng = random.Random(seed)
     rows = []
     for _ in range(n_pairs):
@@ -42,8 +41,15 @@ def planted_split(seed: int, n_questions: int = 240, n_pairs: int = 260):
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     train_rows = np.flatnonzero(split.rows_in("train") & split.label)
     q1, q2 = split.row1[train_rows], split.row2[train_rows]
-    holdout = split.questions_in("holdout")
-    vectors[holdout] = vectors[q1[np.arange(holdout.size) % q1.size]]
+    # Each holdout question sits just inside the guards of a train anchor (cosine 0.9 x the
+    # positive's), nearer than any other group's question: mining the holdout would pick it.
+    for k, h in enumerate(split.questions_in("holdout").tolist()):
+        a, p = q1[k % q1.size], q2[k % q1.size]
+        target = 0.9 * max(float(vectors[a] @ vectors[p]), 0.1)
+        other = rng.normal(size=16)
+        other -= (other @ vectors[a]) * vectors[a]
+        other /= np.linalg.norm(other)
+        vectors[h] = target * vectors[a] + np.sqrt(1 - target**2) * other
     return split, vectors, q1, q2
 
 
