@@ -7,10 +7,14 @@ reads the dedup evaluation of the holdout part from the saved model's manifest: 
 fine-tuned model, and the F1 change. The load average is sampled before and after, since other
 jobs share the machine.
 
-    python -m benchmarks.finetune_qqp [--output runs/minilm-qqp-mnrl] [KEY=VALUE ...]
+    python -m benchmarks.finetune_qqp [--output runs/minilm-qqp-mnrl] [--vectors-cache DIR]
+        [KEY=VALUE ...]
 
+``--vectors-cache DIR``: a folder with the base model's float32 vectors of every QQP dev
+question (``dev_emb_float32.npy``, ids in ``dev_qids.txt``), used for the base model's dedup
+evaluation (checked on a sample) and, where the hard-negative mode mines, for mining.
 ``KEY=VALUE`` overrides go to the finetune config (``training.max_steps=80``,
-``dedup_test.base_vectors=/work/cache/qqp/dev_emb_float32.npy`` ...). Writes
+``train.hard_negatives.mode=labelled+mined`` ...). Writes
 ``benchmarks/results/finetune_qqp.json``.
 """
 
@@ -29,8 +33,15 @@ def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--config", default=str(ROOT / "examples" / "finetune_qqp.yaml"))
     parser.add_argument("--output", default="runs/minilm-qqp-mnrl", help="fine-tuned model dir")
+    parser.add_argument("--vectors-cache", help="folder with dev_emb_float32.npy, dev_qids.txt")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
+    overrides = list(args.overrides)
+    if args.vectors_cache:
+        vectors = Path(args.vectors_cache) / "dev_emb_float32.npy"
+        ids = Path(args.vectors_cache) / "dev_qids.txt"
+        for section in ("dedup_test.base_", "train.hard_negatives."):
+            overrides += [f"{section}vectors={vectors}", f"{section}vector_ids={ids}"]
     import logging
 
     from jobs import finetune
@@ -39,7 +50,7 @@ def main() -> None:
     load_before = os.getloadavg()
     start = time.perf_counter()
     summary = finetune.run(
-        ["--config", args.config, "--output", args.output, "--overwrite", *args.overrides]
+        ["--config", args.config, "--output", args.output, "--overwrite", *overrides]
     )
     seconds = time.perf_counter() - start
     load_after = os.getloadavg()
@@ -63,11 +74,17 @@ def main() -> None:
         {
             "data": "QQP dev (../shared/data/qqp), component-wise split, labelled pairs only",
             "config": manifest["config"],
-            "overrides": args.overrides,
+            "overrides": overrides,
             "training": {
-                key: manifest["training"][key]
-                for key in ("steps", "total_steps", "seconds", "examples_per_second")
+                **{
+                    key: manifest["training"][key]
+                    for key in ("steps", "total_steps", "seconds", "examples_per_second")
+                },
+                "seconds_per_step": round(
+                    manifest["training"]["seconds"] / max(manifest["training"]["steps"], 1), 2
+                ),
             },
+            "train_kind": manifest["training_data"]["train"]["kind"],
             "train_examples": manifest["training_data"]["train"]["examples"],
             "dedup": dedup,
             "job_seconds": round(seconds, 1),
