@@ -4,7 +4,9 @@ With in-batch negatives (:class:`sbert_core.losses.MultipleNegativesRankingLoss`
 positive of a batch is a negative for an anchor. When two examples of one batch are copies of
 one text, or two members of one labelled duplicate group, one of them is a duplicate of the
 other's anchor and is trained as a negative all the same. Give each example a *group* id
-(equal ids: never in one batch) and :func:`group_exclusive_batches` keeps them apart.
+(equal ids: never in one batch) and :func:`group_exclusive_batches` keeps them apart. With a
+hard negative per example, its group must also cover the negative's duplicates
+(:mod:`sbert_core.hard_negatives` merges the two groups).
 
 The rule, per epoch (seeded by ``(seed, epoch)``, the same on every process and rerun):
 
