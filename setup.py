@@ -56,7 +56,12 @@ setup(
             "pandas>=2",
             "polars>=1",
             "duckdb>=1",
+            # The OpenVINO CPU backend's tests (tests/sbert_core/test_openvino_path.py).
+            "openvino>=2025.0",
+            "nncf>=2.14",
         ],
+        # --cpu-backend openvino (sbert_core/openvino_path.py); nncf quantizes int8 weights.
+        "openvino": ["openvino>=2025.0", "nncf>=2.14"],
         "dask": ["apache-beam[dask]>=2.60"],
         # benchmarks/encode.py's sentence-transformers+OpenVINO contender (its optimum-intel
         # pins an older transformers and goes on a side path: see that script's docstring).

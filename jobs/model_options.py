@@ -32,12 +32,15 @@ POOLING_CHOICES: tuple[str, ...] = (
     "lasttoken",
 )
 COMPUTE_DTYPE_CHOICES: tuple[str, ...] = ("float32", "bfloat16", "float16", "auto", "int8")
+# sbert_core.compute_paths.BACKENDS (checked equal in tests/sbert_core/test_openvino_path.py).
+CPU_BACKEND_CHOICES: tuple[str, ...] = ("torch", "openvino")
 
 # EncoderSettings field -> the argparse destination of its option.
 _DESTS = {
     "model": "model",
     "device": "device",
     "dtype": "compute_dtype",
+    "backend": "cpu_backend",
     "pooling": "pooling",
     "normalize": "normalize",
     "max_seq_length": "max_seq_length",
@@ -124,6 +127,14 @@ def add_model_arguments(
             choices=COMPUTE_DTYPE_CHOICES,
             help="dtype the model computes in; float32 matches sentence-transformers exactly; "
             "int8 quantizes the transformer's Linear layers (CPU with VNNI)",
+        )
+        group.add_argument(
+            "--cpu-backend",
+            dest="cpu_backend",
+            default="torch",
+            choices=CPU_BACKEND_CHOICES,
+            help="what runs the transformer on CPU: torch, or openvino (pip install "
+            "'sbert-pipeline[openvino]'; faster bfloat16 and int8, inference only)",
         )
         if old_dtype_flag:
             group.add_argument(

@@ -10,6 +10,11 @@ x86/fbgemm engine, which uses VNNI dot products). It needs no calibration data, 
 quantizes the same float32 weights the same way; embeddings, LayerNorm, attention softmax and
 pooling stay float32. It is refused where it cannot be fast or cannot run: off CPU, without
 VNNI, or in a torch built without the x86/fbgemm quantized engine.
+
+On CPU the transformer can also run on OpenVINO (``backend="openvino"``, the ``--cpu-backend``
+option; :mod:`sbert_core.openvino_path`): float32, bfloat16 (refused without AVX512-BF16 or
+AMX, where the plugin would quietly fall back to float32) and int8 (int8 weights, activations
+quantized at run time; refused without VNNI).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from torch import nn
 from sbert_core.cpu_features import CpuFeatures, detect_cpu_features
 from sbert_core.precision import dtype_name, resolve_dtype
 
+TORCH = "torch"
+BACKENDS = (TORCH, "openvino")
 INT8 = "int8"
 # torch's quantized engines that run int8 Linear layers with VNNI, in order of preference.
 _INT8_ENGINES = ("x86", "fbgemm")
@@ -39,6 +46,8 @@ class ComputePath:
         device_type: ``cpu``, ``cuda``, ...
         quantizer: what quantized the weights (None when nothing did).
         engine: torch's quantized engine for ``int8`` (None otherwise).
+        backend: what runs the transformer: ``torch`` or ``openvino`` (CPU).
+        backend_version: the OpenVINO version (None on torch).
     """
 
     name: str
@@ -46,13 +55,19 @@ class ComputePath:
     device_type: str
     quantizer: str | None = None
     engine: str | None = None
+    backend: str = TORCH
+    backend_version: str | None = None
 
     def describe(self) -> dict:
         """What manifests record: ``dtype`` (the path), and ``compute`` with the quantizer,
-        the engine and, on CPU, the matrix features this machine has."""
-        compute: dict = {"path": self.name, "device": self.device_type}
+        the engine, the backend and, on CPU, the matrix features this machine has."""
+        compute: dict = {"path": self.name, "device": self.device_type, "backend": self.backend}
+        if self.backend_version is not None:
+            compute["backend_version"] = self.backend_version
         if self.quantizer is not None:
-            compute.update(quantizer=self.quantizer, engine=self.engine)
+            compute["quantizer"] = self.quantizer
+        if self.engine is not None:
+            compute["engine"] = self.engine
         if self.device_type == "cpu":
             compute["cpu_features"] = detect_cpu_features().as_dict()
         return {"dtype": self.name, "compute": compute}
@@ -87,13 +102,32 @@ def int8_engine(features: CpuFeatures | None = None, engines: tuple[str, ...] | 
     )
 
 
-def resolve_compute_path(name: str, device: torch.device) -> ComputePath:
+def resolve_compute_path(
+    name: str | ComputePath, device: torch.device, backend: str = TORCH
+) -> ComputePath:
     """The :class:`ComputePath` for a dtype name (``--compute-dtype``) on ``device``.
 
+    Args:
+        name: a dtype name, or a path already resolved (returned as it is when it was resolved
+            for ``device``'s type).
+        device: where the encoder runs.
+        backend: ``torch``, or ``openvino`` (CPU; see :func:`openvino_compute_path`).
+
     Raises:
-        ValueError: an unknown name, float16 off CUDA, or int8 off CPU / without VNNI / without
-            a quantized engine (see :func:`int8_engine`).
+        ValueError: an unknown name or backend, float16 off CUDA, int8 off CPU / without VNNI /
+            without a quantized engine (see :func:`int8_engine`), or an OpenVINO path this
+            machine cannot run.
     """
+    if isinstance(name, ComputePath):
+        if name.device_type != device.type:
+            raise ValueError(
+                f"the compute path was resolved for {name.device_type}, not {device.type}"
+            )
+        return name
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown --cpu-backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if backend != TORCH:
+        return openvino_compute_path(name, device)
     if name != INT8:
         dtype = resolve_dtype(name, device)
         return ComputePath(dtype_name(dtype), dtype, device.type)
@@ -104,9 +138,51 @@ def resolve_compute_path(name: str, device: torch.device) -> ComputePath:
     return ComputePath(INT8, torch.float32, "cpu", INT8_QUANTIZER, int8_engine())
 
 
+def openvino_compute_path(
+    name: str, device: torch.device, features: CpuFeatures | None = None
+) -> ComputePath:
+    """The OpenVINO :class:`ComputePath` for a dtype name on ``device``.
+
+    Raises:
+        ValueError: off CPU, OpenVINO not installed, float16 or ``auto``'s fp16, bfloat16
+            without native bf16 (AVX512-BF16 / AMX), or int8 without VNNI / AMX-INT8.
+    """
+    from sbert_core.openvino_path import OPENVINO_INT8_QUANTIZER, openvino_version
+
+    if device.type != "cpu":
+        raise ValueError(f"--cpu-backend openvino runs on CPU only; on {device.type} use torch")
+    features = features or detect_cpu_features()
+    if name == "auto":
+        name = "bfloat16" if features.fast_bf16 else "float32"
+    if name not in ("float32", "bfloat16", INT8):
+        dtype_name(resolve_dtype(name, device))  # an unknown name or float16 on CPU fails here
+        raise ValueError(f"--cpu-backend openvino runs float32, bfloat16 or int8, not {name}")
+    if name == "bfloat16" and not features.fast_bf16:
+        raise ValueError(
+            "--compute-dtype bfloat16 --cpu-backend openvino needs native bf16 (AVX512-BF16 or "
+            "AMX-BF16), which this CPU lacks; use float32 or int8"
+        )
+    if name == INT8 and not features.int8_dot:
+        raise ValueError(
+            "--compute-dtype int8 needs a CPU with int8 dot-product instructions (AVX512-VNNI, "
+            "AVX-VNNI or AMX-INT8); use bfloat16 or float32"
+        )
+    version = openvino_version()
+    quantizer = OPENVINO_INT8_QUANTIZER if name == INT8 else None
+    return ComputePath(
+        name, torch.float32, "cpu", quantizer, backend="openvino", backend_version=version
+    )
+
+
 def prepare_transformer(transformer: nn.Module, path: ComputePath) -> nn.Module:
-    """The transformer ready to run ``path``: itself, or for int8 a copy whose Linear layers are
-    dynamically quantized (inference only: quantized layers have no gradients)."""
+    """The transformer ready to run ``path``: itself, for int8 a copy whose Linear layers are
+    dynamically quantized (inference only: quantized layers have no gradients), or on the
+    OpenVINO backend an :class:`~sbert_core.openvino_path.OpenVINOTransformer` (inference only)."""
+    if path.backend != TORCH:
+        from sbert_core.openvino_path import OpenVINOTransformer, convert_transformer
+
+        compiled = convert_transformer(transformer.eval(), path.name, torch.get_num_threads())
+        return OpenVINOTransformer(transformer, compiled)
     if path.name != INT8:
         return transformer
     torch.backends.quantized.engine = path.engine

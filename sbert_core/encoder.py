@@ -105,7 +105,7 @@ class SentenceEncoder(nn.Module):
         model: str | os.PathLike = DEFAULT_MODEL,
         *,
         device: str | torch.device | None = None,
-        dtype: DtypeName = "float32",
+        dtype: DtypeName | ComputePath = "float32",
         pooling: PoolingMode | None = None,
         normalize: bool | None = None,
         max_seq_length: int | None = None,
@@ -120,7 +120,7 @@ class SentenceEncoder(nn.Module):
                 (MEAN pooling), ``all-MiniLM-L6-v2``, or a Hugging Face Hub id.
             device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available.
             dtype: ``float32`` (default, exact), ``bfloat16``, ``float16`` (CUDA), ``auto`` or
-                ``int8`` (CPU with VNNI; see :mod:`sbert_core.compute_paths`).
+                ``int8`` (CPU with VNNI), or a resolved path (:mod:`sbert_core.compute_paths`).
             pooling: override the model's pooling (any mode of :mod:`sbert_core.pooling`).
             normalize: True ends the chain with Normalize, False drops every Normalize module
                 (default: the model's chain as saved).

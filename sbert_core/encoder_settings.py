@@ -35,7 +35,7 @@ from sbert_core.prompts import PromptTask
 # Fields that decide which model is loaded and what its vectors are (inspect and load).
 _MODEL_FIELDS = ("allow_pickle", "pooling", "normalize", "max_seq_length", "truncate_dim")
 # Fields that only decide where and how fast the model runs (load only).
-_RUNTIME_FIELDS = ("device", "dtype", "num_threads")
+_RUNTIME_FIELDS = ("device", "dtype", "num_threads", "backend")
 # Keyword arguments of ``SentenceEncoder.encode`` / ``encode_detailed``.
 _ENCODE_FIELDS = ("batch_size", "token_budget", "prompt_name", "prompt", "task")
 # What an embeddings manifest records about the encoder (manifest key -> field); the
@@ -72,6 +72,8 @@ class EncoderSettings:
             prompt of that name, as sentence-transformers' ``encode_document`` /
             ``encode_query`` (``sbert embed`` embeds a corpus as documents).
         truncate_dim: keep the first ``truncate_dim`` components (Matryoshka models).
+        backend: what runs the transformer on CPU: ``torch`` or ``openvino``
+            (:mod:`sbert_core.openvino_path`).
 
     Example:
         >>> settings = EncoderSettings("all-MiniLM-L6-v2", device="cpu", pooling="cls")
@@ -92,6 +94,7 @@ class EncoderSettings:
     prompt: str | None = None
     truncate_dim: int | None = None
     task: PromptTask | None = None
+    backend: str = "torch"
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any], **overrides: Any) -> EncoderSettings:
@@ -138,7 +141,7 @@ class EncoderSettings:
             raise ValueError(f"--token-budget must be at least 1, got {self.token_budget}")
         if self.device is not None:
             self._validate_device()
-        if self.dtype == "int8":
+        if self.dtype == "int8" or self.backend != "torch":
             # Checked here, on the machine that launches (and runs, locally) the job, so an
             # unsupported CPU is told before any output is touched.
             self.compute_path()
@@ -214,13 +217,15 @@ class EncoderSettings:
         if self.device is not None:
             self._validate_device()  # a ValueError naming the option, not torch's RuntimeError
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        return resolve_compute_path(self.dtype, torch.device(device))
+        return resolve_compute_path(self.dtype, torch.device(device), self.backend)
 
     def load(self) -> SentenceEncoder:
-        """Load the encoder these settings describe."""
-        return SentenceEncoder.load(
-            self.model, **self._values(_MODEL_FIELDS), **self._values(_RUNTIME_FIELDS)
-        )
+        """Load the encoder these settings describe (on the compute path they resolve to)."""
+        runtime = self._values(_RUNTIME_FIELDS)
+        del runtime["backend"]  # resolved into the compute path
+        if self.backend != "torch":
+            runtime["dtype"] = self.compute_path()
+        return SentenceEncoder.load(self.model, **self._values(_MODEL_FIELDS), **runtime)
 
     def encode_kwargs(self) -> dict[str, Any]:
         """The batching and prompt options that were set, as keyword arguments of ``encode``.

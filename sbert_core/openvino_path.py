@@ -1,0 +1,170 @@
+"""The transformer run by OpenVINO's CPU plugin instead of torch (``--cpu-backend openvino``).
+
+The loaded float32 torch transformer is converted in memory (``openvino.convert_model``, no
+files written) with dynamic batch and length, then compiled for the CPU at the precision the
+compute path names: ``f32``, ``bf16`` (matrix products in bf16 with float32 accumulation;
+LayerNorm, softmax and the residual stream stay float32, so it is closer to float32 than
+torch's bf16, whose residual stream is bf16), or for ``int8`` a copy whose weights are int8
+(NNCF ``compress_weights``, symmetric, one scale per output channel) and whose activations
+the plugin quantizes per batch at run time (dynamic quantization). Nothing is calibrated, so
+every worker builds the same model from the same weights and gives the same vectors.
+
+Pooling and the modules after it stay in torch: :class:`OpenVINOTransformer` is a drop-in for
+the Hugging Face model in :class:`~sbert_core.encoder.SentenceEncoder` (it returns
+``last_hidden_state``), inference only. It keeps the torch model it was converted from (its
+config, device and dtype are what the encoder reads) and splits each batch into slices of at
+most :data:`OPENVINO_TOKEN_BUDGET` padded tokens: the plugin was fastest there on 2 cores,
+where torch was fastest at 2,048 (the vectors do not depend on the split, rows are independent).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+OPENVINO = "openvino"
+# Padded tokens per OpenVINO inference: on all-MiniLM-L6-v2, 2 cores (AVX512-BF16), 1,024 ran
+# 1.16-1.27x faster than 2,048 and 1.1x faster than 512 in bf16.
+OPENVINO_TOKEN_BUDGET = 1024
+# What each compute path asks the plugin for (INFERENCE_PRECISION_HINT); int8 layers run int8
+# whatever the hint, which then only decides the layers left in floating point.
+PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16", "int8": "f32"}
+OPENVINO_INT8_QUANTIZER = (
+    "NNCF int8 weights (symmetric, per output channel) + OpenVINO dynamic activation quantization"
+)
+# The plugin's per-batch activation quantization of int8-weight layers; 0 would switch it off.
+# One scale per row of activations (no groups): groups of 32 were no more accurate on MiniLM.
+_DYNAMIC_QUANTIZATION_GROUP = 0xFFFFFFFF
+
+
+def openvino_version() -> str:
+    """The installed OpenVINO's version.
+
+    Raises:
+        ValueError: OpenVINO is not installed (the message says how to install it).
+    """
+    try:
+        import openvino
+    except ImportError:
+        raise ValueError(
+            "--cpu-backend openvino needs the openvino package (and nncf for int8): "
+            "pip install 'sbert-pipeline[openvino]', or use --cpu-backend torch"
+        ) from None
+    return openvino.get_version()
+
+
+@dataclass
+class HiddenStates:
+    """What the encoder reads of a Hugging Face model's output."""
+
+    last_hidden_state: torch.Tensor  # (B, T, h) float32
+
+
+class _LastHiddenState(nn.Module):
+    """The Hugging Face model as a function of two tensors to one, which is what is converted."""
+
+    def __init__(self, transformer: nn.Module) -> None:
+        super().__init__()
+        self.transformer = transformer
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.transformer(
+            input_ids=input_ids, attention_mask=attention_mask
+        ).last_hidden_state
+
+
+def convert_transformer(transformer: nn.Module, path_name: str, threads: int):
+    """The OpenVINO CPU model of ``transformer`` (float32 torch) for ``path_name``.
+
+    Args:
+        transformer: the Hugging Face encoder, float32, in eval mode.
+        path_name: ``float32``, ``bfloat16`` or ``int8`` (see :data:`PRECISION_HINTS`).
+        threads: inference threads of the plugin (torch's intra-op thread count).
+
+    Raises:
+        ValueError: the model cannot be converted (the message names the model class).
+    """
+    import openvino as ov
+
+    example = torch.ones(1, 8, dtype=torch.long)  # (B, T)
+    shape = ov.PartialShape([-1, -1])  # any batch size and length
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            # The trace warns that Python booleans of shapes become constants; the ones in
+            # Hugging Face's masking hold for every shape (mask length == sequence length).
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            model = ov.convert_model(
+                _LastHiddenState(transformer).eval(),
+                example_input=(example, example),
+                input=[("input_ids", shape, ov.Type.i64), ("attention_mask", shape, ov.Type.i64)],
+            )
+    except Exception as err:  # OpenVINO raises its own error types for unsupported graphs
+        raise ValueError(
+            f"--cpu-backend openvino cannot convert {type(transformer).__name__} ({err}); "
+            "use --cpu-backend torch"
+        ) from None
+    config = {
+        "INFERENCE_PRECISION_HINT": PRECISION_HINTS[path_name],
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": threads,
+    }
+    if path_name == "int8":
+        import nncf
+
+        model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_SYM)
+        config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = _DYNAMIC_QUANTIZATION_GROUP
+    return ov.Core().compile_model(model, "CPU", config)
+
+
+class OpenVINOTransformer(nn.Module):
+    """A compiled OpenVINO model in place of a Hugging Face encoder (inference only).
+
+    Args:
+        source: the float32 torch transformer it was converted from (kept for its config and
+            so that the encoder's device and dtype read as before; it is not run).
+        compiled: the ``openvino.CompiledModel`` of :func:`convert_transformer`.
+        token_budget: at most this many padded tokens per inference.
+    """
+
+    def __init__(self, source: nn.Module, compiled, token_budget: int = OPENVINO_TOKEN_BUDGET):
+        super().__init__()
+        self.source = source.requires_grad_(False)
+        self.config = getattr(source, "config", None)
+        self._compiled = compiled
+        self._token_budget = token_budget
+        # An infer request holds buffers and runs one inference at a time: one per thread, for
+        # runners that share the model between threads.
+        self._requests = threading.local()
+        self.train(False)
+
+    def _request(self):
+        request = getattr(self._requests, "request", None)
+        if request is None:
+            request = self._requests.request = self._compiled.create_infer_request()
+        return request
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: object
+    ) -> HiddenStates:
+        """The last hidden states ``(B, T, h)`` float32 of padded ids and mask ``(B, T)``."""
+        if torch.is_grad_enabled() and self.training:
+            raise RuntimeError(
+                "the OpenVINO backend runs inference only; train with --cpu-backend torch"
+            )
+        ids = input_ids.cpu().numpy()
+        mask = attention_mask.cpu().numpy()
+        rows = max(1, self._token_budget // max(1, ids.shape[1]))
+        request = self._request()
+        parts = []
+        for start in range(0, ids.shape[0], rows):
+            inputs = {
+                "input_ids": ids[start : start + rows],
+                "attention_mask": mask[start : start + rows],
+            }
+            parts.append(np.array(request.infer(inputs)[0]))  # a copy: the request reuses it
+        return HiddenStates(torch.from_numpy(np.concatenate(parts)))
