@@ -12,10 +12,12 @@ summed in float64 and rounded to float32, so the answer is brute force's ``X @ X
 1e-6). When one worker can hold every row's candidate lists (``pipelines.pairs.plan.
 whole_matrix_bytes`` within ``--worker-memory``), one search covers the upper triangle of the score
 matrix once, in one Beam step, or in the launcher on a local runner, reusing the vectors its
-check read; else query rows are cut into ranges searched by Beam workers, each holding all
-vectors, ``n * d * 4`` bytes (twice that while loading), and the job refuses exact mode when
-that does not fit ``--worker-memory``. Either way the output has one shard per ``--ranges``
-range, with the same lists and pairs (the manifest's ``exact.path`` says which ran).
+check read (without Beam options the runner is the local one, and such a run never imports Beam:
+its files go through ``pipelines.io.filesystems``); else query rows are cut into ranges
+searched by Beam workers, each holding all vectors, ``n * d * 4`` bytes (twice that while
+loading), and the job refuses exact mode when that does not fit ``--worker-memory``. Either
+way the output has one shard per ``--ranges`` range, with the same lists and pairs (the
+manifest's ``exact.path`` says which ran).
 
 clustered (SemDeDup-style): spherical k-means with ``C`` centroids (default ``2 sqrt(N)``) is
 fitted on a sample, every vector joins the blocks of its ``P`` nearest centroids, each block is
@@ -46,20 +48,17 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
-
-from jobs.beam_options import is_local
 from jobs.errors import JobFailedError
 from jobs.job_options import (
     job_output,
 )
 from jobs.parsers.pairs import build_parser
-from jobs.pipeline_run import options_for, show_progress, transform_runner
 from pipelines.io.atomic import write_table
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.embeddings import EmbeddingsDataset, all_shards, count_rows, shard_paths
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
@@ -78,6 +77,13 @@ from pipelines.pairs.plan import (
     plan_blocking,
 )
 from pipelines.vectors.checks import check_cosine
+from pipelines.vectors.progress import show_progress_unless_quiet
+
+if TYPE_CHECKING:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.pairs.exact import RunTransform
 
 # What a pairs run writes (see docs/architecture.md, folder contracts).
 LAYOUT = OutputLayout(datasets=(NEIGHBORS, PAIRS), files=(CENTROIDS,))
@@ -142,12 +148,13 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     blocking = None
     if method == "clustered" and n:
         blocking = plan_blocking(_blocking_request(args), n, dim, budget)
-    options = options_for(beam_args, test_pipeline)
+    options = _beam_options(beam_args, test_pipeline)
+    local = options is None or _is_local(options)
     # A local exact run that fits one worker searches the vectors of the scan itself.
     in_process = (
         method == "exact"
         and n > 0
-        and is_local(options)
+        and local
         and exact_path(n, dim, args.k, args.threshold is not None, budget) == "whole"
     )
     job_start = time.perf_counter()
@@ -157,11 +164,12 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     with ThreadPoolExecutor(1, thread_name_prefix="pairs-scan") as pool:
         picks = blocking.picks() if blocking is not None else {}
         scanning = pool.submit(reader.scan, picks, in_process)
-        from pipelines.pairs.clustered import ClusteredOptions, run_clustered
         from pipelines.pairs.exact import run_exact
-        from pipelines.pairs.transforms import WORK_DIR, PairsSettings
+        from pipelines.pairs.settings import WORK_DIR, PairsSettings
         from pipelines.vectors.block_search import warm_up
 
+        if method == "clustered":  # its transforms load Beam
+            from pipelines.pairs.clustered import ClusteredOptions, run_clustered
         if in_process:
             warm_up(dim, args.k, args.precision)
         scan = scanning.result()
@@ -170,10 +178,10 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     final, args.output = args.output, out.attempt
     with out:
-        show_progress(options)
+        show_progress_unless_quiet(here=local)
 
         settings = PairsSettings(args.output, reader, args.k, args.threshold, args.precision)
-        run_transform = transform_runner(options, test_pipeline)
+        run_transform = _transform_runner(options, test_pipeline)
         details: dict = {}
         recall = 1.0 if method == "exact" else None
         if n == 0:
@@ -222,6 +230,41 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
             FileSystems.delete([join(args.output, WORK_DIR)])
         out.commit(manifest)
         return summary
+
+
+def _beam_options(
+    beam_args: list[str], test_pipeline: beam.Pipeline | None
+) -> PipelineOptions | None:
+    """The run's Beam options, or None where none were given (and no test pipeline): then the
+    runner is the local one (``jobs.beam_options.pipeline_options([])``), known without loading
+    Beam, which the launcher's own search never needs."""
+    if test_pipeline is None and not beam_args:
+        return None
+    from jobs.pipeline_run import options_for
+
+    return options_for(beam_args, test_pipeline)
+
+
+def _is_local(options: PipelineOptions) -> bool:
+    from jobs.beam_options import is_local
+
+    return is_local(options)
+
+
+def _transform_runner(
+    options: PipelineOptions | None, test_pipeline: beam.Pipeline | None
+) -> RunTransform:
+    """What runs one transform as a pipeline (``jobs.pipeline_run.transform_runner``), Beam
+    loaded on its first call: the launcher's own search never makes one."""
+
+    def run(label: str, transform: beam.PTransform):
+        from jobs.beam_options import pipeline_options
+        from jobs.pipeline_run import transform_runner
+
+        chosen = options if options is not None else pipeline_options([])
+        return transform_runner(chosen, test_pipeline)(label, transform)
+
+    return run
 
 
 def check_options(argv: list[str]) -> None:

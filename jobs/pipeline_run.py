@@ -46,13 +46,9 @@ def show_progress(options: PipelineOptions | None = None) -> None:
     level above WARNING. Then the long loops draw bars (:mod:`pipelines.vectors.progress`) and
     the stages' INFO lines are logged; otherwise progress is off. Bars left by an earlier job in
     this process are closed first."""
-    from pipelines.vectors.progress import enable_progress
+    from pipelines.vectors.progress import show_progress_unless_quiet
 
-    quiet = logging.getLogger().getEffectiveLevel() > logging.WARNING
-    on = not quiet and (options is None or is_local(options))
-    enable_progress(on)
-    if on:
-        logging.getLogger("pipelines").setLevel(logging.INFO)
+    show_progress_unless_quiet(here=options is None or is_local(options))
 
 
 def new_pipeline(options: PipelineOptions, test_pipeline: beam.Pipeline | None) -> beam.Pipeline:

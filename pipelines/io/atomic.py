@@ -26,7 +26,8 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
+
+from pipelines.io.filesystems import FileSystems
 
 
 def is_local(path: str) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
+
+from pipelines.io.filesystems import FileSystems
 
 CENTROIDS = "centroids.npy"
 

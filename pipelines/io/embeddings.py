@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines.io.atomic import is_local
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, listed_parts, read_manifest
 from pipelines.vectors.checks import require_finite
 

@@ -45,10 +45,8 @@ import json
 import os
 from dataclasses import dataclass
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from pipelines.io.atomic import is_local, json_text, write_json_replacing
+from pipelines.io.filesystems import CompressionTypes, FileSystems
 
 MANIFEST = "_manifest.json"
 STARTED = "_STARTED"

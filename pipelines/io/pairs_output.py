@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines.io.embeddings import shard_paths
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, read_manifest
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.vectors.checks import check_cosine

@@ -18,11 +18,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from pipelines.io import output_dir
 from pipelines.io.atomic import is_local, replace
+from pipelines.io.filesystems import CompressionTypes, FileSystems
 from pipelines.io.output_dir import (
     ATTEMPTS,
     MANIFEST,

@@ -1,7 +1,8 @@
 """The exact mode's run: every vector against every vector, in one search of the whole matrix
 (``WholeExactPairs``) when its memory fits a worker, else by query ranges that Beam workers
 search (``ExactPairs``); the same shards either way. The job passes the callable that runs a
-pipeline, so this package never imports ``jobs``."""
+pipeline, so this package never imports ``jobs``. The search the launcher runs itself imports
+no Beam: the transforms are imported only to build a pipeline."""
 
 from __future__ import annotations
 
@@ -9,25 +10,22 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from pipelines.pairs.exact_transforms import (
-    ExactPairs,
-    WholeExactPairs,
-    plan_ranges,
-    search_all,
-)
+from pipelines.pairs.exact_search import plan_ranges, search_all
 from pipelines.pairs.plan import (
     ROWS_PER_RANGE,
     exact_path,
     exact_worker_bytes,
     whole_matrix_bytes,
 )
-from pipelines.pairs.transforms import PairsSettings
+from pipelines.pairs.settings import PairsSettings
+
+if TYPE_CHECKING:
+    import apache_beam as beam
 
 
 class FinishedRun(Protocol):
@@ -37,7 +35,7 @@ class FinishedRun(Protocol):
     runner: str
 
 
-RunTransform = Callable[[str, beam.PTransform], FinishedRun]
+RunTransform = Callable[[str, "beam.PTransform"], FinishedRun]
 
 
 @dataclass(frozen=True)
@@ -84,9 +82,13 @@ def run_exact(
         finished = InProcessRun(time.perf_counter() - start)
         needed = whole_matrix_bytes(n, dim, settings.k, threshold)
     elif path == "whole":
+        from pipelines.pairs.exact_transforms import WholeExactPairs  # loads Beam
+
         finished = run("WholeExactPairs", WholeExactPairs(settings, planned))
         needed = whole_matrix_bytes(n, dim, settings.k, threshold)
     else:
+        from pipelines.pairs.exact_transforms import ExactPairs  # loads Beam
+
         finished = run("ExactPairs", ExactPairs(settings, planned))
         needed = exact_worker_bytes(n, dim)
     details = {"ranges": len(planned), "path": path, "worker_bytes_needed": needed}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.pairs_output import read_neighbors, read_pairs
 
 

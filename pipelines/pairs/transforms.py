@@ -1,5 +1,6 @@
-"""The pairs stage's shared settings and the clustered mode's Beam transforms (the exact mode's
-are in :mod:`pipelines.pairs.exact_transforms`).
+"""The clustered mode's Beam transforms (the exact mode's are in
+:mod:`pipelines.pairs.exact_transforms`, the settings both share in
+:mod:`pipelines.pairs.settings`).
 
 :class:`ClusterBlockedPairs` (SemDeDup-style, see ``pipelines.vectors.block_plan``)::
 
@@ -35,42 +36,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipelines.io.atomic import StagedFiles, write_parquet_replacing
+from pipelines.io.atomic import StagedFiles
 from pipelines.io.centroids import load_centroids
 from pipelines.io.embeddings import embedding_matrix
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, write_json
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.io.shards import stable_bucket
 from pipelines.pairs.files import (
-    VectorReader,
     neighbors_table,
     pairs_table,
     part_path,
 )
 from pipelines.pairs.merge import merge_neighbors, merge_pairs
+from pipelines.pairs.settings import METRICS_NAMESPACE, WORK_DIR, PairsSettings, write_parquet
 from pipelines.vectors.block_plan import nearest_centroids
 from pipelines.vectors.block_search import search_block
-from pipelines.vectors.precision import Precision
 
 logger = logging.getLogger(__name__)
-
-METRICS_NAMESPACE = "sbert_pairs"
-WORK_DIR = "_work"
-
-
-@dataclass(frozen=True)
-class PairsSettings:
-    """What every worker needs, all plain values (pickled into the pipeline)."""
-
-    output: str
-    reader: VectorReader
-    k: int
-    threshold: float | None
-    precision: Precision = "auto"
 
 
 def report_path(output: str, shard: int) -> str:
@@ -86,11 +72,6 @@ def read_reports(output: str) -> list[dict]:
         with FileSystems.open(path) as handle:
             reports.append(json.loads(handle.read().decode("utf-8")))
     return reports
-
-
-def write_parquet(path: str, table: pa.Table, schema: pa.Schema) -> int:
-    """Write ``table`` to ``path`` whole (under a temporary name, then renamed); its rows."""
-    return write_parquet_replacing(path, iter([table]), schema)
 
 
 def routed_schema(dim: int) -> pa.Schema:

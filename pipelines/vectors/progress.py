@@ -3,7 +3,7 @@
 A stage reports what it has done (texts embedded, tiles scanned, k-means iterations, vectors
 added) through a :class:`Progress`; it never decides how that is shown. Progress is off until
 the job turns it on for this process (:func:`enable_progress`, called by
-``jobs.pipeline_run.show_progress`` on a local runner without ``--quiet``), so library users and
+:func:`show_progress_unless_quiet` on a local runner without ``--quiet``), so library users and
 remote workers see nothing: a Beam worker in another process (``--direct_running_mode
 multi_processing``, Dataflow, Spark, Flink) never had it turned on, and a forked child does not
 inherit it.
@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -83,6 +84,18 @@ def enable_progress(
     close_shared_progress()
     _SETTING.pid = os.getpid() if on else None
     _SETTING.stream, _SETTING.interval, _SETTING.clock = stream, interval, clock
+
+
+def show_progress_unless_quiet(here: bool = True) -> None:
+    """Show progress where the user watches the terminal: when the stage runs ``here`` (in
+    this process, or on a local runner), unless ``--quiet`` raised the log level above WARNING.
+    Then the long loops draw bars and the stages' INFO lines are logged; otherwise progress is
+    off. Bars left by an earlier job in this process are closed first."""
+    quiet = logging.getLogger().getEffectiveLevel() > logging.WARNING
+    on = here and not quiet
+    enable_progress(on)
+    if on:
+        logging.getLogger("pipelines").setLevel(logging.INFO)
 
 
 def progress_enabled() -> bool:
