@@ -13,8 +13,8 @@ VNNI, or in a torch built without the x86/fbgemm quantized engine.
 
 On CPU the transformer can also run on OpenVINO (``backend="openvino"``, the ``--cpu-backend``
 option; :mod:`sbert_core.openvino_path`): float32, bfloat16 (refused without AVX512-BF16 or
-AMX, where the plugin would quietly fall back to float32) and int8 (int8 weights, activations
-quantized at run time; refused without VNNI).
+AMX, where the plugin would quietly fall back to float32) and int8 (NNCF static int8 calibrated
+on fixed texts; refused without VNNI).
 """
 
 from __future__ import annotations
@@ -174,14 +174,24 @@ def openvino_compute_path(
     )
 
 
-def prepare_transformer(transformer: nn.Module, path: ComputePath) -> nn.Module:
+def prepare_transformer(transformer: nn.Module, path: ComputePath, info=None) -> nn.Module:
     """The transformer ready to run ``path``: itself, for int8 a copy whose Linear layers are
     dynamically quantized (inference only: quantized layers have no gradients), or on the
-    OpenVINO backend an :class:`~sbert_core.openvino_path.OpenVINOTransformer` (inference only)."""
+    OpenVINO backend an :class:`~sbert_core.openvino_path.OpenVINOTransformer` (inference only;
+    its int8 is calibrated on texts tokenised as ``info``, the model's
+    :class:`~sbert_core.model_info.ModelInfo`, says)."""
     if path.backend != TORCH:
-        from sbert_core.openvino_path import OpenVINOTransformer, convert_transformer
+        from sbert_core.openvino_path import (
+            OpenVINOTransformer,
+            calibration_batches,
+            convert_transformer,
+        )
 
-        compiled = convert_transformer(transformer.eval(), path.name, torch.get_num_threads())
+        if path.name == INT8 and info is None:
+            raise ValueError("the OpenVINO int8 path needs the model's tokenizer to calibrate")
+        calibration = calibration_batches(info) if path.name == INT8 else None
+        threads = torch.get_num_threads()
+        compiled = convert_transformer(transformer.eval(), path.name, threads, calibration)
         return OpenVINOTransformer(transformer, compiled)
     if path.name != INT8:
         return transformer

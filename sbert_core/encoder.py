@@ -146,7 +146,7 @@ class SentenceEncoder(nn.Module):
             max_seq_length=max_seq_length,
             truncate_dim=truncate_dim,
         )
-        transformer = prepare_transformer(load_transformer(info, path.load_dtype), path)
+        transformer = prepare_transformer(load_transformer(info, path.load_dtype), path, info)
         encoder = cls(
             transformer,
             info.tokenizer,

@@ -10,10 +10,21 @@ import torch
 
 from jobs.model_options import CPU_BACKEND_CHOICES, add_model_arguments, encoder_settings
 from sbert_core import SentenceEncoder
-from sbert_core.compute_paths import BACKENDS, openvino_compute_path, resolve_compute_path
+from sbert_core.calibration_texts import CALIBRATION_TEXTS
+from sbert_core.compute_paths import (
+    BACKENDS,
+    openvino_compute_path,
+    prepare_transformer,
+    resolve_compute_path,
+)
 from sbert_core.cpu_features import CpuFeatures
 from sbert_core.encoder_settings import EncoderSettings
-from sbert_core.openvino_path import OPENVINO_INT8_QUANTIZER, OpenVINOTransformer
+from sbert_core.model_info import inspect_model, load_transformer
+from sbert_core.openvino_path import (
+    OPENVINO_INT8_QUANTIZER,
+    OpenVINOTransformer,
+    calibration_batches,
+)
 
 CPU = torch.device("cpu")
 # What the bf16 and int8 paths need; the tests hand it to the path check on every machine, as
@@ -71,6 +82,22 @@ def test_bfloat16_and_int8_stay_close_to_float32(
     description = int8.describe()
     assert description["dtype"] == "int8"
     assert description["compute"]["quantizer"] == OPENVINO_INT8_QUANTIZER
+
+
+def test_int8_calibrates_on_the_fixed_texts_and_loads_the_same_twice(
+    tiny_st_dir, sample_texts, matrix_cpu
+):
+    info = inspect_model(tiny_st_dir)
+    batches = calibration_batches(info)
+    assert sum(len(batch["input_ids"]) for batch in batches) == len(CALIBRATION_TEXTS) == 300
+    assert max(batch["input_ids"].shape[1] for batch in batches) <= info.max_seq_length
+    # Calibrated on the same texts, two workers quantize the same way: the same vectors.
+    first, second = (_load(tiny_st_dir, "int8").encode(sample_texts) for _ in range(2))
+    np.testing.assert_array_equal(first, second)
+    with pytest.raises(ValueError, match="needs the model's tokenizer to calibrate"):
+        prepare_transformer(
+            load_transformer(info, torch.float32), openvino_compute_path("int8", CPU)
+        )
 
 
 def test_a_batch_split_by_the_token_budget_gives_the_same_states(tiny_st_dir):
