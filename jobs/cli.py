@@ -9,7 +9,9 @@ is set up (import-time chatter from optional Beam I/O modules is filtered).
 from __future__ import annotations
 
 import argparse
+import atexit
 import difflib
+import gc
 import importlib
 import logging
 import sys
@@ -148,6 +150,11 @@ def check_command_args(command: str, argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the process exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    # What is alive when the process ends is freed with it: freezing it at exit spares the
+    # interpreter's last collections a walk over every object torch and Beam made (about half a
+    # CPU-second once torch is loaded). Registered once however often main runs.
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
     level, rest = split_global_flags(argv)
     _configure_logging(level)
     try:

@@ -80,3 +80,20 @@ def test_beam_options_of_the_local_runner_keep_the_search_in_the_launcher(tmp_pa
     )  # fmt: skip
     manifest = json.loads((out / "_manifest.json").read_text())
     assert status == 0 and manifest["runner"] == "in-process"
+
+
+def test_the_objects_left_at_exit_are_frozen_for_the_collector():
+    # An exit handler registered before sbert's main runs after main's own (they run last
+    # first): by then the collector's objects are frozen, so the interpreter's last
+    # collections skip them.
+    code = (
+        "import atexit, gc\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+        "from jobs.cli import main\n"
+        "main(['pairs', '--help'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "frozen True"
