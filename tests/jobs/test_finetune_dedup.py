@@ -195,4 +195,21 @@ def test_example_qqp_config_trains_mnrl_and_tests_on_the_same_split():
     assert config.dedup_test.pairs.part == "holdout"
     assert set(config.dedup_test.methods) == {"star", "components"}
     config.dedup_test.check(config.train)  # the same split: no overlap
+    # Runs for a newcomer: no cache of this machine, labelled hard negatives need no vectors.
+    assert config.dedup_test.base_vectors is None and config.train.hard_negatives.vectors is None
+    assert config.train.hard_negatives.mode == "labelled"
     assert config.training.learning_rate == 2e-5 and config.training.warmup_ratio == 0.1
+
+
+def test_finetune_with_labelled_hard_negatives_trains_on_triplets(tmp_path):
+    path, _ = duplicate_file(tmp_path / "pairs.tsv", n_clusters=40)
+    config_path = finetune_config(tmp_path, path)
+    config = yaml.safe_load(config_path.read_text())
+    config["train"]["hard_negatives"] = {"mode": "labelled"}
+    config["training"]["max_steps"] = 2
+    config_path.write_text(yaml.safe_dump(config))
+    finetune.run(["--config", str(config_path)])
+    manifest = json.loads((tmp_path / "tuned" / "sbert_manifest.json").read_text())
+    assert manifest["training_data"]["train"]["kind"] == "triplets"
+    assert manifest["config"]["train"]["hard_negatives"]["mode"] == "labelled"
+    assert "after" in manifest["metrics"]["dedup"]
