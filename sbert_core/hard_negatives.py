@@ -25,8 +25,9 @@ examples' groups are therefore merged: the anchor's duplicate group and the nega
 *sampler group* (union-find), and :func:`sbert_core.group_batches.group_exclusive_batches`
 keeps sampler groups apart. Merging could chain into one giant group (one batch per member),
 so a negative is only accepted when the merged group stays within ``cap`` examples (default:
-the largest duplicate group's, so the epoch needs no more batches than without negatives);
-the next candidate is tried otherwise.
+the larger of the largest duplicate group and ``ceil(pairs / 32)``, so that with batches of up
+to 32 the epoch needs no more batches than without negatives); the next candidate is tried
+otherwise.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ HardNegativeMode = Literal["none", "labelled", "mined", "labelled+mined"]
 HARD_NEGATIVE_MODES: tuple[str, ...] = get_args(HardNegativeMode)
 # Random questions tried for a pair without a candidate before it is left out.
 _RANDOM_TRIES = 64
+# The default cap keeps sampler groups within one member per batch for batches of up to this.
+_CAP_BATCH = 32
 
 
 @dataclass
@@ -70,7 +73,8 @@ class HardNegativeConfig:
     # vector_ids, which holds the question ids); every train question needs one.
     vectors: str | None = None
     vector_ids: str | None = None
-    # Sampler groups stay within this many examples (None: the largest duplicate group's).
+    # Sampler groups stay within this many examples (None: the larger of the largest duplicate
+    # group and ceil(pairs / 32); raise it for larger batches or small data).
     cap: int | None = None
 
     @property
@@ -246,7 +250,7 @@ def _assign(
     anchor_group = group[q1]
     parent = np.arange(len(split.ids), dtype=np.int64)  # over group ids (question indices)
     size = np.bincount(anchor_group, minlength=len(split.ids)).astype(np.int64)
-    cap = int(size.max()) if cap is None else cap
+    cap = max(int(size.max()), -(-q1.size // _CAP_BATCH)) if cap is None else cap
 
     def root(g: int) -> int:
         while parent[g] != g:
@@ -353,14 +357,18 @@ def triplet_texts(
     triplets = build_triplets(split, q1, q2, config, vectors, seed)
     log_counts(source, triplets)
     if not triplets.keep.any():
-        raise DataFileError(f"{source}: no duplicate pair got a hard negative")
+        raise DataFileError(
+            f"{source}: no duplicate pair got a hard negative within sampler groups of "
+            f"{config.cap if config.cap is not None else 'the default cap of'} pairs; raise "
+            "hard_negatives.cap"
+        )
     if triplets.counts["left_out"]:
         logger.warning(
-            "%s: %d duplicate pairs left out: no train question outside their group fits a "
-            "sampler group of at most %s pairs",
+            "%s: %d duplicate pairs left out: no train question outside their group fits "
+            "their sampler group (hard_negatives.cap %s); raise the cap to keep them",
             source,
             triplets.counts["left_out"],
-            config.cap if config.cap is not None else "the largest duplicate group's",
+            config.cap,
         )
     keep = triplets.keep
     columns = tuple(

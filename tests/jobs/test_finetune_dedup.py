@@ -205,7 +205,7 @@ def test_finetune_with_labelled_hard_negatives_trains_on_triplets(tmp_path):
     path, _ = duplicate_file(tmp_path / "pairs.tsv", n_clusters=40)
     config_path = finetune_config(tmp_path, path)
     config = yaml.safe_load(config_path.read_text())
-    config["train"]["hard_negatives"] = {"mode": "labelled"}
+    config["train"]["hard_negatives"] = {"mode": "labelled", "cap": 5}  # <= 5 batches of 8
     config["training"]["max_steps"] = 2
     config_path.write_text(yaml.safe_dump(config))
     finetune.run(["--config", str(config_path)])
