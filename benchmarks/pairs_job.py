@@ -14,7 +14,8 @@ question embeddings), top-10 other rows per row, the same threads:
 
 The kernel runs first, so the numba cache the command loads from is warm; with ``--repeats R``
 kernel and command alternate R times (kernel, command, kernel, ...) and the ratios use each
-one's fastest run, so a burst of load from elsewhere does not fall on one side only.
+one's fastest run, so a burst of load from elsewhere does not fall on one side only; each
+command's ratios to the kernel run just before it (which shared its load) follow.
 
 Beyond the cached rows (158,678 QQP dev questions), ``--n`` rows are made by stacking them
 again, each copy's rows moved by random noise of norm ``--perturbation`` and re-normalised
@@ -23,12 +24,13 @@ how many rows are real).
 
     python -m benchmarks.pairs_job [--n 100000] [--threads 2] [--repeats 2] [--name pairs_job]
 
-The last line gives the command's time over the kernel's: the job's own clock (its manifest's
+The line before last gives the command's time over the kernel's: the job's own clock (its manifest's
 ``seconds``: from the embeddings check to the manifest, in-process like the kernel's), the
 subprocess's wall time (Python start and imports too) and its CPU seconds (user + system, all
 threads: the work done, which on a machine shared with other jobs varies far less than wall
 time), and the command's peak RSS against its worker budget (``--worker-memory``, default
-4GB); JSON in ``benchmarks/results/NAME.json``.
+4GB); the last line, each command's wall and CPU ratios to the kernel run just before it. JSON
+in ``benchmarks/results/NAME.json``.
 """
 
 from __future__ import annotations
@@ -157,6 +159,13 @@ def main() -> None:
     job_ratio = job["job_seconds"] / kernel["seconds"] if timed else None
     # CPU seconds (user + system, every thread) depend little on what else runs on the machine.
     cpu_ratio = job["cpu_seconds"] / kernel["cpu_seconds"] if timed else None
+    # Each command against the kernel run just before it (the load they shared): where the load
+    # swings between alternations, the fastest runs of each side can come from different loads.
+    pairs = [
+        (command["seconds"] / kernel["seconds"], command["cpu_seconds"] / kernel["cpu_seconds"])
+        for kernel, command in zip(kernels, jobs, strict=True)
+        if "seconds" in kernel and "job_seconds" in command
+    ]
     budget = parse_size(WORKER_MEMORY)
     peak = max(run.get("peak_rss_mb", 0) for run in jobs) * 1024**2
     result = {
@@ -181,6 +190,7 @@ def main() -> None:
         "ratio_command_over_kernel": ratio,
         "ratio_job_over_kernel": job_ratio,
         "ratio_cpu_command_over_kernel": cpu_ratio,
+        "ratios_per_alternation": [{"wall": wall, "cpu": cpu} for wall, cpu in pairs],
     }
     print(f"  results -> {write_result(args.name, result)}")
     shown = (
@@ -189,7 +199,9 @@ def main() -> None:
         else f"{job_ratio:.2f}x in-process, {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU seconds"
     )
     memory = f"peak RSS {peak / 1024**3:.2f} GiB of --worker-memory {WORKER_MEMORY}"
+    each = ", ".join(f"{wall:.2f}x wall / {cpu:.2f}x CPU" for wall, cpu in pairs) or "n/a"
     print(f"N = {n}: sbert pairs --method exact / self_topk in-process = {shown}; {memory}")
+    print(f"  each command over the kernel run just before it: {each}")
 
 
 if __name__ == "__main__":

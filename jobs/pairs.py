@@ -159,7 +159,7 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     )
     job_start = time.perf_counter()
     # Unique ids and finite values are checked here, before any output exists. Arrow decodes
-    # the shards on its own threads, without Python's lock, so the search modules (torch and
+    # the shards on the scan's thread, without Python's lock, so the search modules (torch and
     # numba: seconds of imports) load meanwhile; "scan" is the time until both are done.
     with ThreadPoolExecutor(1, thread_name_prefix="pairs-scan") as pool:
         picks = blocking.picks() if blocking is not None else {}

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 
-from pipelines.pairs.exact_search import plan_ranges as plan_ranges  # where tests look for it
+from pipelines.pairs.exact_search import plan_ranges as plan_ranges  # the ranges these take
 from pipelines.pairs.exact_search import search_all, write_range
 from pipelines.pairs.settings import METRICS_NAMESPACE, PairsSettings
 from pipelines.vectors.block_search import search_block
