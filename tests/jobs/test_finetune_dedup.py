@@ -198,7 +198,7 @@ def test_example_qqp_config_trains_mnrl_and_tests_on_the_same_split():
     # Runs for a newcomer: no cache of this machine, labelled hard negatives need no vectors.
     assert config.dedup_test.base_vectors is None and config.train.hard_negatives.vectors is None
     assert config.train.hard_negatives.mode == "labelled"
-    assert config.training.learning_rate == 2e-5 and config.training.warmup_ratio == 0.1
+    assert config.training.learning_rate == 5e-5 and config.training.warmup_ratio == 0.1
 
 
 def test_finetune_with_labelled_hard_negatives_trains_on_triplets(tmp_path):
