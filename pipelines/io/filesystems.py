@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -37,6 +37,8 @@ _SCHEME = re.compile(r"(?P<scheme>[a-zA-Z][-a-zA-Z0-9+.]*)://.*")
 # Suffixes Beam reads as compressed with CompressionTypes.AUTO (detect_compression_type).
 _COMPRESSED_SUFFIXES = (".bz2", ".deflate", ".gz", ".zst", ".zstd", ".xz", ".lzma")
 _GLOB = re.compile(r"[*?\[]")
+# The wildcards only Beam's own match implements (``*`` and ``**`` are matched here).
+_BEAM_WILDCARDS = re.compile(r"[?\[]")
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,22 @@ def _uncompressed(path: str, compression_type: str) -> bool:
     return compression_type == CompressionTypes.AUTO and not path.lower().endswith(
         _COMPRESSED_SUFFIXES
     )
+
+
+def _locally_then_beam(
+    count: int, local: Callable[[int], bool], rest_to_beam: Callable[[int], None]
+) -> None:
+    """Item by item, ``local(i)`` (False: not ours to serve); from the first item that is not,
+    or whose local call fails, that item and all after it go to Beam in one call, so Beam
+    raises its own error for them."""
+    for index in range(count):
+        try:
+            if local(index):
+                continue
+        except OSError:
+            pass
+        rest_to_beam(index)
+        return
 
 
 def _pattern_regex(pattern: str) -> re.Pattern:
@@ -139,7 +157,8 @@ class FileSystems:
     @staticmethod
     def match(patterns: Sequence[str], limits: Sequence[int | None] | None = None) -> list:
         """One match result per pattern (``*`` within a path segment, ``**`` across them)."""
-        if limits is None and all(_plain_local(p) and not re.search(r"[?\[]", p) for p in patterns):
+        ours = all(_plain_local(p) and not _BEAM_WILDCARDS.search(p) for p in patterns)
+        if limits is None and ours:
             try:
                 return [_match_local(pattern) for pattern in patterns]
             except OSError:
@@ -177,33 +196,39 @@ class FileSystems:
     @staticmethod
     def delete(paths: Sequence[str]) -> None:
         """Delete files, and directories with everything in them."""
-        for index, path in enumerate(paths):
+
+        def delete_local(index: int) -> bool:
+            path = paths[index]
             if not (_plain_local(path) and not _GLOB.search(path) and os.path.exists(path)):
-                _beam().delete(list(paths[index:]))
-                return
-            try:
-                if os.path.isdir(path):
-                    shutil.rmtree(path)
-                else:
-                    os.remove(path)
-            except OSError:
-                _beam().delete(list(paths[index:]))
-                return
+                return False
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+            return True
+
+        _locally_then_beam(
+            len(paths), delete_local, lambda index: _beam().delete(list(paths[index:]))
+        )
 
     @staticmethod
     def rename(sources: Sequence[str], destinations: Sequence[str]) -> None:
         """Rename each of ``sources`` to the destination at the same place."""
         if len(sources) != len(destinations):
             raise ValueError("sources and destinations should be equal in length")
-        for index, (source, destination) in enumerate(zip(sources, destinations, strict=True)):
+
+        def rename_local(index: int) -> bool:
+            source, destination = sources[index], destinations[index]
             if not (_plain_local(source) and _plain_local(destination)):
-                _beam().rename(list(sources[index:]), list(destinations[index:]))
-                return
-            try:
-                os.rename(source, destination)
-            except OSError:
-                _beam().rename(list(sources[index:]), list(destinations[index:]))
-                return
+                return False
+            os.rename(source, destination)
+            return True
+
+        _locally_then_beam(
+            len(sources),
+            rename_local,
+            lambda index: _beam().rename(list(sources[index:]), list(destinations[index:])),
+        )
 
     @staticmethod
     def mkdirs(path: str) -> None:
