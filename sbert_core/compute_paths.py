@@ -29,7 +29,8 @@ from sbert_core.cpu_features import CpuFeatures, detect_cpu_features
 from sbert_core.precision import dtype_name, resolve_dtype
 
 TORCH = "torch"
-BACKENDS = (TORCH, "openvino")
+OPENVINO = "openvino"
+BACKENDS = (TORCH, OPENVINO)
 INT8 = "int8"
 # torch's quantized engines that run int8 Linear layers with VNNI, in order of preference.
 _INT8_ENGINES = ("x86", "fbgemm")
@@ -73,6 +74,21 @@ class ComputePath:
         return {"dtype": self.name, "compute": compute}
 
 
+def require_int8_dot(features: CpuFeatures) -> None:
+    """Refuse int8 (on either backend) where the CPU has no int8 dot-product instructions.
+
+    Raises:
+        ValueError: no AVX512-VNNI, AVX-VNNI or AMX-INT8; the message names what the CPU has.
+    """
+    if not features.int8_dot:
+        found = ", ".join(sorted(features.flags)) or "none of them"
+        raise ValueError(
+            "--compute-dtype int8 needs a CPU with int8 dot-product instructions (AVX512-VNNI, "
+            f"AVX-VNNI or AMX-INT8); this one has {found} of the matrix flags; use bfloat16 "
+            "or float32"
+        )
+
+
 def int8_engine(features: CpuFeatures | None = None, engines: tuple[str, ...] | None = None) -> str:
     """The quantized engine ``int8`` uses on this CPU.
 
@@ -86,13 +102,7 @@ def int8_engine(features: CpuFeatures | None = None, engines: tuple[str, ...] | 
     """
     features = features or detect_cpu_features()
     engines = tuple(torch.backends.quantized.supported_engines if engines is None else engines)
-    if not features.int8_dot:
-        found = ", ".join(sorted(features.flags)) or "none of them"
-        raise ValueError(
-            "--compute-dtype int8 needs a CPU with int8 dot-product instructions (AVX512-VNNI, "
-            f"AVX-VNNI or AMX-INT8); this one has {found} of the matrix flags; use bfloat16 "
-            "or float32"
-        )
+    require_int8_dot(features)
     for engine in _INT8_ENGINES:
         if engine in engines:
             return engine
@@ -162,15 +172,12 @@ def openvino_compute_path(
             "--compute-dtype bfloat16 --cpu-backend openvino needs native bf16 (AVX512-BF16 or "
             "AMX-BF16), which this CPU lacks; use float32 or int8"
         )
-    if name == INT8 and not features.int8_dot:
-        raise ValueError(
-            "--compute-dtype int8 needs a CPU with int8 dot-product instructions (AVX512-VNNI, "
-            "AVX-VNNI or AMX-INT8); use bfloat16 or float32"
-        )
+    if name == INT8:
+        require_int8_dot(features)
     version = openvino_version()
     quantizer = OPENVINO_INT8_QUANTIZER if name == INT8 else None
     return ComputePath(
-        name, torch.float32, "cpu", quantizer, backend="openvino", backend_version=version
+        name, torch.float32, "cpu", quantizer, backend=OPENVINO, backend_version=version
     )
 
 

@@ -33,7 +33,6 @@ import numpy as np
 import torch
 from torch import nn
 
-OPENVINO = "openvino"
 # Padded tokens per OpenVINO inference: on all-MiniLM-L6-v2, 2 cores (AVX512-BF16), 1,024 ran
 # 1.16-1.27x faster than 2,048 and 1.1x faster than 512 in bf16.
 OPENVINO_TOKEN_BUDGET = 1024
