@@ -163,8 +163,6 @@ def mined_candidates(
     first, without those the false-negative guards skip (module docstring)."""
     pool = split.questions_in("train")
     pool_vectors = np.ascontiguousarray(vectors[pool], dtype=np.float32)
-    position = np.full(len(split.ids), -1, dtype=np.int64)
-    position[pool] = np.arange(pool.size)
     order = np.argsort(split.group[pool], kind="stable")
     sorted_groups = split.group[pool][order]
     k = min(config.range_max, pool.size)
