@@ -16,7 +16,11 @@ tokens (pad tokens carry no statistics worth collecting and cost minutes on 2 co
 Protocol, one JSON object per line on stdin and stdout:
 ``{"time": name}`` -> ``{"seconds": s}`` (encode the corpus once);
 ``{"embed": name, "texts": path_json, "out": path_npy}`` -> ``{"ok": true}``;
-``{"quit": true}`` ends. The first line out is ``{"ready": [names]}``.
+``{"quit": true}`` ends. The first line out is ``{"ready": [names], "precision": {name: hint}}``:
+the precision OpenVINO's CPU plugin runs each model's floating-point layers in (its
+``INFERENCE_PRECISION_HINT`` as compiled). optimum-intel sets none, so the plugin's default
+applies, and that default is bf16 on CPUs with native bf16 (AVX512-BF16 or AMX): there the
+"fp32" export runs bf16 products.
 """
 
 from __future__ import annotations
@@ -66,6 +70,13 @@ def _load(model_dir: str, corpus: list[str], work: Path) -> dict:
     return {"openvino": fp32, "openvino_int8": int8}
 
 
+def _compiled_precision(model) -> str:
+    """The inference precision of the OpenVINO model behind a SentenceTransformer (``bf16``,
+    ``f32``), read from the compiled model (it is compiled by the warm-up encode)."""
+    compiled = model[0].auto_model.request
+    return compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+
+
 def main() -> None:
     model_dir, corpus_path, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
     # The protocol owns the real stdout; whatever the libraries print (NNCF, optimum, OpenVINO's
@@ -78,7 +89,10 @@ def main() -> None:
         models = _load(model_dir, corpus, Path(work))
         for model in models.values():
             model.encode(corpus[:256], batch_size=batch_size)
-        print(json.dumps({"ready": list(models)}), file=protocol, flush=True)
+        precision = {name: _compiled_precision(model) for name, model in models.items()}
+        print(
+            json.dumps({"ready": list(models), "precision": precision}), file=protocol, flush=True
+        )
         for line in sys.stdin:
             request = json.loads(line)
             if request.get("quit"):
