@@ -96,6 +96,8 @@ class EmbedConfig:
 
     dtype: Literal["float32", "float16"] = "float32"
     compute_dtype: str = "float32"
+    # What runs the transformer on CPU (``--cpu-backend``); None: the command's default, torch.
+    cpu_backend: Literal["torch", "openvino"] | None = None
     pooling: PoolingMode | None = None
     normalize: bool | None = None
     max_error_rate: float = 1.0
@@ -430,6 +432,7 @@ def embed_encoder_settings(model: str, embed: EmbedConfig) -> EncoderSettings:
         model=model,
         device=embed.device,
         dtype=embed.compute_dtype,
+        backend=embed.cpu_backend or "torch",
         pooling=embed.pooling,
         normalize=embed.normalize,
         max_seq_length=embed.max_seq_length,

@@ -10,6 +10,7 @@ encode, eval, search and ``sbert run`` build the same settings from the same fla
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -167,3 +168,46 @@ def test_settings_split_into_load_and_encode_options(tiny_st_dir):
 
     grouped = {"model", *module._MODEL_FIELDS, *module._RUNTIME_FIELDS, *module._ENCODE_FIELDS}
     assert grouped == {item.name for item in fields(EncoderSettings)}
+
+
+def _run_config(tmp_path: Path, model: Path, embed_section: str):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one\ntwo\n", encoding="utf-8")
+    config_path = tmp_path / "job.yaml"
+    config_path.write_text(
+        f"job_dir: {tmp_path / 'job'}\ninput: {{path: {corpus}}}\nmodel: {model}\n"
+        f"stages: [embed]\nembed: {embed_section}\n",
+        encoding="utf-8",
+    )
+    return load_run_config(config_path)
+
+
+def test_sbert_run_takes_the_cpu_backend_as_a_typed_key(tmp_path, tiny_st_dir):
+    from jobs.run_inputs import check_inputs
+    from jobs.run_stages import plan_stages
+
+    config = _run_config(tmp_path, tiny_st_dir, "{cpu_backend: openvino, device: cpu}")
+    assert embed_encoder_settings(config.model, config.embed).backend == "openvino"
+    checked = check_inputs(config)
+    (plan,) = plan_stages(config, checked, [])
+    assert _embed_settings(list(plan.argv)).backend == "openvino"
+    assert checked.model["compute"]["backend"] == "openvino"
+    # Left out, the stage's flags are the command's default (torch), with no flag written, so
+    # a job planned before the key existed keeps its fingerprint.
+    (default,) = plan_stages(_run_config(tmp_path, tiny_st_dir, "{device: cpu}"), checked, [])
+    assert "--cpu-backend" not in default.argv
+    assert _embed_settings(list(default.argv)).backend == "torch"
+
+
+def test_sbert_run_refuses_an_unknown_cpu_backend_or_the_untyped_spelling(tmp_path, tiny_st_dir):
+    from jobs.run_inputs import check_inputs
+    from jobs.run_stages import plan_stages
+
+    with pytest.raises(
+        ValueError, match=re.escape("embed.cpu_backend: 'onnx' is not one of: torch, openvino")
+    ):
+        _run_config(tmp_path, tiny_st_dir, "{cpu_backend: onnx}")
+    config = _run_config(tmp_path, tiny_st_dir, "{options: {cpu-backend: openvino}}")
+    message = "embed.options.cpu-backend: set it as embed.cpu_backend"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        plan_stages(config, check_inputs(config), [])
