@@ -116,7 +116,8 @@ def convert_transformer(
     threads: int,
     calibration: list[dict[str, np.ndarray]] | None = None,
 ):
-    """The OpenVINO CPU model of ``transformer`` (float32 torch) for ``path_name``.
+    """The OpenVINO CPU model of ``transformer`` (float32 torch) for ``path_name``, compiled:
+    :func:`compile_for_cpu` of :func:`openvino_model`.
 
     Args:
         transformer: the Hugging Face encoder, float32, in eval mode.
@@ -124,6 +125,20 @@ def convert_transformer(
         threads: inference threads of the plugin (torch's intra-op thread count).
         calibration: int8 only: the batches activation ranges are calibrated on
             (:func:`calibration_batches`).
+
+    Raises:
+        ValueError: as :func:`openvino_model`.
+    """
+    return compile_for_cpu(openvino_model(transformer, path_name, calibration), path_name, threads)
+
+
+def openvino_model(
+    transformer: nn.Module,
+    path_name: str,
+    calibration: list[dict[str, np.ndarray]] | None = None,
+):
+    """``transformer`` (float32 torch, eval mode) as an ``openvino.Model`` of dynamic batch
+    and length, for int8 quantized on ``calibration`` (not compiled yet).
 
     Raises:
         ValueError: the model cannot be converted (the message names the model class), or
@@ -148,15 +163,25 @@ def convert_transformer(
             f"--cpu-backend openvino cannot convert {type(transformer).__name__} ({err}); "
             "use --cpu-backend torch"
         ) from None
-    config = {
-        "INFERENCE_PRECISION_HINT": PRECISION_HINTS[path_name],
-        "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_NUM_THREADS": threads,
-    }
     if path_name == "int8":
         if not calibration:
             raise ValueError("the OpenVINO int8 path needs calibration batches")
         model = _quantize_int8(model, calibration)
+    return model
+
+
+def compile_for_cpu(model, path_name: str, threads: int, plugin_config: dict | None = None):
+    """``model`` (of :func:`openvino_model`) compiled by the CPU plugin for ``path_name``
+    with ``threads`` inference threads; ``plugin_config`` adds plugin properties
+    (``{"PERF_COUNT": True}`` for per-layer times, as ``benchmarks/openvino_bound.py`` reads)."""
+    import openvino as ov
+
+    config = {
+        "INFERENCE_PRECISION_HINT": PRECISION_HINTS[path_name],
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": threads,
+        **(plugin_config or {}),
+    }
     return ov.Core().compile_model(model, "CPU", config)
 
 
