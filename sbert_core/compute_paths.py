@@ -192,13 +192,16 @@ def prepare_transformer(transformer: nn.Module, path: ComputePath, info=None) ->
             OpenVINOTransformer,
             calibration_batches,
             convert_transformer,
+            probe_batch,
         )
 
         if path.name == INT8 and info is None:
             raise ValueError("the OpenVINO int8 path needs the model's tokenizer to calibrate")
         calibration = calibration_batches(info) if path.name == INT8 else None
         threads = torch.get_num_threads()
-        compiled = convert_transformer(transformer.eval(), path.name, threads, calibration)
+        # The conversion is checked on a batch padded as the model's tokenizer pads.
+        probe = probe_batch(transformer, info.tokenizer if info is not None else None)
+        compiled = convert_transformer(transformer.eval(), path.name, threads, calibration, probe)
         return OpenVINOTransformer(transformer, compiled)
     if path.name != INT8:
         return transformer

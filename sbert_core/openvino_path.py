@@ -115,6 +115,7 @@ def convert_transformer(
     path_name: str,
     threads: int,
     calibration: list[dict[str, np.ndarray]] | None = None,
+    probe: dict[str, np.ndarray] | None = None,
 ):
     """The OpenVINO CPU model of ``transformer`` (float32 torch) for ``path_name``, compiled:
     :func:`compile_for_cpu` of :func:`openvino_model`.
@@ -125,31 +126,42 @@ def convert_transformer(
         threads: inference threads of the plugin (torch's intra-op thread count).
         calibration: int8 only: the batches activation ranges are calibrated on
             (:func:`calibration_batches`).
+        probe: what the conversion is checked on (:func:`probe_batch`).
 
     Raises:
         ValueError: as :func:`openvino_model`.
     """
-    return compile_for_cpu(openvino_model(transformer, path_name, calibration), path_name, threads)
+    model = openvino_model(transformer, path_name, calibration, probe)
+    return compile_for_cpu(model, path_name, threads)
 
 
 def openvino_model(
     transformer: nn.Module,
     path_name: str,
     calibration: list[dict[str, np.ndarray]] | None = None,
+    probe: dict[str, np.ndarray] | None = None,
 ):
     """``transformer`` (float32 torch, eval mode) as an ``openvino.Model`` of dynamic batch
     and length, for int8 quantized on ``calibration`` (not compiled yet).
 
+    It is traced with eager attention (the model's own implementation is restored after): a
+    padded row's pad positions attend to nothing in a decoder's causal mask (and in some
+    encoders' local masks), which the converted SDPA turns into NaN that then reaches every
+    position; eager attention's additive mask keeps them finite, as torch's SDPA does. The
+    float32 conversion is then checked against torch on ``probe`` (default
+    :func:`probe_batch`: two rows of different lengths, padded on the right).
+
     Raises:
-        ValueError: the model cannot be converted (the message names the model class), or
-            int8 without calibration batches.
+        ValueError: the model cannot be converted (the message names the model class), its
+            conversion gives other hidden states than torch on the probe, or int8 without
+            calibration batches.
     """
     import openvino as ov
 
     example = torch.ones(1, 8, dtype=torch.long)  # (B, T)
     shape = ov.PartialShape([-1, -1])  # any batch size and length
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), eager_attention(transformer):
             # The trace warns that Python booleans of shapes become constants; the ones in
             # Hugging Face's masking hold for every shape (mask length == sequence length).
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
@@ -163,11 +175,65 @@ def openvino_model(
             f"--cpu-backend openvino cannot convert {type(transformer).__name__} ({err}); "
             "use --cpu-backend torch"
         ) from None
+    check_conversion(model, transformer, probe if probe is not None else probe_batch(transformer))
     if path_name == "int8":
         if not calibration:
             raise ValueError("the OpenVINO int8 path needs calibration batches")
         model = _quantize_int8(model, calibration)
     return model
+
+
+@contextlib.contextmanager
+def eager_attention(transformer: nn.Module):
+    """``transformer`` runs Hugging Face's eager attention inside the block (as it is, if it
+    cannot switch), its own implementation again after."""
+    config = getattr(transformer, "config", None)
+    before = getattr(config, "_attn_implementation", None)
+    switch = getattr(transformer, "set_attn_implementation", None)
+    if switch is None or before in (None, "eager"):
+        yield transformer
+        return
+    switch("eager")
+    try:
+        yield transformer
+    finally:
+        switch(before)
+
+
+def probe_batch(transformer: nn.Module, tokenizer=None) -> dict[str, np.ndarray]:
+    """Two rows of fixed pseudo-random token ids, 11 and 5 tokens long, the short one padded
+    as ``tokenizer`` pads (its pad id and side; without one id 0 on the right): the inputs
+    :func:`check_conversion` compares on. A length other than the trace's (8) and a padded
+    row are what a wrong conversion gets wrong."""
+    pad_id = getattr(tokenizer, "pad_token_id", None) or 0
+    left = getattr(tokenizer, "padding_side", "right") == "left"
+    vocab = int(getattr(getattr(transformer, "config", None), "vocab_size", 0) or 100)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (2, 11), generator=generator)
+    mask = torch.ones_like(ids)
+    pad = slice(0, 6) if left else slice(5, 11)
+    ids[1, pad], mask[1, pad] = pad_id, 0
+    return {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+
+
+def check_conversion(model, transformer: nn.Module, probe: dict[str, np.ndarray]) -> None:
+    """Raise ValueError unless ``model`` (converted, float32) gives ``transformer``'s hidden
+    states on ``probe`` at its unpadded positions, finite and within 1e-3 of the largest."""
+    compiled = compile_for_cpu(model, "float32", torch.get_num_threads())
+    got = np.asarray(compiled.create_infer_request().infer(probe)[0])
+    with torch.no_grad():
+        expected = _LastHiddenState(transformer)(
+            torch.from_numpy(probe["input_ids"]), torch.from_numpy(probe["attention_mask"])
+        ).numpy()
+    real = probe["attention_mask"].astype(bool)
+    scale = max(1.0, float(np.abs(expected[real]).max()))
+    difference = float(np.abs(got[real] - expected[real]).max())  # NaN if any is NaN
+    if not difference <= 1e-3 * scale:
+        raise ValueError(
+            f"--cpu-backend openvino: the converted {type(transformer).__name__} gives other "
+            f"hidden states than torch on a padded probe batch (largest difference "
+            f"{difference:.3g} at values up to {scale:.3g}); use --cpu-backend torch"
+        )
 
 
 def compile_for_cpu(model, path_name: str, threads: int, plugin_config: dict | None = None):
