@@ -186,14 +186,19 @@ def openvino_model(
 @contextlib.contextmanager
 def eager_attention(transformer: nn.Module):
     """``transformer`` runs Hugging Face's eager attention inside the block (as it is, if it
-    cannot switch), its own implementation again after."""
+    cannot switch: :func:`check_conversion` then judges its own), its own implementation
+    again after."""
     config = getattr(transformer, "config", None)
     before = getattr(config, "_attn_implementation", None)
     switch = getattr(transformer, "set_attn_implementation", None)
     if switch is None or before in (None, "eager"):
         yield transformer
         return
-    switch("eager")
+    try:
+        switch("eager")
+    except (ValueError, NotImplementedError):  # an architecture without eager attention
+        yield transformer
+        return
     try:
         yield transformer
     finally:

@@ -101,3 +101,14 @@ def test_eager_attention_leaves_a_model_without_the_switch_as_it_is():
     module = torch.nn.Linear(2, 2)
     with eager_attention(module) as inside:
         assert inside is module
+
+
+def test_eager_attention_keeps_the_models_own_where_eager_is_refused(st_dirs):
+    transformer = SentenceEncoder.load(st_dirs("bert"), device="cpu").transformer
+
+    def refuse(implementation):
+        raise ValueError(f"{implementation} is not supported")
+
+    transformer.set_attn_implementation = refuse
+    with eager_attention(transformer):
+        assert transformer.config._attn_implementation == "sdpa"
