@@ -42,19 +42,6 @@ PRECISIONS = ("bfloat16", "int8")
 MATRIX_LAYERS = ("FullyConnected", "FullyConnectedQuantizedLegacy")
 
 
-def padded_batches(encoder, sentences: list[str], budget: int) -> list[dict[str, np.ndarray]]:
-    """The encoder's tokens of ``sentences`` in length-sorted batches of at most ``budget``
-    padded tokens, as the inputs the OpenVINO model takes."""
-    from sbert_core.batching import length_sorted_batches
-
-    tokens = encoder.tokenize(sentences)
-    batches = []
-    for indices in length_sorted_batches(tokens.n_tokens, token_budget=budget):
-        features = encoder.pad([tokens.input_ids[i] for i in indices])
-        batches.append({name: tensor.numpy() for name, tensor in features.items()})
-    return batches
-
-
 def _rss_mb() -> float:
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -110,6 +97,7 @@ def main() -> None:
         compile_for_cpu,
         openvino_model,
         openvino_version,
+        padded_inputs,
     )
 
     torch.set_num_threads(args.threads)
@@ -120,8 +108,10 @@ def main() -> None:
     ours = SentenceEncoder.load(model_dir, device="cpu")
     for name in PRECISIONS:  # refuses a CPU without the path, as the encoder would
         resolve_compute_path(name, torch.device("cpu"), "openvino")
-    batches = padded_batches(ours, sentences, OPENVINO_TOKEN_BUDGET)
-    calibration = calibration_batches(inspect_model(model_dir))
+    info = inspect_model(model_dir)
+    # Batched as the encoder batches for OpenVINO: length-sorted, at most its token budget.
+    batches = padded_inputs(info, sentences, token_budget=OPENVINO_TOKEN_BUDGET)
+    calibration = calibration_batches(info)
     plain, counted, per_length, static_setup = {}, {}, {}, {}
     for name in PRECISIONS:
         model = openvino_model(ours.transformer, name, calibration)

@@ -83,23 +83,32 @@ class _LastHiddenState(nn.Module):
 
 
 def calibration_batches(info) -> list[dict[str, np.ndarray]]:
-    """:data:`~sbert_core.calibration_texts.CALIBRATION_TEXTS` tokenised as the model tokenises
-    (``info``: its :class:`~sbert_core.model_info.ModelInfo`), in padded batches of similar
-    length: the inputs the int8 path calibrates on."""
-    from sbert_core.batching import length_sorted_batches
+    """:data:`~sbert_core.calibration_texts.CALIBRATION_TEXTS` as :func:`padded_inputs` of
+    :data:`_CALIBRATION_BATCH` texts: the inputs the int8 path calibrates on."""
     from sbert_core.calibration_texts import CALIBRATION_TEXTS
+
+    return padded_inputs(info, CALIBRATION_TEXTS, batch_size=_CALIBRATION_BATCH)
+
+
+def padded_inputs(
+    info, texts: list[str], *, batch_size: int | None = None, token_budget: int | None = None
+) -> list[dict[str, np.ndarray]]:
+    """``texts`` tokenised as the model tokenises (``info``: its
+    :class:`~sbert_core.model_info.ModelInfo`) in length-sorted batches of at most
+    ``batch_size`` texts and/or ``token_budget`` padded tokens, padded as its tokenizer pads:
+    the model's inputs (``input_ids``, ``attention_mask``) as numpy arrays."""
+    from sbert_core.batching import length_sorted_batches
     from sbert_core.tokenizing import pad_token_ids, tokenize_texts
 
     tokenizer = info.tokenizer
     tokens = tokenize_texts(
-        tokenizer,
-        CALIBRATION_TEXTS,
-        max_seq_length=info.max_seq_length,
-        lower=info.do_lower_case,
+        tokenizer, texts, max_seq_length=info.max_seq_length, lower=info.do_lower_case
     )
     left = getattr(tokenizer, "padding_side", "right") == "left"
     batches = []
-    for indices in length_sorted_batches(tokens.n_tokens, batch_size=_CALIBRATION_BATCH):
+    for indices in length_sorted_batches(
+        tokens.n_tokens, batch_size=batch_size, token_budget=token_budget
+    ):
         features = pad_token_ids(
             [tokens.input_ids[i] for i in indices],
             int(tokenizer.pad_token_id),
