@@ -227,3 +227,13 @@ def test_source_files_are_lint_clean():
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_source_files_and_readme_snippets_are_formatted():
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
