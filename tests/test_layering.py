@@ -219,21 +219,17 @@ def test_r8_no_module_outside_tests_is_oversized():
     assert stale == [], "back under the limit (or gone): drop them from OVERSIZED"
 
 
-def test_source_files_are_lint_clean():
-    result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--output-format", "concise", "."],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+def _ruff(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", *args, "."], capture_output=True, text=True, cwd=ROOT
     )
+
+
+def test_source_files_are_lint_clean():
+    result = _ruff("check", "--output-format", "concise")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_source_files_and_readme_snippets_are_formatted():
-    result = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--check", "."],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    result = _ruff("format", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
