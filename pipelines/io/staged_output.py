@@ -18,8 +18,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from pipelines.io import output_dir
-from pipelines.io.atomic import is_local, replace
+from pipelines.io import output_dir, ownership
+from pipelines.io.atomic import is_local, replace, write_json_replacing
 from pipelines.io.filesystems import CompressionTypes, FileSystems
 from pipelines.io.output_dir import (
     ATTEMPTS,
@@ -31,14 +31,12 @@ from pipelines.io.output_dir import (
     OutputLockedError,
     delete_quietly,
     file_sizes,
-    is_marker,
     join,
     list_files,
-    listed_paths,
     read_json_or_none,
     relative_to,
-    write_json,
 )
+from pipelines.io.ownership import Survey, committed_run
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +198,10 @@ class StagedOutput:
     def commit(self, manifest: dict) -> dict:
         """Publish the attempt: move its files, write the manifest, drop the previous run's files.
 
+        Before anything moves, the commit writes its record (``_attempts/<run id>/_commit.json``:
+        the names it publishes and the previous manifest's files it replaces), so that the next
+        run knows, by record, what a kill in the middle of it left.
+
         Args:
             manifest: the stage's manifest; a ``commit`` section (run id, datasets, and every
                 file with bytes, sha256 and Parquet rows) is added to it.
@@ -209,6 +211,8 @@ class StagedOutput:
 
         Raises:
             OutputLockedError: another run took the folder over; nothing was published.
+            OutputExistsError: a link appeared at a name the commit writes; nothing was
+                published.
         """
         if _started_run(self.directory) != self.run_id:
             raise OutputLockedError(
@@ -221,6 +225,7 @@ class StagedOutput:
             if not self.layout.publishes(relative):
                 continue  # ledgers, retried writers' and runner temporaries stay behind
             moves.append((relative, self.final_name(relative), size))
+        self._refuse_links([MANIFEST, STARTED, *(final for _, final, _ in moves)])
         entries = [_describe_file(self.path(source), final, size) for source, final, size in moves]
         written = {
             **manifest,
@@ -230,21 +235,28 @@ class StagedOutput:
                 "files": entries,
             },
         }
+        replaced = ownership.listed_files(previous)
+        record = {"run_id": self.run_id, "publishes": [e["path"] for e in entries]}
+        write_json_replacing(self.path(ownership.COMMIT_RECORD), {**record, "replaced": replaced})
         self._publish([(source, final) for source, final, _ in moves], written)
         kept = {entry["path"] for entry in entries}
-        stale = [name for name in listed_paths(previous) if name not in kept]
-        if previous is not None and "commit" not in previous:  # written before manifests listed
-            stale = [
-                name
-                for name in file_sizes(self.directory)
-                if name not in kept and self.layout.owns(name) and not is_marker(name)
-            ]
-        delete_quietly([join(self.directory, name) for name in stale])
+        _delete_owned(self.directory, [name for name in replaced if name not in kept])
         output_dir.remove_empty_folders(self.directory, self.layout.legacy_datasets)
-        delete_quietly([join(self.directory, STARTED)])
-        _clear_attempts(self.directory)
+        _clear_attempt(self.directory, self.run_id)
+        delete_quietly([join(self.directory, STARTED)])  # last: until here it records the run
         self.release()
         return written
+
+    def _refuse_links(self, names: list[str]) -> None:
+        """Refuse to publish when a link sits on the path of a name the commit writes."""
+        for name in names:
+            linked = ownership.is_link_on_path(self.directory, name)
+            if linked:
+                raise OutputExistsError(
+                    f"{join(self.directory, linked)} became a symbolic link while this run ran; "
+                    "this run published nothing and never writes through a link; remove the link "
+                    "and rerun"
+                )
 
     def _publish(self, moves: list[tuple[str, str]], manifest: dict) -> None:
         """Move the files into place and write the manifest; undo the moves if either fails.
@@ -275,20 +287,49 @@ class StagedOutput:
             raise
 
 
-def _restore_previous(directory: str, manifest: dict | None) -> None:
-    """Put back the files a killed commit had set aside, unless that commit's manifest is in.
+def _restore_previous(found: Survey) -> None:
+    """Put back the files a killed commit had set aside, where that repairs the folder.
 
-    Only ``_attempts/<run id>/_previous/`` areas are read; what they hold was the previous
-    output's, moved there by ``StagedOutput._publish``.
+    Only the ``_previous/`` area of a recorded run that did not publish is read (what it holds
+    was the previous output's, moved there by ``StagedOutput._publish``), and a file goes back
+    only when it is the one the manifest lists (size and sha256) and the file in its place is
+    not: a stale backup never replaces a good file.
     """
-    committed = (manifest or {}).get("commit", {}).get("run_id") if manifest else None
-    root = join(directory, ATTEMPTS)
-    for path in list_files(root):
-        run_id, _, rest = relative_to(root, path).partition("/")
-        if not _RUN_ID.match(run_id) or run_id == committed:
+    committed = committed_run(found.manifest)
+    listed = {
+        entry["path"]: entry
+        for entry in (found.manifest or {}).get("commit", {}).get("files", [])
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str)
+    }
+    for run in found.runs:
+        if run == committed:
             continue
-        if rest.startswith(f"{PREVIOUS}/"):
-            replace(path, join(directory, rest.removeprefix(f"{PREVIOUS}/")))
+        saved = f"{ATTEMPTS}/{run}/{PREVIOUS}/"
+        for name in found.entries:
+            final = name.removeprefix(saved)
+            entry = listed.get(final)
+            if not name.startswith(saved) or entry is None or name in found.links:
+                continue
+            backup, target = join(found.directory, name), join(found.directory, final)
+            if _matches(backup, entry) and not _matches(target, entry):
+                replace(backup, target)
+
+
+def _matches(path: str, entry: dict) -> bool:
+    """Whether the file at ``path`` is the one a manifest entry describes (size and sha256)."""
+    if not FileSystems.exists(path):
+        return False
+    try:
+        described = _describe_file(path, entry["path"], _size(path))
+    except OSError:
+        return False
+    return described["bytes"] == entry.get("bytes") and described["sha256"] == entry.get("sha256")
+
+
+def _size(path: str) -> int:
+    if is_local(path):
+        return os.path.getsize(path.removeprefix("file://"))
+    return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
 
 
 def _describe_file(path: str, final: str, size: int) -> dict:
@@ -305,20 +346,48 @@ def _describe_file(path: str, final: str, size: int) -> dict:
     return entry
 
 
-def _clear_attempts(directory: str) -> None:
-    """Delete every file of ``_attempts/<run id>/`` areas (ours by name), then the empty folders."""
-    root = join(directory, ATTEMPTS)
-    files = [
-        path
-        for path in list_files(root)
-        if _RUN_ID.match(relative_to(root, path).split("/", 1)[0] or "")
-    ]
-    delete_quietly(files)
-    if is_local(root):
-        local = root.removeprefix("file://")
-        for folder, _, _ in sorted(os.walk(local), key=lambda item: -len(item[0])):
-            with contextlib.suppress(OSError):  # not empty: what is not ours stays
-                os.rmdir(folder)
+def _clear_attempt(directory: str, run_id: str) -> None:
+    """Delete one run's attempt area ``_attempts/<run id>/`` (ours by record), then
+    ``_attempts/`` itself if nothing else is in it.
+
+    Locally the walk never follows a link: a link found there (made after the folder was
+    checked) is left as it is, and so is the folder holding it.
+    """
+    area = join(directory, ATTEMPTS, run_id)
+    if not is_local(area):
+        delete_quietly(list_files(area))
+        return
+    local = area.removeprefix("file://")
+    if ownership.is_link_on_path(directory, f"{ATTEMPTS}/{run_id}") or not os.path.isdir(local):
+        return
+    for folder, _, names in sorted(os.walk(local), key=lambda item: -len(item[0])):
+        for name in names:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        with contextlib.suppress(OSError):  # not empty: what is not ours stays
+            os.rmdir(folder)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(local))
+
+
+def _delete_owned(directory: str, names: list[str]) -> None:
+    """Delete files of ``directory`` that a record of ours lists, never through a link.
+
+    A name with a link on its path, or that is not a plain file, is left as it is (the checks
+    before the run refuse such folders; this guards what changed since).
+    """
+    for name in names:
+        path = join(directory, name)
+        if not is_local(directory):
+            delete_quietly([path])
+            continue
+        if ownership.is_link_on_path(directory, name):
+            continue
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            if os.path.isfile(path.removeprefix("file://")):
+                os.unlink(path.removeprefix("file://"))
 
 
 def prepare_output(
@@ -326,28 +395,29 @@ def prepare_output(
 ) -> StagedOutput:
     """Take ``directory`` for a new run: lock it, check what it holds, mark it as started.
 
+    Nothing in the folder changes unless the run goes on: the checks read the folder (see
+    :mod:`pipelines.io.ownership`), and only then, holding the lock, the run clears what a
+    killed run of ours left (by record) and writes its ``_STARTED`` marker.
+
     Args:
         directory: where the stage publishes.
-        overwrite: replace a complete earlier output, and write next to files we did not write
-            (they are left alone, with a warning).
+        overwrite: replace a complete earlier output of ours, and write next to files we did
+            not write (they are left alone, with a warning) unless they are in the way.
         job: what the ``_STARTED`` marker and the lock record (command, argv).
-        layout: the names the stage writes (what counts as ours); default: none but markers.
+        layout: the names the stage writes; default: none but markers.
 
     Returns:
         The run's :class:`StagedOutput`; write below its ``attempt``, then ``commit``.
 
     Raises:
-        OutputExistsError: files we did not write, or a complete output, and no ``overwrite``.
+        OutputExistsError: a link at one of our names, files we did not write in our way,
+            files we did not write or a complete output without ``overwrite``, or a folder
+            no stage may take (the filesystem root, the home folder).
         OutputLockedError: another live run holds the directory.
     """
     layout = layout or OutputLayout()
-    foreign = sorted(name for name in file_sizes(directory) if not layout.owns(name))
-    if foreign and not overwrite:
-        raise OutputExistsError(
-            f"{directory} holds files this stage did not write (first: "
-            f"{join(directory, foreign[0])}); pass --overwrite to write next to them (they are "
-            "kept), or choose another output directory"
-        )
+    _refuse_whole_tree(directory)
+    ownership.refuse_takeover(ownership.survey(directory, layout), layout, overwrite=overwrite)
     run_id = uuid.uuid4().hex[:12]
     holder = _holder(run_id, job)
     if is_local(directory):
@@ -356,16 +426,17 @@ def prepare_output(
         FileSystems.mkdirs(directory)
     lock = _take_lock(directory)
     try:
-        _check_and_clear(directory, layout, overwrite=overwrite)
-        if foreign:
+        found = ownership.survey(directory, layout)  # again: it may have changed before the lock
+        ownership.refuse_takeover(found, layout, overwrite=overwrite)
+        _clear_remains(found, layout)
+        if found.foreign:
             logger.warning(
-                "%s holds %d file(s) this stage did not write (first: %s); they are left as "
-                "they are",
+                "%s holds %d file(s) this stage did not write (%s); they are left as they are",
                 directory,
-                len(foreign),
-                foreign[0],
+                len(found.foreign),
+                ownership.describe(found.foreign),
             )
-        write_json(join(directory, STARTED), holder)
+        write_json_replacing(join(directory, STARTED), holder)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -373,36 +444,37 @@ def prepare_output(
     return StagedOutput(directory, run_id, layout, lock)
 
 
-def _check_and_clear(directory: str, layout: OutputLayout, *, overwrite: bool) -> None:
-    """Refuse a complete or unmarked output without ``overwrite``; clear a killed run's remains."""
-    files = file_sizes(directory)
-    ours = [name for name in files if layout.owns(name)]
-    if not ours:
+def _refuse_whole_tree(directory: str) -> None:
+    """Refuse the filesystem root and the home folder as an output, before looking inside."""
+    if not is_local(directory):
         return
-    _restore_previous(directory, read_json_or_none(join(directory, MANIFEST)))
-    files = file_sizes(directory)
-    complete = MANIFEST in files
-    killed = _started_run(directory)
-    if not overwrite and (complete or killed is None):
-        if complete:
-            what = "a complete output"
-        else:
-            first = sorted(name for name in ours if not is_marker(name)) or sorted(ours)
-            what = f"files but no run of ours to resume (first: {join(directory, first[0])})"
+    resolved = os.path.realpath(directory.removeprefix("file://"))
+    homes = {os.path.realpath(os.path.expanduser("~"))}
+    if resolved == os.path.dirname(resolved) or resolved in homes:
+        what = "your home folder" if resolved in homes else "the filesystem root"
         raise OutputExistsError(
-            f"{directory} already holds {what}; pass --overwrite to replace it, or choose "
+            f"{directory} is {what}: a stage's output must be a folder of its own; choose "
             "another output directory"
         )
-    previous = read_json_or_none(join(directory, MANIFEST))
-    listed = set(listed_paths(previous))
-    if previous is not None and "commit" not in previous:  # written before manifests listed
-        listed = {name for name in files if layout.owns(name) and not is_marker(name)}
-    # Remains of killed runs: attempt areas, and parts moved in an unfinished commit.
+
+
+def _clear_remains(found: Survey, layout: OutputLayout) -> None:
+    """Clear what a killed run of ours left (only what our records list), keeping the output.
+
+    Called only by a run that holds the folder and goes on: files a killed commit had set
+    aside go back, the files it had moved in (or, if its manifest is in, the previous files it
+    had not yet deleted) go, and the recorded attempt areas are deleted.
+    """
+    _restore_previous(found)
+    found = ownership.survey(found.directory, layout)
+    listed = found.listed
     leftovers = [
-        join(directory, name)
-        for name in files
-        if layout.owns(name) and not is_marker(name) and name not in listed
+        name
+        for name in found.ours
+        if name not in listed
+        and name not in (MANIFEST, STARTED)
+        and not name.startswith(f"{ATTEMPTS}/")
     ]
-    temporaries = [join(directory, name) for name in files if name.startswith(f".{MANIFEST}.")]
-    delete_quietly(leftovers + temporaries)
-    _clear_attempts(directory)
+    _delete_owned(found.directory, sorted(leftovers))
+    for run in found.runs:
+        _clear_attempt(found.directory, run)

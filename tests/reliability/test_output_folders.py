@@ -41,7 +41,7 @@ def embedded(corpus, tiny_st_dir, tmp_path_factory):
 def test_embed_refuses_a_user_folder_with_a_nested_started_marker(tmp_path, corpus, tiny_st_dir):
     folder = tmp_path / "D"
     before = _user_folder(folder)
-    with pytest.raises(OutputExistsError, match=r"first: .*D/notes/_STARTED.*--overwrite"):
+    with pytest.raises(OutputExistsError, match=r"D holds .*notes/_STARTED.*--overwrite"):
         embed(embed_argv(corpus, folder, tiny_st_dir))
     assert snapshot(folder) == before
     assert sorted(p.name for p in folder.iterdir()) == ["notes", "thesis.md"]
@@ -50,7 +50,7 @@ def test_embed_refuses_a_user_folder_with_a_nested_started_marker(tmp_path, corp
 def test_index_refuses_a_user_folder_with_a_nested_started_marker(tmp_path, embedded):
     folder = tmp_path / "D"
     before = _user_folder(folder)
-    with pytest.raises(OutputExistsError, match=r"D/notes/_STARTED"):
+    with pytest.raises(OutputExistsError, match=r"D holds .*notes/_STARTED"):
         index(["--embeddings", str(embedded), "--output", str(folder), "--factory", "Flat"])
     assert snapshot(folder) == before
 

@@ -1,0 +1,311 @@
+"""Which files of an output folder are ours: known by our records, never by their names.
+
+A stage may delete or replace a file of its output folder only when one of our own records
+lists it (docs/architecture.md, "Ownership by record"):
+
+- ``_manifest.json``, when it is one of ours (a JSON object naming ``sbert_pipeline`` or
+  carrying a ``commit`` section with a run id), and every file its ``commit`` section lists;
+- ``_STARTED``, when it carries a run id: that run's attempt area ``_attempts/<run id>/``, the
+  part files named after that run id (moved in by a commit it did not finish), and the files
+  its commit record ``_attempts/<run id>/_commit.json`` lists (what it was publishing and what
+  it was replacing);
+- the attempt area of the run the manifest names (a commit killed after its manifest);
+- the manifest's own temporary files (``._manifest.json.*.tmp``), which only its atomic write
+  makes.
+
+Everything else is foreign, whatever its name: a Spark ``part-00000-1b2c.snappy.parquet`` is
+not ours because it looks like our parts. A survey is read-only; :mod:`pipelines.io.staged_output`
+decides from it whether a run may go on, and only a run that holds the folder and goes on
+clears what the records list.
+
+Symbolic links: on local disks every entry is seen with ``lstat``. A link at a name this stage
+writes, deletes or writes into (``_STARTED``, ``_attempts/``, ``_errors/``, a part, a fixed-name
+file or its folder) is refused before anything is touched; object stores have no links.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+
+from pipelines.io.atomic import is_local
+from pipelines.io.output_dir import (
+    ATTEMPTS,
+    MANIFEST,
+    STARTED,
+    OutputExistsError,
+    OutputLayout,
+    file_sizes,
+    join,
+    read_json_or_none,
+)
+
+RUN_ID = re.compile(r"^[0-9a-f]{12}$")
+COMMIT_RECORD = "_commit.json"  # inside an attempt area: what its commit publishes and replaces
+_SHOWN = 5  # how many kinds of foreign files a refusal names
+# Runs of digits and hex ids: files that differ only there are of one kind (Spark's parts).
+_ID_LIKE = re.compile(r"[0-9A-Fa-f]*[0-9][0-9A-Fa-f]*")
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What an output folder holds, and which of it our records make ours (read-only).
+
+    Attributes:
+        directory: the output folder.
+        entries: every file (and every symbolic link) below it, relative, in sorted order.
+        links: the entries that are symbolic links (local disks only).
+        manifest: our manifest, or None (absent, or not one of ours).
+        started: the run id of our ``_STARTED`` marker, or None.
+        records: each recorded run's commit record (``{run id: record}``; missing if none).
+        ours: the entries our records list.
+    """
+
+    directory: str
+    entries: tuple[str, ...]
+    links: frozenset[str]
+    manifest: dict | None
+    started: str | None
+    records: dict[str, dict] = field(default_factory=dict)
+    ours: frozenset[str] = frozenset()
+
+    @property
+    def foreign(self) -> list[str]:
+        """The entries no record of ours lists, sorted."""
+        return [name for name in self.entries if name not in self.ours]
+
+    @property
+    def listed(self) -> set[str]:
+        """The files our manifest lists."""
+        return set(listed_files(self.manifest))
+
+    @property
+    def runs(self) -> list[str]:
+        """The run ids our records name: the killed run in ``_STARTED``, the manifest's run."""
+        committed = committed_run(self.manifest)
+        return sorted({run for run in (self.started, committed) if run})
+
+
+def committed_run(manifest: dict | None) -> str | None:
+    """The run id in a manifest's ``commit`` section, if it is a valid one."""
+    commit = (manifest or {}).get("commit")
+    run_id = commit.get("run_id") if isinstance(commit, dict) else None
+    return run_id if isinstance(run_id, str) and RUN_ID.match(run_id) else None
+
+
+def listed_files(record: dict | None, key: str = "files") -> list[str]:
+    """The safe relative paths a manifest's ``commit`` section (or a commit record) lists.
+
+    A path that is absolute, empty, or climbs out with ``..`` is left out: no record of ours
+    can make a file outside the folder ours.
+    """
+    if not isinstance(record, dict):
+        return []
+    section = record.get("commit", record) if key == "files" else record
+    items = section.get(key, []) if isinstance(section, dict) else []
+    paths = [item.get("path") if isinstance(item, dict) else item for item in items]
+    return [path for path in paths if isinstance(path, str) and is_inside(path)]
+
+
+def is_inside(relative: str) -> bool:
+    """Whether ``relative`` names something inside a folder (no ``..``, not absolute)."""
+    parts = relative.split("/")
+    return bool(relative) and not relative.startswith("/") and ".." not in parts and "" not in parts
+
+
+def survey(directory: str, layout: OutputLayout) -> Survey:
+    """Look at ``directory`` without changing it: its entries, links and our records."""
+    entries, links = _entries(directory)
+    present = set(entries)
+    started = _our_started(directory) if STARTED in present and STARTED not in links else None
+    manifest = _our_manifest(directory) if MANIFEST in present and MANIFEST not in links else None
+    base = Survey(directory, tuple(entries), frozenset(links), manifest, started)
+    records = {}
+    for run in base.runs:
+        record = read_json_or_none(join(directory, ATTEMPTS, run, COMMIT_RECORD))
+        if record is not None and record.get("run_id") == run:
+            records[run] = record
+    ours = _ours(base, records, layout) & present
+    return Survey(directory, tuple(entries), frozenset(links), manifest, started, records, ours)
+
+
+def _ours(found: Survey, records: dict[str, dict], layout: OutputLayout) -> set[str]:
+    ours = set(found.listed)
+    ours.update(name for name in (MANIFEST,) if found.manifest is not None)
+    ours.update(name for name in (STARTED,) if found.started is not None)
+    for record in records.values():
+        ours.update(listed_files(record, "publishes"))
+        ours.update(listed_files(record, "replaced"))
+    areas = tuple(f"{ATTEMPTS}/{run}/" for run in found.runs)
+    moved = f"part-{found.started}-" if found.started else None
+    datasets = (*layout.datasets, *layout.legacy_datasets)
+    for name in found.entries:
+        folder, _, base = name.rpartition("/")
+        killed_part = moved and base.startswith(moved) and base.endswith(".parquet")
+        if (
+            name.startswith(areas)
+            or fnmatch.fnmatch(name, f".{MANIFEST}.*.tmp")
+            or (killed_part and folder in datasets)
+        ):
+            ours.add(name)
+    return ours
+
+
+def _our_started(directory: str) -> str | None:
+    marker = read_json_or_none(join(directory, STARTED))
+    run_id = marker.get("run_id") if marker else None
+    return run_id if isinstance(run_id, str) and RUN_ID.match(run_id) else None
+
+
+def _our_manifest(directory: str) -> dict | None:
+    manifest = read_json_or_none(join(directory, MANIFEST))
+    if manifest is None:
+        return None
+    if committed_run(manifest) or "sbert_pipeline" in json.dumps(manifest.get("software", {})):
+        return manifest
+    return None
+
+
+def _entries(directory: str) -> tuple[list[str], set[str]]:
+    """Every file and link below ``directory``, relative and sorted; and the links among them.
+
+    Locally the walk never follows a link below the folder (a linked folder is one entry);
+    elsewhere it is Beam's listing, where there are no links.
+    """
+    if not is_local(directory):
+        return sorted(file_sizes(directory)), set()
+    root = directory.removeprefix("file://")
+    if not os.path.isdir(root):
+        return [], set()
+    entries, links = [], set()
+    for folder, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, root).replace(os.sep, "/")
+            if os.path.islink(path):
+                links.add(relative)
+                entries.append(relative)
+            elif name in filenames:
+                entries.append(relative)
+    return sorted(entries), links
+
+
+def in_namespace(relative: str, layout: OutputLayout) -> bool:
+    """Whether this stage may write, delete or write into ``relative`` (by name).
+
+    The markers and attempt areas, a dataset's folder and parts, the fixed-name files and the
+    folders they sit in.
+    """
+    if layout.owns(relative):
+        return True
+    folders = {ATTEMPTS, *layout.datasets, *layout.legacy_datasets}
+    folders.update(pattern.rpartition("/")[0] for pattern in layout.files)
+    folders.discard("")
+    return any(relative == folder or relative.startswith(f"{folder}/") for folder in folders)
+
+
+def collides(relative: str, layout: OutputLayout) -> bool:
+    """Whether a foreign file at ``relative`` is in this stage's way even with ``--overwrite``.
+
+    The stage would replace it (a marker or fixed-name file), could not make a folder it needs
+    there, or a reader of the folder would read it with our parts (a Parquet file in a dataset
+    folder).
+    """
+    if relative in (MANIFEST, STARTED, ATTEMPTS):
+        return True
+    if relative in {*layout.datasets, *layout.legacy_datasets} - {""}:
+        return True
+    if any(relative == pattern.rpartition("/")[0] for pattern in layout.files):
+        return True
+    folder, _, base = relative.rpartition("/")
+    parquet = base.endswith(".parquet") and not base.startswith(("_", "."))
+    if folder in layout.datasets and parquet:
+        return True
+    return any(fnmatch.fnmatch(relative, pattern) for pattern in layout.files)
+
+
+def refuse_takeover(found: Survey, layout: OutputLayout, *, overwrite: bool) -> None:
+    """Refuse to take the folder when that would touch what is not ours (nothing is changed).
+
+    Raises:
+        OutputExistsError: a link at one of our names; a foreign file in our way (even with
+            ``overwrite``); foreign files, or a complete output, without ``overwrite``. The
+            message names the files (up to five kinds) and what to do.
+    """
+    directory = found.directory
+    linked = [name for name in sorted(found.links) if in_namespace(name, layout)]
+    if linked:
+        raise OutputExistsError(
+            f"{join(directory, linked[0])} is a symbolic link: this stage writes and deletes "
+            "that name itself and never through a link; remove the link or choose another "
+            "output directory"
+        )
+    foreign = found.foreign
+    blocking = [name for name in foreign if collides(name, layout)]
+    if blocking:
+        raise OutputExistsError(
+            f"{directory} holds {len(blocking)} file(s) this stage did not write at names it "
+            f"writes or beside its parts ({describe(blocking)}): a reader of the folder would "
+            "take them for ours, so they are refused even with --overwrite (and kept); move "
+            "them away or choose another output directory"
+        )
+    if foreign and not overwrite:
+        raise OutputExistsError(
+            f"{directory} holds {len(foreign)} file(s) this stage did not write "
+            f"({describe(foreign)}); pass --overwrite to write next to them (they are kept), "
+            "or choose another output directory"
+        )
+    if found.manifest is not None and not overwrite:
+        raise OutputExistsError(
+            f"{directory} already holds a complete output; pass --overwrite to replace it, or "
+            "choose another output directory"
+        )
+
+
+def describe(names: list[str]) -> str:
+    """The kinds of files in ``names`` (the first five): one example of each, and how many more.
+
+    Example:
+        >>> describe(["_SUCCESS", "part-00000-1b2c.parquet", "part-00001-1b2c.parquet"])
+        '_SUCCESS, part-00000-1b2c.parquet (and 1 more like it)'
+    """
+    kinds: dict[str, list[str]] = {}
+    for name in sorted(names):
+        kinds.setdefault(_ID_LIKE.sub("#", name), []).append(name)
+    shown = []
+    for examples in list(kinds.values())[:_SHOWN]:
+        more = f" (and {len(examples) - 1} more like it)" if len(examples) > 1 else ""
+        shown.append(f"{_printable(examples[0])}{more}")
+    others = len(kinds) - _SHOWN
+    tail = f", and {others} other kinds of file" if others > 0 else ""
+    return ", ".join(shown) + tail
+
+
+def _printable(name: str) -> str:
+    """``name`` as it is, or quoted with escapes when it holds unprintable characters (a file
+    name that is not UTF-8 carries surrogates)."""
+    return name if name.isprintable() else ascii(name)
+
+
+def is_link_on_path(directory: str, relative: str) -> str | None:
+    """The first component of ``relative`` inside ``directory`` that is a symbolic link.
+
+    Local disks only (None elsewhere, and when no component is a link or exists).
+    """
+    if not is_local(directory):
+        return None
+    path = directory.removeprefix("file://")
+    walked = []
+    for part in relative.split("/"):
+        path = os.path.join(path, part)
+        walked.append(part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return "/".join(walked)
+        except FileNotFoundError:
+            return None
+    return None
