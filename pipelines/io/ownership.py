@@ -246,18 +246,18 @@ def refuse_takeover(found: Survey, layout: OutputLayout, *, overwrite: bool) -> 
         )
     foreign = found.foreign
     blocking = [name for name in foreign if collides(name, layout)]
+    held = f"{directory} holds {len(foreign)} file(s) this stage did not write"
     if blocking:
         raise OutputExistsError(
-            f"{directory} holds {len(blocking)} file(s) this stage did not write at names it "
-            f"writes or beside its parts ({describe(blocking)}): a reader of the folder would "
-            "take them for ours, so they are refused even with --overwrite (and kept); move "
+            f"{held} ({describe(foreign)}); of them {describe(blocking)} sit at names this "
+            "stage writes or beside its parts, where a reader of the folder would take them for "
+            "ours, so the folder is refused even with --overwrite (and left as it is); move "
             "them away or choose another output directory"
         )
     if foreign and not overwrite:
         raise OutputExistsError(
-            f"{directory} holds {len(foreign)} file(s) this stage did not write "
-            f"({describe(foreign)}); pass --overwrite to write next to them (they are kept), "
-            "or choose another output directory"
+            f"{held} ({describe(foreign)}); pass --overwrite to write next to them (they are "
+            "kept), or choose another output directory"
         )
     if found.manifest is not None and not overwrite:
         raise OutputExistsError(
