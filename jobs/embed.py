@@ -68,6 +68,7 @@ from pipelines.io.corpus_reader import (
 )
 from pipelines.io.manifest_fields import software_versions
 from pipelines.io.output_dir import MANIFEST, OutputLayout, join
+from pipelines.io.output_names import refuse_output_folder
 from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
 from pipelines.io.staged_output import StagedOutput
 from pipelines.vectors.progress import close_shared_progress
@@ -231,6 +232,9 @@ def launch(
     """Run a built job: wait for it and summarise its manifest, or only submit it when Beam's
     ``--no_wait_until_finish`` is given (see :func:`jobs.pipeline_run.waits`).
 
+    A run whose manifest is published succeeds even if clearing up after the commit failed
+    (a warning says so; the next run clears the rest): the outcome follows what was published.
+
     Raises:
         JobFailedError: the commit step refused the run, or inference failed for every text.
         DataFileError: an input file was damaged (and ``--on-bad-file`` is ``fail``).
@@ -239,6 +243,15 @@ def launch(
     try:
         finished = run_pipeline(job.pipeline, job.options, test_pipeline=test_pipeline, wait=wait)
     except Exception as err:
+        published = job.output.committed_manifest()
+        if published is not None:  # the exit status says what was published
+            logger.warning(
+                "%s was published, but clearing up after it failed (%s); the next run into it "
+                "clears what is left",
+                job.directory,
+                err,
+            )
+            return EmbedSummary.from_manifest(job.directory, published)
         known = _job_error(err)
         if known is None:
             raise
@@ -284,6 +297,8 @@ def _checked(args) -> tuple[CorpusSpec, EncoderSettings]:
     """The corpus spec and encoder settings of valid options; ValueError naming a bad one."""
     if not 0.0 <= args.max_error_rate <= 1.0:
         raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
+    # Before anything lists it: listing / or $HOME alone walks much of the disk.
+    refuse_output_folder(args.output, "--output")
     keep_fields = tuple(name for name in args.keep_fields.split(",") if name)
     columns = {"id", "embedding", "n_tokens", "truncated", "text"}
     reserved = (columns | ({COPY_OF} if args.exact_dedup else set())) & set(keep_fields)

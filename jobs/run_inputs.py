@@ -5,6 +5,7 @@ stage inputs in the fingerprints (see ``jobs/run_stages.py``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,11 +72,15 @@ def describe_model(model: str, embed: EmbedConfig) -> dict:
 
 
 def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:
-    from apache_beam.io.filesystems import FileSystems
+    """The files ``pattern`` matches, as the embed stage matches them (a local file or folder
+    named with glob characters as written; a file name that is not UTF-8 refused)."""
+    from pipelines.io.corpus_files import refuse_unrecordable_names
+    from pipelines.io.filesystems import FileSystems
 
     matched = FileSystems.match([pattern])[0].metadata_list
     if not matched:
         raise FileNotFoundError(f"input.path: no files match {pattern}")
+    refuse_unrecordable_names(m.path for m in matched)
     return tuple(
         CorpusFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds))
         for m in sorted(matched, key=lambda m: m.path)
@@ -83,18 +88,36 @@ def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:
 
 
 def _check_job_dir(job_dir: str) -> None:
-    """Refuse a job directory that holds something other than a job of ours."""
-    from apache_beam.io.filesystems import FileSystems
+    """Refuse a job directory that holds something other than a job of ours.
 
-    from pipelines.io.output_dir import join, list_files
+    The root, the home folder, folders above the current directory and names no stage can
+    write under are refused first, before anything lists them; any other folder is looked into
+    only until its first file, and not at all when it holds our state file.
+    """
+    from pipelines.io.filesystems import FileSystems
+    from pipelines.io.output_dir import join
+    from pipelines.io.output_names import refuse_output_folder
 
+    refuse_output_folder(job_dir, "job_dir")
     if not job_dir.startswith(REMOTE_SCHEMES) and Path(job_dir).is_file():
         raise ValueError(f"job_dir: {job_dir} is a file, not a directory")
-    if list_files(job_dir) and not FileSystems.exists(join(job_dir, STATE_FILE)):
+    if not FileSystems.exists(join(job_dir, STATE_FILE)) and _holds_a_file(job_dir):
         raise ValueError(
             f"job_dir: {job_dir} exists and holds files of something other than an sbert run "
             "job (no state file); choose a new or empty directory"
         )
+
+
+def _holds_a_file(directory: str) -> bool:
+    """Whether any file lies below ``directory``; the listing stops at the first one."""
+    from pipelines.io.filesystems import FileSystems
+    from pipelines.io.output_dir import join
+
+    if "://" in directory:
+        if not FileSystems.exists(directory):
+            return False
+        return bool(FileSystems.match([join(directory, "**")], [1])[0].metadata_list)
+    return any(names for _, _, names in os.walk(directory))
 
 
 def _finetune_inputs(config: RunConfig) -> dict:

@@ -13,17 +13,13 @@ the file is one rejected row (source: the path) and counts as one row read.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import posixpath
-import re
-import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import apache_beam as beam
-from apache_beam.io.filesystem import FileSystem
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from pipelines.io.corpus_files import match_corpus, open_decompressed
@@ -36,6 +32,7 @@ from pipelines.io.corpus_reader import (
     read_corpus_file,
 )
 from pipelines.io.counters import METRICS_NAMESPACE
+from pipelines.io.filesystems import FileSystems, pattern_regex, split_pattern
 from pipelines.io.output_dir import ATTEMPTS, MANIFEST
 from pipelines.io.schemas import ERRORS_DIR
 from pipelines.vectors.progress import EMBED_PROGRESS, shared_progress
@@ -166,8 +163,10 @@ def _source_order(record: CorpusRecord) -> tuple[str, int]:
 
 
 def _ledger_entry(directory: str, path: str) -> str:
-    name = posixpath.basename(path).replace("/", "_")[:80]
-    return FileSystems.join(directory, READ_LEDGER, f"{zlib.crc32(path.encode()):08x}-{name}.json")
+    # Named by a hash of the input path (which the entry holds), never by the input's own name:
+    # that may hold glob characters, or be too long for a file name once prefixed.
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:32]
+    return FileSystems.join(directory, READ_LEDGER, f"{digest}.json")
 
 
 class _RecordReadFn(beam.DoFn):
@@ -230,37 +229,54 @@ def refuse_output_inside_input(
     A second run would read the first run's shards as corpus (and ``--overwrite`` would
     replace input files). Refused when a matched file lies inside ``output``, or when the glob
     matches the names the job writes there (``part-*.parquet``, ``_errors/``, attempt folders).
+    Local paths are compared twice: absolute as written, and as the OS resolves them (every
+    symlink followed: the glob's folder, the output and each matched file), so a link to the
+    input folder, or an output reached through one, is caught.
 
     Raises:
         ValueError: naming the output folder and the glob.
     """
-    folder = _comparable(output).rstrip("/") + "/"
-    inside = [path for path, _, _ in files if _comparable(path).startswith(folder)]
-    written = re.compile(FileSystem.translate_pattern(_comparable(pattern)))
-    probes = [
-        folder + name
-        for name in (
-            "part-00000-of-00001.parquet",
-            f"{ERRORS_DIR}/part-00000-of-00001.parquet",
-            MANIFEST,
-            f"{ATTEMPTS}/run/part-00000-of-00001.parquet",
-            f"{ATTEMPTS}/run/{ERRORS_DIR}/part-00000-of-00001.parquet",
-        )
-    ]
-    if inside or any(written.match(probe) for probe in probes):
-        found = f" (it already matches {inside[0]})" if inside else ""
-        raise ValueError(
-            f"--output {output} is inside what --input {pattern} reads{found}: a rerun would "
-            "read this job's own output as corpus; write the output outside the input glob"
-        )
+    listed, rest = split_pattern(pattern)
+    for resolve in (_absolute, _resolved):
+        folder = resolve(output).rstrip("/") + "/"
+        inside = [path for path, _, _ in files if resolve(path).startswith(folder)]
+        listed_as = resolve(listed or ".").rstrip("/") + "/"
+        written = pattern_regex(listed_as, rest)
+        probes = [
+            folder + name
+            for name in (
+                "part-00000-of-00001.parquet",
+                f"{ERRORS_DIR}/part-00000-of-00001.parquet",
+                MANIFEST,
+                f"{ATTEMPTS}/run/part-00000-of-00001.parquet",
+                f"{ATTEMPTS}/run/{ERRORS_DIR}/part-00000-of-00001.parquet",
+            )
+        ]
+        if inside or any(written.match(probe) for probe in probes):
+            found = f" (it already matches {inside[0]})" if inside else ""
+            if resolve is _resolved:  # only through a symlink: say where the paths lead
+                found += f" (through symlinks: {folder.rstrip('/')} and {listed_as}{rest})"
+            raise ValueError(
+                f"--output {output} is inside what --input {pattern} reads{found}: a rerun would "
+                "read this job's own output as corpus; write the output outside the input glob"
+            )
 
 
-def _comparable(path: str) -> str:
+def _absolute(path: str) -> str:
     """``path`` absolute for local files (so ``./out`` and ``out`` compare equal)."""
+    return _local(path, os.path.abspath)
+
+
+def _resolved(path: str) -> str:
+    """``path`` as the OS resolves it for local files: absolute, every symlink followed."""
+    return _local(path, os.path.realpath)
+
+
+def _local(path: str, resolve: Callable[[str], str]) -> str:
     if "://" in path:
         return path
-    absolute = os.path.abspath(path)
-    return absolute + "/" if path.endswith("/") and not absolute.endswith("/") else absolute
+    resolved = resolve(path)
+    return resolved + "/" if path.endswith("/") and not resolved.endswith("/") else resolved
 
 
 class _KeepFirstFn(beam.DoFn):

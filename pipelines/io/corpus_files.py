@@ -3,29 +3,32 @@
 from __future__ import annotations
 
 import gzip
+import os
 import posixpath
+from collections.abc import Iterable
 from typing import BinaryIO
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
+from pipelines.io.filesystems import CompressionTypes, FileSystems, split_pattern
+from sbert_core.errors import DataFileError
 from sbert_core.tabular import open_bz2
 
 
 def match_corpus(pattern: str) -> list[tuple[str, str, int]]:
     """Files matching ``pattern`` as ``(path, id_prefix, size_in_bytes)``, sorted.
 
-    The id prefix is the path relative to the pattern's fixed directory part, so ids stay the
-    same when the corpus is read again from the same place.
+    The id prefix is the path relative to the folder the pattern lists, so ids stay the same
+    when the corpus is read again from the same place. A local folder or file whose name holds
+    glob characters is matched as written (see :mod:`pipelines.io.filesystems`).
 
     Raises:
         FileNotFoundError: nothing matches.
+        DataFileError: a matched file's name is not UTF-8 (see :func:`refuse_unrecordable_names`).
     """
     matched = sorted(FileSystems.match([pattern])[0].metadata_list, key=lambda m: m.path)
     if not matched:
         raise FileNotFoundError(f"no input files match {pattern}")
-    fixed = pattern.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
-    base = fixed if fixed.endswith("/") else posixpath.dirname(fixed) + "/"
+    refuse_unrecordable_names(m.path for m in matched)
+    base, _ = split_pattern(pattern)
     return [
         (
             m.path,
@@ -34,6 +37,27 @@ def match_corpus(pattern: str) -> list[tuple[str, str, int]]:
         )
         for m in matched
     ]
+
+
+def refuse_unrecordable_names(paths: Iterable[str]) -> None:
+    """Refuse an input file whose name is not UTF-8, naming it by its bytes.
+
+    Such a name (``caf\\xe9.txt`` written in Latin-1) reaches Python as a string with lone
+    surrogates, which the run's records cannot hold: row ids and error sources are UTF-8
+    Parquet strings, ledgers and the manifest UTF-8 JSON. Refused before the output is touched.
+
+    Raises:
+        DataFileError: naming the first such file as ``b'...'``.
+    """
+    for path in paths:
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataFileError(
+                f"input file {os.fsencode(path)!r}: its name is not valid UTF-8, which the "
+                "output (ids, error sources, manifest) cannot record; rename it (e.g. with "
+                "convmv) or leave it out of --input"
+            ) from None
 
 
 def open_decompressed(path: str) -> BinaryIO:

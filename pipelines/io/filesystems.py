@@ -6,8 +6,19 @@ runner) would pay only to list, read and rename local files. :class:`FileSystems
 methods of ``apache_beam.io.filesystems.FileSystems`` that this project calls, with the same
 arguments and results: a path without a scheme (``/data/x``, ``out/x``) is handled with ``os``
 the way Beam's ``LocalFileSystem`` handles it; any other (``gs://``, ``s3://``, ``hdfs://``,
-``file://``), a compressed file, a pattern with ``?`` or ``[`` and every error go to Beam's own
-``FileSystems``, imported then, so remote runners and the error types are Beam's as before.
+``file://``), a compressed file and every error go to Beam's own ``FileSystems``, imported then,
+so remote runners and the error types are Beam's as before.
+
+Local file names may hold glob characters (``notes [v2].txt``), which Beam's local filesystem
+would read as a pattern even where the caller names one file: its ``delete`` matches its
+argument first, so deleting ``a[1].json`` fails with "No files found" (or deletes ``a1.json``).
+Here a local path is never globbed against the caller's intent:
+
+- ``delete``, ``rename``, ``open``, ``create`` and ``exists`` take a local path as written;
+- ``match`` takes the leading folders of a local pattern that exist as written (``out [1]/**``
+  lists the folder ``out [1]``), and its last name too when that exists and has no ``*``; only
+  the rest is a pattern, with Beam's syntax (``*``, ``**``, ``?``, ``[...]``) except that ``*``
+  also matches a backslash, which is an ordinary character in a POSIX file name.
 
 Example:
     >>> from pipelines.io.filesystems import FileSystems
@@ -37,8 +48,6 @@ _SCHEME = re.compile(r"(?P<scheme>[a-zA-Z][-a-zA-Z0-9+.]*)://.*")
 # Suffixes Beam reads as compressed with CompressionTypes.AUTO (detect_compression_type).
 _COMPRESSED_SUFFIXES = (".bz2", ".deflate", ".gz", ".zst", ".zstd", ".xz", ".lzma")
 _GLOB = re.compile(r"[*?\[]")
-# The wildcards only Beam's own match implements (``*`` and ``**`` are matched here).
-_BEAM_WILDCARDS = re.compile(r"[?\[]")
 
 
 @dataclass(frozen=True)
@@ -95,34 +104,82 @@ def _locally_then_beam(
         return
 
 
-def _pattern_regex(pattern: str) -> re.Pattern:
-    """Beam's pattern syntax for ``*`` only: ``*`` is ``[^/\\\\]*`` and ``**`` is ``.*``."""
+def _pattern_regex(pattern: str) -> str:
+    """Beam's ``FileSystem.translate_pattern`` for a local pattern, without its ``(?ms)`` and
+    ``\\Z``: ``*`` is ``[^/]*``, ``**`` is ``.*``, ``?`` is ``.`` and ``[...]`` a class."""
     parts = []
-    for piece in re.split(r"(\*\*|\*)", pattern):
+    for piece in re.split(r"(\*\*|\*|\?|\[!?\]?[^]]*\])", pattern):
         if piece == "**":
             parts.append(".*")
         elif piece == "*":
-            parts.append(r"[^/\\]*")
+            parts.append("[^/]*")
+        elif piece == "?":
+            parts.append(".")
+        elif piece.startswith("[") and len(piece) > 1:
+            inside = piece[1:-1].replace("\\", "\\\\")
+            if inside.startswith("!"):
+                inside = "^" + inside[1:]
+            elif inside.startswith("^"):
+                inside = "\\" + inside
+            parts.append(f"[{inside}]")
         else:
             parts.append(re.escape(piece))
-    return re.compile("".join(parts) + r"\Z", re.DOTALL)
+    return "".join(parts)
+
+
+def _as_written(pattern: str) -> tuple[str, str]:
+    """``(literal, rest)``: the leading part of a local pattern taken as written, and the rest.
+
+    A folder that exists under its own name is that folder, glob characters and all; so is the
+    last name when it exists and holds no ``*`` (a ``*`` there asks for a listing). The rest,
+    from the first name with a glob character that does not exist as written, is a pattern.
+    """
+    if not _GLOB.search(pattern):
+        return pattern, ""
+    names = pattern.split("/")
+    if "*" not in names[-1] and os.path.lexists(pattern):
+        return pattern, ""
+    taken = 0  # characters of the leading folders taken as written, each with its "/"
+    for index, name in enumerate(names[:-1]):
+        if _GLOB.search(name) and not os.path.isdir("/".join(names[: index + 1])):
+            break
+        taken += len(name) + 1
+    return pattern[:taken], pattern[taken:]
+
+
+def split_pattern(pattern: str) -> tuple[str, str]:
+    """``(folder, rest)``: the folder a pattern lists, ending in ``/`` (``""`` for none), and
+    the pattern below it; ``folder + rest == pattern``.
+
+    Locally the folder is the leading folders that exist as written (see :meth:`FileSystems.match`);
+    on other filesystems it ends before the first glob character, as Beam lists it.
+    """
+    literal = _as_written(pattern)[0] if _plain_local(pattern) else _GLOB.split(pattern, 1)[0]
+    cut = literal.rfind("/") + 1
+    return pattern[:cut], pattern[cut:]
+
+
+def pattern_regex(folder: str, rest: str) -> re.Pattern:
+    """The regex that :meth:`FileSystems.match` applies to local paths: ``folder`` as written,
+    then the pattern ``rest`` (the two parts :func:`split_pattern` returns)."""
+    return re.compile(re.escape(folder) + _pattern_regex(rest) + r"\Z", re.DOTALL)
 
 
 def _match_local(pattern: str) -> MatchResult:
-    """Beam's ``FileSystem.match`` of one local pattern whose only wildcard is ``*``."""
+    """Beam's ``FileSystem.match`` of one local pattern, its existing folders taken as written."""
     if pattern.endswith(("/", "\\")):
         pattern += "*"
-    prefix = pattern.split("*", 1)[0]
-    if prefix == pattern:  # no wildcard: the path itself, if it exists
+    literal, rest = _as_written(pattern)
+    if not rest:  # no wildcard: the path itself, if it exists
         found = [_metadata(pattern)] if os.path.exists(pattern) else []
         return MatchResult(pattern, found)
-    # Beam lists the directory of the part before the first wildcard, recursively.
-    directory = os.path.dirname(prefix)
-    if not os.path.exists(directory):
+    # Beam lists the folder above the first wildcard, recursively (none for a relative pattern
+    # whose first name is one).
+    if not literal or not os.path.isdir(literal):
         return MatchResult(pattern, [])
-    regex = _pattern_regex(pattern)
+    regex = pattern_regex(literal, rest)
     found = []
-    for root, _, names in os.walk(directory):
+    for root, _, names in os.walk(literal):
         for name in names:
             path = os.path.join(root, name)
             if regex.match(path):
@@ -135,6 +192,23 @@ def _match_local(pattern: str) -> MatchResult:
 
 def _metadata(path: str) -> FileMetadata:
     return FileMetadata(path, os.path.getsize(path), os.path.getmtime(path))
+
+
+def _delete_local(path: str) -> None:
+    """Delete the file or folder ``path`` as written (FileNotFoundError if there is none)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No files found to delete under: {path}")
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
+
+
+def _delete_error(path: str, err: OSError) -> OSError:
+    """The error Beam's ``delete`` raises for ``path`` (a ``BeamIOError``)."""
+    from apache_beam.io.filesystem import BeamIOError
+
+    return BeamIOError("Delete operation failed", {path: err})
 
 
 class FileSystems:
@@ -156,13 +230,17 @@ class FileSystems:
 
     @staticmethod
     def match(patterns: Sequence[str], limits: Sequence[int | None] | None = None) -> list:
-        """One match result per pattern (``*`` within a path segment, ``**`` across them)."""
-        ours = all(_plain_local(p) and not _BEAM_WILDCARDS.search(p) for p in patterns)
-        if limits is None and ours:
+        """One match result per pattern (``*`` within a path segment, ``**`` across them), at
+        most ``limits[i]`` files for pattern ``i``; locally, what exists as written is taken so."""
+        if all(_plain_local(p) for p in patterns):
             try:
-                return [_match_local(pattern) for pattern in patterns]
+                found = [_match_local(pattern) for pattern in patterns]
             except OSError:
                 pass  # Beam's own match raises its error for this pattern
+            else:
+                limits = limits or [None] * len(found)
+                pairs = zip(found, limits, strict=True)
+                return [MatchResult(m.pattern, m.metadata_list[:limit]) for m, limit in pairs]
         return _beam().match(list(patterns), limits)
 
     @staticmethod
@@ -195,21 +273,17 @@ class FileSystems:
 
     @staticmethod
     def delete(paths: Sequence[str]) -> None:
-        """Delete files, and directories with everything in them."""
-
-        def delete_local(index: int) -> bool:
-            path = paths[index]
-            if not (_plain_local(path) and not _GLOB.search(path) and os.path.exists(path)):
-                return False
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            else:
-                os.remove(path)
-            return True
-
-        _locally_then_beam(
-            len(paths), delete_local, lambda index: _beam().delete(list(paths[index:]))
-        )
+        """Delete files, and directories with everything in them; local paths as written."""
+        for path in paths:
+            if not _plain_local(path):
+                _beam().delete([path])
+                continue
+            try:
+                _delete_local(path)
+            except OSError as err:
+                if _GLOB.search(path):  # Beam would read the name as a pattern
+                    raise _delete_error(path, err) from None
+                _beam().delete([path])  # Beam raises its own error for this path
 
     @staticmethod
     def rename(sources: Sequence[str], destinations: Sequence[str]) -> None:
