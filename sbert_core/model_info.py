@@ -27,6 +27,7 @@ from sbert_core.artifact import (
     sha256_of_files,
     weight_files,
 )
+from sbert_core.config_bounds import check_config_against_weights
 from sbert_core.errors import ModelLoadError
 from sbert_core.head_modules import (
     HeadModule,
@@ -111,10 +112,12 @@ def inspect_model(
     Launchers call this before a job starts so that a missing or corrupt model fails at once;
     :meth:`SentenceEncoder.load` builds on it. Arguments are as for ``SentenceEncoder.load``.
 
-    Safetensors weights are checked against the architecture of ``config.json`` (every
-    parameter present with its shape, no foreign tensors) and for NaN/infinite values, one
-    memory-mapped tensor at a time. The modules after pooling (Dense, LayerNorm) are small and
-    are loaded here, their weights checked the same way.
+    ``config.json`` is first checked against the weights' sizes, building nothing (sizes in a
+    sane range, the parameters it implies within what the weight files hold; see
+    :mod:`sbert_core.config_bounds`). Safetensors weights are then checked against the
+    architecture of ``config.json`` (every parameter present with its shape, no foreign
+    tensors) and for NaN/infinite values, one memory-mapped tensor at a time. The modules after
+    pooling (Dense, LayerNorm) are small and are loaded here, their weights checked the same way.
 
     The model's identity, ``weights_sha256``, covers the transformer's weight files and then
     those of the modules after pooling, in chain order.
@@ -125,6 +128,7 @@ def inspect_model(
         ValueError: unknown pooling mode, a max_seq_length beyond the model's limit, or a
             truncate_dim outside ``[1, dim]``.
     """
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -138,13 +142,21 @@ def inspect_model(
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False)
         tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as err:
-        raise ModelLoadError(f"{source}: could not read the config or tokenizer ({err})") from err
+    except (OSError, ValueError, KeyError, StrictDataclassError) as err:
+        # transformers checks the types of config fields (hidden_size: "2" is refused) with an
+        # error of several lines; the refusal is one.
+        reason = " ".join(str(err).split())
+        raise ModelLoadError(
+            f"{source}: could not read the config or tokenizer ({reason})"
+        ) from err
     if not layout.is_sentence_transformer:
         check_plain_folder_tokenizer(tokenizer, directory)
     if layout.padding_side is not None:
         tokenizer.padding_side = layout.padding_side
     transformer_class(config, source / "config.json")
+    # Before anything is built from the config: building takes time and memory in proportion
+    # to the layers it claims, however few the weights hold.
+    check_config_against_weights(config, files, source / "config.json")
     uses_pickle = files[0].suffix != ".safetensors"
     if not uses_pickle:
         single = files[0].name == SAFETENSORS_FILE

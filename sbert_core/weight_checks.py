@@ -6,7 +6,9 @@ noise. These checks run before any job touches its output and name the file and 
 tensor:
 
 * :func:`check_weight_coverage` compares the safetensors *headers* (names and shapes, no data)
-  with the parameters of the architecture built on the ``meta`` device (no memory, no init).
+  with the parameters of the architecture built on the ``meta`` device (no tensor memory, no
+  init). Building still costs time and memory per module, so it runs only after
+  :mod:`sbert_core.config_bounds` has checked the config's sizes against the weights.
 * :func:`check_finite_weights` reads the tensors one at a time (memory-mapped) and refuses NaN
   or infinite values.
 
