@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -47,6 +48,8 @@ class CompressionTypes:
 _SCHEME = re.compile(r"(?P<scheme>[a-zA-Z][-a-zA-Z0-9+.]*)://.*")
 # Suffixes Beam reads as compressed with CompressionTypes.AUTO (detect_compression_type).
 _COMPRESSED_SUFFIXES = (".bz2", ".deflate", ".gz", ".zst", ".zstd", ".xz", ".lzma")
+# Write flags of a local file: a link at the name makes the open fail instead of being followed.
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
 _GLOB = re.compile(r"[*?\[]")
 
 
@@ -260,15 +263,23 @@ class FileSystems:
         mime_type: str = "application/octet-stream",
         compression_type: str = CompressionTypes.AUTO,
     ) -> BinaryIO:
-        """A write handle of ``path``; the folders above it are made if missing."""
+        """A write handle of ``path``; the folders above it are made if missing.
+
+        Locally a link at ``path`` is never written through (``O_NOFOLLOW``): the write fails
+        naming the link.
+        """
         if _plain_local(path) and _uncompressed(path, compression_type):
             try:
                 directory = os.path.dirname(path)
                 if directory:
                     os.makedirs(directory, exist_ok=True)
-                return open(path, "wb")  # the caller closes it
-            except OSError:
-                pass  # Beam's own create raises its error for this path
+                return os.fdopen(os.open(path, _CREATE_FLAGS, 0o666), "wb")  # the caller closes it
+            except OSError as err:
+                if os.path.islink(path):
+                    raise OSError(
+                        errno.ELOOP, f"{path} is a symbolic link: not written through it"
+                    ) from err
+                # otherwise Beam's own create raises its error for this path
         return _beam().create(path, mime_type, compression_type)
 
     @staticmethod

@@ -36,6 +36,7 @@ from pipelines.io.output_dir import (
     read_json_or_none,
     relative_to,
 )
+from pipelines.io.output_names import refuse_output_folder
 from pipelines.io.ownership import Survey, committed_run
 
 logger = logging.getLogger(__name__)
@@ -411,12 +412,13 @@ def prepare_output(
 
     Raises:
         OutputExistsError: a link at one of our names, files we did not write in our way,
-            files we did not write or a complete output without ``overwrite``, or a folder
-            no stage may take (the filesystem root, the home folder).
+            files we did not write or a complete output without ``overwrite``.
+        ValueError: a folder no stage may take, from its name alone (the filesystem root, the
+            home folder, a name with glob characters; see :mod:`pipelines.io.output_names`).
         OutputLockedError: another live run holds the directory.
     """
     layout = layout or OutputLayout()
-    _refuse_whole_tree(directory)
+    refuse_output_folder(directory, "output folder")  # the root, $HOME: before any listing
     ownership.refuse_takeover(ownership.survey(directory, layout), layout, overwrite=overwrite)
     run_id = uuid.uuid4().hex[:12]
     holder = _holder(run_id, job)
@@ -442,20 +444,6 @@ def prepare_output(
             lock.release()
         raise
     return StagedOutput(directory, run_id, layout, lock)
-
-
-def _refuse_whole_tree(directory: str) -> None:
-    """Refuse the filesystem root and the home folder as an output, before looking inside."""
-    if not is_local(directory):
-        return
-    resolved = os.path.realpath(directory.removeprefix("file://"))
-    homes = {os.path.realpath(os.path.expanduser("~"))}
-    if resolved == os.path.dirname(resolved) or resolved in homes:
-        what = "your home folder" if resolved in homes else "the filesystem root"
-        raise OutputExistsError(
-            f"{directory} is {what}: a stage's output must be a folder of its own; choose "
-            "another output directory"
-        )
 
 
 def _clear_remains(found: Survey, layout: OutputLayout) -> None:

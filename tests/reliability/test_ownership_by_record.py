@@ -22,6 +22,7 @@ from jobs.index import run as index
 from pipelines.index.files import open_index
 from pipelines.io import staged_output
 from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputExistsError
 
 OTHER_RUN = "fedcba987654"
@@ -262,8 +263,18 @@ def test_the_root_or_home_folder_is_refused_at_once_without_a_walk(where, monkey
 
     monkeypatch.setattr(os, "walk", no_walk)
     started = time.monotonic()
-    with pytest.raises(OutputExistsError, match=r"the filesystem root|your home folder"):
+    with pytest.raises(ValueError, match=r"the filesystem root|your home folder"):
         staged_output.prepare_output(
             os.path.expanduser(where), overwrite=True, job={"command": "test"}
         )
     assert time.monotonic() - started < 2
+
+
+def test_a_local_write_never_goes_through_a_link(tmp_path):
+    users = tmp_path / "thesis.md"
+    users.write_text("my thesis")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "_STARTED").symlink_to(users)
+    with pytest.raises(OSError, match=r"_STARTED is a symbolic link"):
+        FileSystems.create(str(tmp_path / "out" / "_STARTED"))
+    assert users.read_text() == "my thesis"
