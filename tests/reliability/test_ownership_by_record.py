@@ -217,35 +217,46 @@ def test_a_refused_rerun_leaves_a_stale_backup_where_it_is(tmp_path, embedded):
     assert open_index(str(out)).manifest["factory"] == "Flat"  # still complete and readable
 
 
-def test_a_stale_backup_of_a_recorded_run_never_replaces_a_good_file(tmp_path, embedded):
-    out = tmp_path / "index"
+def _killed_commit(out, embedded, *, set_aside: bool) -> bytes:
+    """A complete index whose ``_STARTED`` names a killed run with a ``_previous/ids.parquet``:
+    the listed file set aside (a commit killed after moving it), or a stale one; the listed
+    file's bytes."""
     index(_index_argv(embedded, out))
     ids = (out / "ids.parquet").read_bytes()
-    stale = out / "_attempts" / OTHER_RUN / "_previous" / "ids.parquet"
-    stale.parent.mkdir(parents=True)
-    pq.write_table(pa.table({"id": ["stale"]}), stale)
+    backup = out / "_attempts" / OTHER_RUN / "_previous" / "ids.parquet"
+    backup.parent.mkdir(parents=True)
+    if set_aside:
+        (out / "ids.parquet").rename(backup)
+        pq.write_table(pa.table({"id": ["new"]}), out / "ids.parquet")  # the killed run's own
+    else:
+        pq.write_table(pa.table({"id": ["stale"]}), backup)
     (out / "_STARTED").write_text(json.dumps({"run_id": OTHER_RUN, "pid": 1}))
+    return ids
+
+
+def _take(out):
+    """Prepare the index folder for a run that goes on (it clears remains), and let it go."""
+    staged_output.prepare_output(
+        str(out), overwrite=True, job={"command": "test"}, layout=_index_layout()
+    ).release()
+
+
+def test_a_stale_backup_of_a_recorded_run_never_replaces_a_good_file(tmp_path, embedded):
+    out = tmp_path / "index"
+    ids = _killed_commit(out, embedded, set_aside=False)
+    before = snapshot(tmp_path)
     with pytest.raises(OutputExistsError, match="already holds a complete output"):
         index(_index_argv(embedded, out))
-    assert (out / "ids.parquet").read_bytes() == ids and stale.exists()  # refused: untouched
-    index(_index_argv(embedded, out, "--overwrite"))  # goes on: clears the run's remains
-    assert not (out / "_attempts").exists() and not (out / "_STARTED").exists()
+    assert snapshot(tmp_path) == before  # refused: untouched
+    _take(out)  # goes on: clears the run's remains, and the stale backup stays out
+    assert (out / "ids.parquet").read_bytes() == ids and not (out / "_attempts").exists()
     assert open_index(str(out)).manifest["factory"] == "Flat"
 
 
 def test_a_killed_commits_backup_goes_back_when_it_is_the_listed_file(tmp_path, embedded):
     out = tmp_path / "index"
-    index(_index_argv(embedded, out))
-    ids = (out / "ids.parquet").read_bytes()
-    backup = out / "_attempts" / OTHER_RUN / "_previous" / "ids.parquet"
-    backup.parent.mkdir(parents=True)
-    (out / "ids.parquet").rename(backup)  # as a commit killed after setting it aside
-    pq.write_table(pa.table({"id": ["new"]}), out / "ids.parquet")
-    (out / "_STARTED").write_text(json.dumps({"run_id": OTHER_RUN, "pid": 1}))
-    staged = staged_output.prepare_output(
-        str(out), overwrite=True, job={"command": "test"}, layout=_index_layout()
-    )
-    staged.release()
+    ids = _killed_commit(out, embedded, set_aside=True)
+    _take(out)
     assert (out / "ids.parquet").read_bytes() == ids
     assert open_index(str(out)).manifest["factory"] == "Flat"
 
