@@ -49,6 +49,7 @@ from pipelines.cluster.run import (
     write_summaries,
 )
 from pipelines.io.centroids import CENTROIDS
+from pipelines.io.content_checks import content_checks
 from pipelines.io.corpus_files import match_corpus
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
@@ -108,6 +109,14 @@ def run(
         JobFailedError: the assignment lost rows; no manifest is written.
     """
     args, beam_args = build_parser().parse_known_args(argv)
+    with content_checks(args.verify):
+        return _run(args, beam_args, argv, test_pipeline)
+
+
+def _run(
+    args, beam_args: list[str], argv: list[str] | None, test_pipeline: beam.Pipeline | None
+) -> ClusterSummary:
+    """:func:`run` once the options are parsed."""
     _check_options(args)
     datasets = EmbeddingsDataset.open_many(args.embeddings)
     items = sum(dataset.count for dataset in datasets)

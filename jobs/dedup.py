@@ -120,6 +120,7 @@ from pipelines.dedup.report_methods import KnownView, known_view
 from pipelines.dedup.summary import DedupSummary
 from pipelines.dedup.sweep import Ranker, group_at, sweep_methods
 from pipelines.io.atomic import write_table
+from pipelines.io.content_checks import content_checks
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import PairsOutput
 from pipelines.io.staged_output import prepare_output
@@ -146,6 +147,12 @@ def run(argv: list[str] | None = None) -> DedupSummary:
         JobFailedError: the counts do not add up (rows in != kept + removed); no manifest.
     """
     args = build_parser().parse_args(argv)
+    with content_checks(args.verify):
+        return _run(args, argv)
+
+
+def _run(args, argv: list[str] | None) -> DedupSummary:
+    """:func:`run` once the options are parsed."""
     check_args(args)
     show_progress()  # dedup runs in this process
     start = time.perf_counter()

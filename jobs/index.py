@@ -55,6 +55,7 @@ from pipelines.index.sharded import (
     prepare_sharded_build,
 )
 from pipelines.index.trial import TrialChoice, choose_by_trial
+from pipelines.io.content_checks import content_checks
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout
@@ -109,6 +110,14 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         JobFailedError: the sharded pipeline lost a shard.
     """
     args, beam_args = build_parser().parse_known_args(argv)
+    with content_checks(args.verify):
+        return _run(args, beam_args, argv, test_pipeline)
+
+
+def _run(
+    args, beam_args: list[str], argv: list[str] | None, test_pipeline: beam.Pipeline | None
+) -> IndexSummary:
+    """:func:`run` once the options are parsed."""
     budget = _checked(args, beam_args)
     data = EmbeddingsDataset.open(args.embeddings)
     n = data.count

@@ -57,6 +57,7 @@ from jobs.job_options import (
 from jobs.parsers.pairs import build_parser
 from pipelines.io.atomic import write_table
 from pipelines.io.centroids import CENTROIDS
+from pipelines.io.content_checks import content_checks
 from pipelines.io.embeddings import EmbeddingsDataset, all_shards, count_rows, shard_paths
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
@@ -131,6 +132,14 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
         JobFailedError: the pipeline lost rows; no manifest is written.
     """
     args, beam_args = build_parser().parse_known_args(argv)
+    with content_checks(args.verify):
+        return _run(args, beam_args, argv, test_pipeline)
+
+
+def _run(
+    args, beam_args: list[str], argv: list[str] | None, test_pipeline: beam.Pipeline | None
+) -> PairsSummary:
+    """:func:`run` once the options are parsed."""
     _check_options(args)
     datasets = EmbeddingsDataset.open_many(args.embeddings)
     dim = datasets[0].dim

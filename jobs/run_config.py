@@ -10,6 +10,7 @@ A job config is one YAML mapping (see ``examples/quickstart.yaml``)::
     model: all-MiniLM-L6-v2           # or a model directory, or `finetune`
     runner: local                     # or DataflowRunner, SparkRunner, FlinkRunner, ...
     beam: {}                          # other Beam pipeline options, as Beam spells them
+    verify: true                      # false: later stages skip the inputs' sha256 check
     stages: [embed, index, cluster, pairs, dedup]
     cluster: {k: 40}
     dedup: {threshold: 0.9}
@@ -205,6 +206,9 @@ class RunConfig:
     runner: str = LOCAL_RUNNER
     # Beam pipeline options besides the runner, spelled as Beam spells them.
     beam: dict[str, Any] = field(default_factory=dict)
+    # The stages that read earlier stages' outputs check each file against the sha256 of its
+    # manifest first; false passes them --no-verify (sizes and the file list are still checked).
+    verify: bool = True
     finetune: FinetuneStageConfig = field(default_factory=FinetuneStageConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     index: IndexConfig = field(default_factory=IndexConfig)

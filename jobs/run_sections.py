@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.dedup.terms import CHAINED, CHAINED_MEANING
-from pipelines.io.embeddings import shard_paths
+from pipelines.io.content_checks import content_checks
 from pipelines.io.html import SIMILARITY_AXIS, SIZE_AXIS, Bins, histogram_svg, shown_text
 from pipelines.io.output_dir import join, read_manifest
-from pipelines.io.pairs_output import PAIRS
+from pipelines.io.pairs_output import PairsOutput
 
 # How much of each kind the page lists; everything else is one link away.
 SHOWN_GROUPS = 10
@@ -51,14 +51,18 @@ def pairs_sections(context: ReportContext) -> list[str]:
     """The histogram of the similar pairs' scores, with the dedup threshold when dedup runs."""
     config = context.config
     threshold = config.dedup.threshold if "dedup" in context.outputs else None
-    return [_similarity(context.outputs["pairs"], config.pairs.threshold, threshold)]
+    # Files the stages checked are not hashed again (the check remembers them); with
+    # verify: false the report does not check them either.
+    with content_checks(config.verify):
+        return [_similarity(context.outputs["pairs"], config.pairs.threshold, threshold)]
 
 
 def dedup_sections(context: ReportContext) -> list[str]:
     """Known-duplicate recall (when the corpus names its duplicates or dedup had labels) and
     the largest duplicate groups side by side."""
     folder, embeddings = context.outputs["dedup"], context.outputs.get("embed")
-    return [_known_duplicates(folder), _duplicate_groups(context.job_dir, folder, embeddings)]
+    with content_checks(context.config.verify):  # the embeddings' texts (see pairs_sections)
+        return [_known_duplicates(folder), _duplicate_groups(context.job_dir, folder, embeddings)]
 
 
 def _known_duplicates(dedup_dir: str) -> str:
@@ -119,7 +123,7 @@ def _similarity(pairs_dir: str, low: float, dedup_threshold: float | None) -> st
     above = 0
     # Compared in float32, as the pairs and dedup stages compare scores with thresholds.
     cut_at = np.float32(dedup_threshold if dedup_threshold is not None else np.inf)
-    for path in shard_paths(join(pairs_dir, PAIRS)):
+    for path in PairsOutput.open(pairs_dir).pair_files:
         with FileSystems.open(path) as handle:
             for batch in pq.ParquetFile(handle).iter_batches(columns=["score"]):
                 scores = batch.column("score").to_numpy(zero_copy_only=False)

@@ -42,6 +42,12 @@ def _in_process(config: Any) -> bool:
     return False
 
 
+def _verify_flag(config: Any) -> list[str]:
+    # Only the off switch is written: the default leaves the stages' command lines (and so
+    # their fingerprints) as they were.
+    return [] if config.verify else ["--no-verify"]
+
+
 def _no_inputs(config: Any, checked: Any) -> dict:
     return {}
 
@@ -144,9 +150,12 @@ def _embed_facts(manifest: dict) -> dict:
     return {key: counts.get(key) for key in ("read", "embedded", "rejected")}
 
 
-def _embeddings_stage(name: str, folder: str, **rest: Any) -> StageSpec:
+def _embeddings_stage(
+    name: str, folder: str, tail: Callable[[Any], list[str]] = _verify_flag, **rest: Any
+) -> StageSpec:
     """A stage that reads the embed stage's output with ``--embeddings DIR --output DIR``, runs
-    ``jobs.<name>`` and takes its options from its own config section."""
+    ``jobs.<name>`` and takes its options from its own config section (``tail`` ends with
+    ``--no-verify`` where the config turns verification off)."""
 
     def head(config: Any, out: Mapping[str, str]) -> list[str]:
         return ["--embeddings", out["embed"], "--output", out[name]]
@@ -158,6 +167,7 @@ def _embeddings_stage(name: str, folder: str, **rest: Any) -> StageSpec:
         inputs=("embed",),
         head=head,
         sections=(name,),
+        tail=tail,
         **rest,
     )
 
@@ -190,7 +200,8 @@ def _index_facts(manifest: dict) -> dict:
 
 def _cluster_tail(config: Any) -> list[str]:
     # Without texts in the embeddings, the summaries read them from the corpus.
-    return [] if config.input.keep_text else ["--text-from", config.input.path]
+    text_from = [] if config.input.keep_text else ["--text-from", config.input.path]
+    return text_from + _verify_flag(config)
 
 
 def _cluster_facts(manifest: dict) -> dict:
@@ -271,6 +282,7 @@ STAGES: tuple[StageSpec, ...] = (
         inputs=("pairs",),
         head=_dedup_head,
         sections=("dedup",),
+        tail=_verify_flag,
         beam=_in_process,  # dedup runs in this process: no Beam options
         facts=_dedup_facts,
         headline=(

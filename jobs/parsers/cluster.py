@@ -10,6 +10,7 @@ from jobs.job_options import (
     add_overwrite,
     add_precision,
     add_seed,
+    add_verify,
 )
 from jobs.parsers import command_parser
 
@@ -63,4 +64,5 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--terms", type=int, default=8, help="distinctive terms per cluster")
     add_overwrite(parser)
+    add_verify(parser)
     return parser

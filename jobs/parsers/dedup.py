@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.job_options import add_seed
+from jobs.job_options import add_seed, add_verify
 from jobs.parsers import command_parser
 from pipelines.dedup.choices import (
     DEFAULT_METHOD,
@@ -138,4 +138,5 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="print the threshold sweep only; write nothing"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    add_verify(parser, "the pairs' and the embeddings' files")
     return parser

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.job_options import add_overwrite, add_seed
+from jobs.job_options import add_overwrite, add_seed, add_verify
 from jobs.parsers import command_parser
 
 
@@ -63,4 +63,5 @@ def build_parser() -> argparse.ArgumentParser:
         help="fill S shards in a Beam pipeline and merge them (default: one process, no Beam)",
     )
     add_overwrite(parser)
+    add_verify(parser)
     return parser

@@ -10,6 +10,7 @@ from jobs.job_options import (
     add_overwrite,
     add_precision,
     add_seed,
+    add_verify,
 )
 from jobs.parsers import command_parser
 from pipelines.pairs.plan import (
@@ -101,4 +102,5 @@ def build_parser() -> argparse.ArgumentParser:
         parser, "candidate pass of the exact search; results are the fp32 answer either way"
     )
     add_overwrite(parser)
+    add_verify(parser)
     return parser

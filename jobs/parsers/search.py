@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from jobs.job_options import add_verify
 from jobs.model_options import add_model_arguments
 from jobs.parsers import command_parser
 
@@ -21,11 +22,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", default=None, help="write hits to FILE.jsonl or FILE.tsv")
     parser.add_argument("--k", type=int, default=10, help="neighbours per query (default 10)")
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of text")
-    parser.add_argument(
-        "--verify",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="check the index files' sha256 while loading (a few seconds per GB; default on)",
-    )
+    add_verify(parser, "the index files")
     add_model_arguments(parser, query_only=True)
     return parser

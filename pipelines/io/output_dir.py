@@ -26,9 +26,10 @@ This module holds the contract every reader relies on (names, the manifest, ``re
 :mod:`pipelines.io.staged_output` holds the writer's side (the lock, the attempt area, the commit).
 
 The manifest is the commit: a reader opens a folder through ``read_manifest``, which refuses a
-folder whose files disagree with its manifest (a listed file missing or of another size, a part
-file no manifest lists) and names the file. A failed, killed or refused rerun leaves the
-previous complete output readable; the next run clears the remains.
+folder whose files disagree with its manifest (a listed file missing, of another size or whose
+bytes do not hash to its sha256, a part file no manifest lists) and names the file; the content
+check (:mod:`pipelines.io.content_checks`) is what ``--no-verify`` turns off. A failed, killed
+or refused rerun leaves the previous complete output readable; the next run clears the remains.
 
 Limits: fixed-name files (``index.faiss``, ``centroids.npy``, ...) are replaced by a rename in
 the short commit step itself, so a kill inside that step leaves a folder that readers refuse
@@ -44,9 +45,14 @@ import fnmatch
 import json
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipelines.io.atomic import is_local, json_text, write_json_replacing
+from pipelines.io.content_checks import ListedFile, changed_files, checking_contents
 from pipelines.io.filesystems import CompressionTypes, FileSystems
+
+if TYPE_CHECKING:
+    from pipelines.io.filesystems import FileMetadata
 
 MANIFEST = "_manifest.json"
 STARTED = "_STARTED"
@@ -85,10 +91,16 @@ def relative_to(directory: str, path: str) -> str:
 
 def file_sizes(directory: str) -> dict[str, int]:
     """``{relative path: bytes}`` of every file below ``directory``."""
+    return {name: meta.size_in_bytes for name, meta in file_metadata(directory).items()}
+
+
+def file_metadata(directory: str) -> dict[str, FileMetadata]:
+    """``{relative path: metadata (path, size, modification time)}`` of every file below
+    ``directory``; empty if it does not exist."""
     if not FileSystems.exists(directory):
         return {}
     matched = FileSystems.match([join(directory, "**")])[0].metadata_list
-    return {relative_to(directory, m.path): m.size_in_bytes for m in matched}
+    return {relative_to(directory, m.path): m for m in matched}
 
 
 @dataclass(frozen=True)
@@ -201,8 +213,10 @@ def read_manifest(directory: str, *, verify: bool = True) -> dict:
 
     Args:
         directory: a stage's output directory.
-        verify: check that every file the manifest lists is there with its size, and that no
-            dataset folder holds a part file the manifest does not list.
+        verify: check the files the manifest lists (see :func:`verify_files`): each there with
+            its size and, unless :func:`pipelines.io.content_checks.content_checks` turned it off
+            (``--no-verify``), its sha256; and no dataset folder holding a part file the
+            manifest does not list.
 
     Raises:
         FileNotFoundError: no manifest, i.e. the directory is missing or its run did not finish.
@@ -228,38 +242,47 @@ def read_manifest(directory: str, *, verify: bool = True) -> dict:
     if not isinstance(manifest, dict):
         raise CorruptOutputError(f"{path} is not a manifest (a JSON object); rerun that job")
     if verify:
-        verify_files(directory, manifest)
+        verify_files(directory, manifest, contents=checking_contents())
     return manifest
 
 
-def verify_files(directory: str, manifest: dict) -> None:
+def verify_files(directory: str, manifest: dict, *, contents: bool = True) -> None:
     """Refuse a folder whose files disagree with the manifest's ``commit`` list, naming the file.
 
-    Every listed file must be there with its size, and a dataset folder may hold no Parquet
-    file the manifest does not list (a Parquet reader of the folder would read it). A manifest
-    without a ``commit`` section (written by an earlier version) is not checked.
+    Every listed file must be there with its size and, with ``contents``, with its sha256
+    (a file changed in place keeps its size); a dataset folder may hold no Parquet file the
+    manifest does not list (a Parquet reader of the folder would read it). A manifest without a
+    ``commit`` section (written by an earlier version) is not checked.
     """
     commit = manifest.get("commit")
     if not isinstance(commit, dict):
         return
-    sizes = file_sizes(directory)
+    found = file_metadata(directory)
     listed = {}
     for entry in commit.get("files", []):
         listed[entry["path"]] = entry
-        actual = sizes.get(entry["path"])
-        if actual is None:
+        meta = found.get(entry["path"])
+        if meta is None:
             raise CorruptOutputError(
                 f"{join(directory, entry['path'])} is listed in {MANIFEST} but missing; the "
                 "output is damaged; rerun the job that wrote it with --overwrite"
             )
-        if actual != entry["bytes"]:
+        if meta.size_in_bytes != entry["bytes"]:
             raise CorruptOutputError(
-                f"{join(directory, entry['path'])} is {actual} bytes but {MANIFEST} says "
-                f"{entry['bytes']}: it was truncated or replaced; rerun the job that wrote it "
-                "with --overwrite"
+                f"{join(directory, entry['path'])} is {meta.size_in_bytes} bytes but "
+                f"{MANIFEST} says {entry['bytes']}: it was truncated or replaced; rerun the job "
+                "that wrote it with --overwrite"
             )
-    datasets = set(commit.get("datasets", []))
-    for name in sorted(sizes):
+    _refuse_unlisted(directory, found, listed, set(commit.get("datasets", [])))
+    if contents:
+        _refuse_changed(directory, [(found[name], entry) for name, entry in listed.items()])
+
+
+def _refuse_unlisted(
+    directory: str, found: dict[str, FileMetadata], listed: dict[str, dict], datasets: set[str]
+) -> None:
+    """Refuse a Parquet file in a dataset folder that the manifest does not list."""
+    for name in sorted(found):
         folder, _, base = name.rpartition("/")
         stray = base.endswith(".parquet") and not base.startswith(("_", "."))
         if folder in datasets and name not in listed and stray:
@@ -268,6 +291,25 @@ def verify_files(directory: str, manifest: dict) -> None:
                 "did not finish, or added by hand; rerun the job (it clears its own remains) or "
                 "remove the file"
             )
+
+
+def _refuse_changed(directory: str, files: list[tuple[FileMetadata, dict]]) -> None:
+    """Refuse the folder if a listed file's bytes do not hash to the sha256 the manifest records
+    (an entry without one, from an earlier version, is not compared)."""
+    checked = [
+        ListedFile(meta.path, meta.size_in_bytes, meta.last_updated_in_seconds, entry["sha256"])
+        for meta, entry in files
+        if isinstance(entry.get("sha256"), str)
+    ]
+    changed = changed_files(checked)
+    if changed:
+        more = len(changed) - 1
+        others = f" (and {more} other listed file{'s' if more > 1 else ''})" if more else ""
+        raise CorruptOutputError(
+            f"{changed[0]} does not match the sha256 in {join(directory, MANIFEST)}{others}: "
+            "its bytes were changed after the run that wrote it; rerun that job with "
+            "--overwrite"
+        )
 
 
 def listed_parts(directory: str, manifest: dict, folder: str = "") -> list[str] | None:

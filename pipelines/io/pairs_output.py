@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from pipelines.io.embeddings import shard_paths
 from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import join, read_manifest
+from pipelines.io.output_dir import join, listed_parts, read_manifest
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.vectors.checks import check_cosine
 
@@ -68,6 +68,8 @@ class PairsOutput:
 
         Raises:
             FileNotFoundError: no manifest (missing directory or unfinished job).
+            CorruptOutputError: the files disagree with the manifest (see
+                :func:`pipelines.io.output_dir.read_manifest`).
             ValueError: the manifest belongs to another stage or its threshold is not a cosine.
         """
         manifest = read_manifest(directory)
@@ -93,13 +95,18 @@ class PairsOutput:
 
     @property
     def pair_files(self) -> list[str]:
-        """Parquet files of ``pairs/``, sorted."""
-        return shard_paths(join(self.directory, PAIRS))
+        """Parquet files of ``pairs/``, sorted: those the manifest lists (and :meth:`open`
+        checked), or every part for a manifest without a file list."""
+        return self._parts(PAIRS)
 
     @property
     def neighbor_files(self) -> list[str]:
-        """Parquet files of ``neighbors/``, sorted."""
-        return shard_paths(join(self.directory, NEIGHBORS))
+        """Parquet files of ``neighbors/``, sorted (as :attr:`pair_files`)."""
+        return self._parts(NEIGHBORS)
+
+    def _parts(self, folder: str) -> list[str]:
+        listed = listed_parts(self.directory, self.manifest, folder)
+        return listed if listed is not None else shard_paths(join(self.directory, folder))
 
     def embeddings_sources(self) -> list[tuple[str, dict | None]]:
         """``(directory, manifest recorded then or None)`` of every embeddings input.
