@@ -229,13 +229,37 @@ def test_failed_stage_stops_the_job_keeps_the_rest_and_explains(job, capsys) -> 
     assert statuses(run(argv)) == dict.fromkeys(DEFAULT_STAGES, "skipped")
 
 
+def _as_killed_before_its_manifest(folder) -> None:
+    """Leave ``folder`` as a commit killed after moving its files, before its manifest: the
+    run's ``_STARTED`` and commit record name them, and no manifest is there."""
+    manifest = json.loads((folder / "_manifest.json").read_text())
+    run_id = manifest["commit"]["run_id"]
+    published = [entry["path"] for entry in manifest["commit"]["files"]]
+    (folder / "_attempts" / run_id).mkdir(parents=True)
+    record = {"run_id": run_id, "publishes": published, "replaced": []}
+    (folder / "_attempts" / run_id / "_commit.json").write_text(json.dumps(record))
+    (folder / "_STARTED").write_text(json.dumps({"run_id": run_id, "pid": 1}))
+    (folder / "_manifest.json").unlink()
+
+
 def test_a_stage_whose_output_was_lost_runs_again(job) -> None:
     argv, job_dir, _, _ = job
     run(argv)
-    (job_dir / "clusters" / "_manifest.json").unlink()  # as if a run died while writing it
+    _as_killed_before_its_manifest(job_dir / "clusters")
     summary = run(argv)
     assert statuses(summary) == {**dict.fromkeys(DEFAULT_STAGES, "skipped"), "cluster": "ran"}
     assert (job_dir / "clusters" / "_manifest.json").is_file()
+    assert not (job_dir / "clusters" / "_attempts").exists()
+
+
+def test_files_left_without_any_record_of_ours_are_refused_not_deleted(job) -> None:
+    argv, job_dir, _, _ = job
+    run(argv)
+    (job_dir / "clusters" / "_manifest.json").unlink()  # deleted by hand: nothing records them
+    before = snapshot(job_dir / "clusters")
+    with pytest.raises(StageFailedError, match=r"clusters holds .*centroids\.npy"):
+        run(argv)
+    assert snapshot(job_dir / "clusters") == before
 
 
 @pytest.mark.parametrize(
