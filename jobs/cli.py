@@ -4,19 +4,31 @@ A command's options are parsed and checked with its parser from ``jobs/parsers/`
 no Beam), so ``sbert --help``, ``sbert CMD --help`` and a mistyped option answer at once; the
 job module, and with it torch and Beam, is imported only when the command runs, after logging
 is set up (import-time chatter from optional Beam I/O modules is filtered).
+
+Exit statuses: 0 done; 1 the job failed (rows lost, too many rejected), the disk filled up or
+the output is on a read-only file system; 2 a mistake the message names (an option, a missing
+file, a damaged input); 130 Ctrl-C; 143 SIGTERM. Each failure is one line on stderr; a stop the
+user caused (Ctrl-C, SIGTERM, a full disk, a read-only output) says that the previous output is
+unchanged, which the staged commit guarantees (``pipelines/io/output_dir.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import difflib
 import gc
 import importlib
 import logging
+import os
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
-from jobs.errors import JobFailedError
+from jobs.errors import JobFailedError, Terminated, note_stop, user_stop
 from jobs.parsers import HelpFormatter
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
@@ -52,6 +64,10 @@ QUIET_FLAGS = ("-q", "--quiet")
 # nothing here uses BigQuery, so the warning only confuses.
 _IGNORED_LOG_PREFIXES = ("apitools not found",)
 _BEAM_DOFN_ERROR_LOGGER = "apache_beam.runners.common"
+# The handlers stops_raise replaces: Python's own (a signal the parent ignores stays ignored).
+_DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+# How long a dropped stop waits before it is sent again (see _StopRelay).
+_RESEND_DELAY_S = 0.05
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +163,78 @@ def check_command_args(command: str, argv: list[str]) -> None:
     raise ValueError(f"sbert {command}: unrecognized arguments: {'; '.join(problems)}")
 
 
+@contextlib.contextmanager
+def stops_raise() -> Iterator[None]:
+    """While the command runs, Ctrl-C raises ``KeyboardInterrupt`` and SIGTERM raises
+    :class:`Terminated` in the main thread, and neither stop is lost: the cleanup a stop needs
+    (``finally`` blocks, the folder's lock, undoing an interrupted commit) runs, instead of the
+    process dying mid-step without a word. Only Python's default handlers are replaced (an
+    ignored signal stays ignored), and they are put back after. Outside the main thread, where
+    Python takes no signals, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    replaced = {
+        signum: signal.signal(signum, _raise_stop)
+        for signum, default in _DEFAULT_HANDLERS.items()
+        if signal.getsignal(signum) is default
+    }
+    relay = _StopRelay(sys.unraisablehook)
+    sys.unraisablehook = relay.hook
+    try:
+        yield
+    finally:
+        relay.stop()
+        sys.unraisablehook = relay.previous_hook
+        for signum, handler in replaced.items():
+            signal.signal(signum, handler)
+        note_stop(None)
+
+
+def _raise_stop(signum: int, frame) -> None:
+    stop = KeyboardInterrupt() if signum == signal.SIGINT else Terminated("SIGTERM")
+    note_stop(stop)  # raised again before the next pipeline if library code swallows it
+    raise stop
+
+
+@dataclass
+class _StopRelay:
+    """Sends a stop again that Python dropped.
+
+    A signal handler's exception raised inside a weakref callback or a ``__del__`` (frequent
+    while modules import) cannot propagate: Python prints "Exception ignored" and the job runs
+    on. The stop is sent again from another thread a moment later, to land in the command's own
+    code (sent from the hook itself, the handler would raise inside the hook, dropped again).
+    """
+
+    previous_hook: Callable
+    active: bool = True
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stop(self) -> None:
+        """Send nothing more: the command is over (a stop sent just before still lands)."""
+        with self._lock:
+            self.active = False
+
+    def hook(self, unraisable) -> None:
+        """``sys.unraisablehook``: a dropped stop is sent again, anything else reported."""
+        stop = unraisable.exc_value
+        if not isinstance(stop, (KeyboardInterrupt, Terminated)):
+            self.previous_hook(unraisable)
+            return
+        signum = signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM
+        timer = threading.Timer(_RESEND_DELAY_S, self._resend, (signum,))
+        timer.daemon = True
+        timer.start()
+
+    def _resend(self, signum: int) -> None:
+        # Under the lock: a signal sent after the command is over would find the handlers
+        # put back (SIGTERM's default ends the process silently).
+        with self._lock:
+            if self.active:
+                os.kill(os.getpid(), signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the process exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -158,17 +246,28 @@ def main(argv: list[str] | None = None) -> int:
     level, rest = split_global_flags(argv)
     _configure_logging(level)
     try:
-        if rest and rest[0] in JOB_COMMANDS:
-            check_command_args(rest[0], rest[1:])
-            return importlib.import_module(f"jobs.{rest[0]}").main(rest[1:])
-        args = build_parser().parse_args(rest)
-        return args.handler(args)
+        with stops_raise():
+            return _run_command(rest)
     except USER_ERRORS as err:
         print(f"sbert: error: {err}", file=sys.stderr)
         return 2
     except JobFailedError as err:
         print(f"sbert: job failed: {err}", file=sys.stderr)
         return 1
+    except (Exception, KeyboardInterrupt, Terminated) as err:
+        stop = user_stop(err)  # Ctrl-C, SIGTERM, a full disk, a read-only output
+        if stop is None:
+            raise
+        print(stop.line(), file=sys.stderr)
+        return stop.status
+
+
+def _run_command(rest: list[str]) -> int:
+    if rest and rest[0] in JOB_COMMANDS:
+        check_command_args(rest[0], rest[1:])
+        return importlib.import_module(f"jobs.{rest[0]}").main(rest[1:])
+    args = build_parser().parse_args(rest)
+    return args.handler(args)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.runner import PipelineResult
 
 from jobs.beam_options import is_local, pipeline_options, runner_name
+from jobs.errors import raise_pending_stop, stop_signal
 
 logger = logging.getLogger(__name__)
 # What Beam appends to an exception raised in a step, once per enclosing step.
@@ -88,10 +89,19 @@ def run_pipeline(
             "--no_wait_until_finish: this stage publishes its output after the pipeline "
             "finishes, so it waits for it"
         )
+    raise_pending_stop()
     start = time.perf_counter()
-    result = pipeline.run()
-    if wait:
-        result.wait_until_finish()
+    try:
+        result = pipeline.run()
+        if wait:
+            result.wait_until_finish()
+    except Exception as err:
+        # Beam re-raises a Ctrl-C in a step as that step's RuntimeError; raised as the stop it
+        # is, no `except Exception` above (a stage runner recording a failure) takes it for one.
+        stop = stop_signal(err)
+        if stop is None:
+            raise
+        raise type(stop)(*stop.args) from err
     seconds = time.perf_counter() - start
     client = getattr(result, "client", None)  # the Dask runner leaves its client open
     if client is not None and wait:

@@ -18,6 +18,10 @@ What a row is, so that the count is exact:
   every physical line belongs to exactly one row, and a stray quote costs one line.
 * parquet: one table row. A string value that is not valid UTF-8 rejects its row only.
 
+A JSON line nested deeper than ``MAX_JSON_DEPTH`` arrays and objects is a rejected row, refused
+before it is parsed: Python's parser recurses once per level, so a line nested a few thousand
+deep would otherwise end the job with a ``RecursionError``.
+
 Rows are numbered from 1 (the CSV/TSV header is not a row); derived ids are ``{prefix}:{row}``.
 ``max_record_bytes`` counts bytes of the raw row (the line or lines, without the final line
 ending; for Parquet, the UTF-8 text). A file that cannot be read to its end (truncated or
@@ -28,6 +32,7 @@ corrupt compression, a damaged Parquet file, an unreadable CSV header) raises
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -53,6 +58,13 @@ DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
 # runs on until the next quote character, which in a file of unquoted rows may never come.
 DEFAULT_MAX_RECORD_LINES = 1000
 ON_BAD_FILE_CHOICES = ("fail", "skip")
+# Arrays and objects one JSON line may nest (orjson's limit too). Fixed rather than "whatever
+# the parser survives", which depends on how deep the stack already is where the line is read;
+# this one leaves room under Python's recursion limit for copying the value (--keep-fields).
+MAX_JSON_DEPTH = 255
+# What nests in JSON text: a string (skipped whole, brackets in it included) or a bracket. A
+# string left open runs to the end of the line, so that no character is scanned twice.
+_JSON_NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]')
 # What the standard library and pyarrow raise on a truncated or corrupt file: gzip, bz2 and
 # zlib errors are OSError, EOFError or zlib.error; Parquet errors are ArrowException or OSError;
 # a nested Parquet string that is not UTF-8 fails the conversion with UnicodeDecodeError.
@@ -236,6 +248,9 @@ def _json_row(line: str, path: str, row: int, spec: CorpusSpec, id_prefix: str):
     source = f"{path}:{row}"
     if _has_undecodable(line):
         return RejectedRow(None, source, "undecodable bytes (not valid UTF-8)", excerpt(line))
+    if _nested_too_deep(line):
+        reason = f"JSON nested too deep (more than {MAX_JSON_DEPTH} levels of arrays and objects)"
+        return RejectedRow(None, source, reason, excerpt(line))
     try:
         value = json.loads(line)
     except json.JSONDecodeError as err:
@@ -243,6 +258,23 @@ def _json_row(line: str, path: str, row: int, spec: CorpusSpec, id_prefix: str):
     if not isinstance(value, dict):
         return RejectedRow(None, source, "JSON line is not an object", excerpt(line))
     return _make_record(value, line, path, row, spec, id_prefix)
+
+
+def _nested_too_deep(line: str) -> bool:
+    """Whether the arrays and objects of a JSON line nest deeper than ``MAX_JSON_DEPTH``."""
+    # Fewer opening brackets than the limit cannot nest past it: the common case, in C.
+    if line.count("[") + line.count("{") <= MAX_JSON_DEPTH:
+        return False
+    depth = 0
+    for match in _JSON_NESTING.finditer(line):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        elif token in ("]", "}"):
+            depth -= 1
+    return False
 
 
 def _parquet_rows(stream: BinaryIO, path: str, spec: CorpusSpec, id_prefix: str):
