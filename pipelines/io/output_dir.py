@@ -4,9 +4,10 @@ A stage never writes its results straight into its output directory. The life of
 
 1. ``prepare_output`` takes the folder: on local disks it holds an exclusive ``flock`` on the
    directory for the whole run (a second run is refused with the holder's pid, host and start
-   time); it refuses a folder holding files this project did not write (naming the first one)
-   unless ``--overwrite`` is given; it clears what a killed run of ours left, by name only; it
-   writes ``_STARTED`` carrying a fresh run id.
+   time); it refuses a folder holding files no record of ours lists (naming their kinds) unless
+   ``--overwrite`` is given, and a link at one of our names always; it clears what a killed run
+   of ours left, by record (:mod:`pipelines.io.ownership`); it writes ``_STARTED`` carrying a
+   fresh run id.
 2. The stage writes everything under ``_attempts/<run_id>/`` (dataset readers skip names that
    start with ``_``), laid out as the final output will be.
 3. ``StagedOutput.commit`` checks that ``_STARTED`` still carries its run id (on object stores,
@@ -14,8 +15,8 @@ A stage never writes its results straight into its output directory. The life of
    their final names (Parquet parts get the run id in their name, so they never replace the
    previous run's parts), then writes ``_manifest.json`` in one atomic step (temporary file and
    rename locally; one object write on object stores). The manifest lists every file with its
-   size, sha256 and, for Parquet, its row count. Only then are the previous run's files that
-   the new manifest does not list deleted, by name.
+   size, sha256, xxh3_128 and, for Parquet, its row count. Only then are the files the previous
+   manifest listed and the new one does not deleted.
 
 Every name a stage leaves inside a folder that holds Parquet parts, other than the parts
 themselves, starts with ``_`` or ``.`` (``_manifest.json``, ``_STARTED``, ``_attempts/``, the
@@ -27,7 +28,7 @@ This module holds the contract every reader relies on (names, the manifest, ``re
 
 The manifest is the commit: a reader opens a folder through ``read_manifest``, which refuses a
 folder whose files disagree with its manifest (a listed file missing, of another size or whose
-bytes do not hash to its sha256, a part file no manifest lists) and names the file; the content
+bytes do not hash to its digest, a part file no manifest lists) and names the file; the content
 check (:mod:`pipelines.io.content_checks`) is what ``--no-verify`` turns off. A failed, killed
 or refused rerun leaves the previous complete output readable; the next run clears the remains.
 
@@ -48,7 +49,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipelines.io.atomic import is_local, json_text, write_json_replacing
-from pipelines.io.content_checks import ListedFile, changed_files, checking_contents
+from pipelines.io.content_checks import (
+    ListedFile,
+    changed_files,
+    checking_contents,
+    expected_digest,
+)
 from pipelines.io.filesystems import CompressionTypes, FileSystems
 
 if TYPE_CHECKING:
@@ -215,7 +221,7 @@ def read_manifest(directory: str, *, verify: bool = True) -> dict:
         directory: a stage's output directory.
         verify: check the files the manifest lists (see :func:`verify_files`): each there with
             its size and, unless :func:`pipelines.io.content_checks.content_checks` turned it off
-            (``--no-verify``), its sha256; and no dataset folder holding a part file the
+            (``--no-verify``), its digest; and no dataset folder holding a part file the
             manifest does not list.
 
     Raises:
@@ -249,7 +255,7 @@ def read_manifest(directory: str, *, verify: bool = True) -> dict:
 def verify_files(directory: str, manifest: dict, *, contents: bool = True) -> None:
     """Refuse a folder whose files disagree with the manifest's ``commit`` list, naming the file.
 
-    Every listed file must be there with its size and, with ``contents``, with its sha256
+    Every listed file must be there with its size and, with ``contents``, with its digest
     (a file changed in place keeps its size); a dataset folder may hold no Parquet file the
     manifest does not list (a Parquet reader of the folder would read it). A manifest without a
     ``commit`` section (written by an earlier version) is not checked.
@@ -294,19 +300,22 @@ def _refuse_unlisted(
 
 
 def _refuse_changed(directory: str, files: list[tuple[FileMetadata, dict]]) -> None:
-    """Refuse the folder if a listed file's bytes do not hash to the sha256 the manifest records
-    (an entry without one, from an earlier version, is not compared)."""
-    checked = [
-        ListedFile(meta.path, meta.size_in_bytes, meta.last_updated_in_seconds, entry["sha256"])
-        for meta, entry in files
-        if isinstance(entry.get("sha256"), str)
-    ]
+    """Refuse the folder if a listed file's bytes do not hash to the digest the manifest records
+    (its xxh3_128, else its sha256; an entry with neither, from an earlier version, is not
+    compared)."""
+    checked = []
+    for meta, entry in files:
+        expected = expected_digest(entry)
+        if expected is not None:
+            algorithm, digest = expected
+            modified = meta.last_updated_in_seconds
+            checked.append(ListedFile(meta.path, meta.size_in_bytes, modified, digest, algorithm))
     changed = changed_files(checked)
     if changed:
         more = len(changed) - 1
         others = f" (and {more} other listed file{'s' if more > 1 else ''})" if more else ""
         raise CorruptOutputError(
-            f"{changed[0]} does not match the sha256 in {join(directory, MANIFEST)}{others}: "
+            f"{changed[0]} does not match its digest in {join(directory, MANIFEST)}{others}: "
             "its bytes were changed after the run that wrote it; rerun that job with "
             "--overwrite"
         )

@@ -14,6 +14,7 @@ import signal
 import time
 
 import pytest
+import xxhash
 from output_folders_helpers import embed_argv, snapshot, start_cli, texts, write_txt
 
 import pipelines.io.atomic as atomic
@@ -51,6 +52,7 @@ def test_the_manifest_lists_every_file_with_rows_bytes_and_sha256(first):
         data = (out / entry["path"]).read_bytes()
         assert entry["bytes"] == len(data)
         assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+        assert entry["xxh3_128"] == xxhash.xxh3_128(data).hexdigest()
     parts = [e for e in entries if "/" not in e["path"]]
     assert sum(e["rows"] for e in parts) == manifest["counts"]["embedded"] == len(ids) == 60
     assert manifest["shards"] == sorted(e["path"] for e in parts)

@@ -83,7 +83,7 @@ def test_a_stage_refuses_a_part_changed_in_place_in_one_line(stage, damaged, tmp
     assert cli(argv) == 2  # the CLI's status for a user's error
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("sbert: error: ")
-    assert f"{part} does not match the sha256 in {folder / MANIFEST}" in err
+    assert f"{part} does not match its digest in {folder / MANIFEST}" in err
     assert not output.exists()  # refused before the output folder is touched
 
 
@@ -107,14 +107,14 @@ def test_dedup_refuses_a_pairs_part_changed_in_place(embedded, tmp_path, capsys)
     argv = ["dedup", "--pairs", str(found), "--output", str(output), "--threshold", "0.6"]
     assert cli(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and f"{part} does not match the sha256" in err
+    assert err.count("\n") == 0 and f"{part} does not match its digest" in err
     assert not output.exists()
     assert cli([*argv, "--no-verify"]) == 0
 
 
 def test_read_manifest_checks_contents_unless_turned_off(damaged):
     folder, part = damaged
-    with pytest.raises(CorruptOutputError, match=r"does not match the sha256") as raised:
+    with pytest.raises(CorruptOutputError, match=r"does not match its digest") as raised:
         read_manifest(str(folder))
     assert str(raised.value).startswith(str(part))
     with content_checks.content_checks(False):
@@ -129,12 +129,12 @@ def test_read_manifest_names_the_first_changed_file_and_counts_the_others(damage
     manifest = json.loads((folder / MANIFEST).read_text())
     files = manifest["commit"]["files"]
     for entry in files:
-        entry["sha256"] = "0" * 64  # every listed file now disagrees
+        entry["xxh3_128"] = "0" * 32  # every listed file now disagrees
     (folder / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(CorruptOutputError) as raised:
         read_manifest(str(folder))
     message = str(raised.value)
-    assert message.startswith(f"{folder / files[0]['path']} does not match the sha256")
+    assert message.startswith(f"{folder / files[0]['path']} does not match its digest")
     more = len(files) - 1
     assert more == 0 or f"(and {more} other listed file" in message
 
@@ -142,9 +142,9 @@ def test_read_manifest_names_the_first_changed_file_and_counts_the_others(damage
 def test_a_matching_file_is_hashed_once_until_it_changes(tmp_path, monkeypatch):
     path = tmp_path / "part-0.parquet"
     path.write_bytes(b"vectors")
-    digest = content_checks.sha256_of(ListedFile(str(path), 7, 0.0, ""))
+    digest = content_checks.digest_of(ListedFile(str(path), 7, 0.0, ""))
     hashed = []
-    monkeypatch.setattr(content_checks, "sha256_of", lambda entry: hashed.append(entry) or digest)
+    monkeypatch.setattr(content_checks, "digest_of", lambda entry: hashed.append(entry) or digest)
     entry = ListedFile(str(path), 7, path.stat().st_mtime, digest)
     assert changed_files([entry]) == [] and changed_files([entry]) == []
     assert len(hashed) == 1  # remembered by its identity
@@ -164,7 +164,20 @@ def test_an_empty_file_hashes_as_the_commit_hashed_it(tmp_path):
     path = tmp_path / "empty"
     path.write_bytes(b"")
     empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-    assert content_checks.sha256_of(ListedFile(str(path), 0, 0.0, empty)) == empty
+    assert content_checks.digest_of(ListedFile(str(path), 0, 0.0, empty, "sha256")) == empty
+    empty_xxh3 = "99aa06d3014798d86001c324468d497f"
+    assert content_checks.digest_of(ListedFile(str(path), 0, 0.0, empty_xxh3)) == empty_xxh3
+
+
+def test_a_manifest_of_an_earlier_version_is_checked_by_its_sha256(damaged):
+    folder, part = damaged
+    manifest = json.loads((folder / MANIFEST).read_text())
+    for entry in manifest["commit"]["files"]:
+        del entry["xxh3_128"]  # as written before the commit recorded it
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CorruptOutputError, match=r"does not match its digest") as raised:
+        read_manifest(str(folder))
+    assert str(raised.value).startswith(str(part))
 
 
 def test_sbert_run_passes_no_verify_to_every_reading_stage(tmp_path, tiny_st_dir, capsys):
