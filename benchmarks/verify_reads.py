@@ -2,8 +2,8 @@
 
 Every stage that reads a published folder first compares each file the manifest lists with the
 xxh3_128 digest the commit recorded (``pipelines.io.content_checks``; ``--no-verify`` skips
-it). This benchmark builds a published embeddings folder of ``--rows`` planted unit vectors (float32,
-``--dim``, ``--shards`` Parquet parts), written through the project's own commit
+it). This benchmark builds a published embeddings folder of ``--rows`` planted unit vectors
+(float32, ``--dim``, ``--shards`` Parquet parts), written through the project's own commit
 (``prepare_output``, parts in the attempt area, ``StagedOutput.commit``: the manifest and its
 digests are the real ones), then times, alternating ``--repeats`` times so that load from
 elsewhere on the machine falls on all of them:
