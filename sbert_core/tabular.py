@@ -190,6 +190,8 @@ def _jsonl_rows(handle, path: Path) -> Iterator[dict]:
             value = json.loads(line)
         except json.JSONDecodeError as err:
             raise DataFileError(f"{path}: row {number} is not valid JSON ({err.msg})") from err
+        except RecursionError:  # arrays or objects nested thousands deep
+            raise DataFileError(f"{path}: row {number} is JSON nested too deep") from None
         if not isinstance(value, dict):
             raise DataFileError(f"{path}: row {number} is not a JSON object")
         yield value

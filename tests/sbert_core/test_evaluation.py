@@ -96,6 +96,13 @@ def test_parquet_and_bad_json(tmp_path):
         read_table(tmp_path / "bad.jsonl")
 
 
+def test_a_row_nested_thousands_deep_is_one_clear_error(tmp_path):
+    deep = '{"score": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "deep.jsonl").write_text('{"score": 1}\n' + deep + "\n")
+    with pytest.raises(DataFileError, match="row 2 is JSON nested too deep"):
+        read_table(tmp_path / "deep.jsonl")
+
+
 def test_unknown_extension(tmp_path):
     (tmp_path / "x.xlsx").write_text("")
     with pytest.raises(DataFileError, match="cannot tell the format"):
