@@ -330,7 +330,8 @@ def _failure_message(
     )
     if output_identity(by_name[failed.name]) is None:
         partial = (
-            f"{failed.output} holds no manifest, so nothing reads it and the next run replaces it."
+            f"{failed.output} holds no manifest, so nothing reads it; the next run clears what "
+            "our records list there."
         )
     else:
         partial = f"{failed.output} still holds the complete output of an earlier run."

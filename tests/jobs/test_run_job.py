@@ -255,11 +255,14 @@ def test_a_stage_whose_output_was_lost_runs_again(job) -> None:
 def test_files_left_without_any_record_of_ours_are_refused_not_deleted(job) -> None:
     argv, job_dir, _, _ = job
     run(argv)
-    (job_dir / "clusters" / "_manifest.json").unlink()  # deleted by hand: nothing records them
+    manifest = job_dir / "clusters" / "_manifest.json"
+    kept = manifest.read_bytes()
+    manifest.unlink()  # deleted by hand: nothing records the stage's files any more
     before = snapshot(job_dir / "clusters")
     with pytest.raises(StageFailedError, match=r"clusters holds .*centroids\.npy"):
         run(argv)
     assert snapshot(job_dir / "clusters") == before
+    manifest.write_bytes(kept)  # the module's job folder, whole again for the tests after
 
 
 @pytest.mark.parametrize(

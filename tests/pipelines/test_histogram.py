@@ -152,6 +152,7 @@ def test_every_report_histogram_is_the_one_helper(tmp_path):
     pq.write_table(
         pa.table({"score": pa.array(scores)}), tmp_path / "pairs" / "part-00000-of-00001.parquet"
     )
+    (tmp_path / "_manifest.json").write_text('{"kind": "pairs"}')  # the pairs stage's folder
     section = _similarity(str(tmp_path), 0.8, 0.85)
     assert "5 pairs" in section
     check_axes(_svgs(section)[0], 0.8, 1.0, 1)
