@@ -249,10 +249,10 @@ def refuse_takeover(found: Survey, layout: OutputLayout, *, overwrite: bool) -> 
     held = f"{directory} holds {len(foreign)} file(s) this stage did not write"
     if blocking:
         raise OutputExistsError(
-            f"{held} ({describe(foreign)}); of them {describe(blocking)} sit at names this "
-            "stage writes or beside its parts, where a reader of the folder would take them for "
-            "ours, so the folder is refused even with --overwrite (and left as it is); move "
-            "them away or choose another output directory"
+            f"{held} ({describe(foreign)}); {len(blocking)} of them ({describe(blocking)}) "
+            "at names this stage writes or beside its parts, where a reader of the folder would "
+            "take them for ours, so the folder is refused even with --overwrite (and left as it "
+            "is); move them away or choose another output directory"
         )
     if foreign and not overwrite:
         raise OutputExistsError(
