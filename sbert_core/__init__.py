@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from sbert_core.version import __version__
 
 # Public name -> the submodule that defines it.
 _EXPORTS = {

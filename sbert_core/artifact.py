@@ -12,8 +12,6 @@ index) must stay inside the folder: no absolute paths, no ``..``, no symlink out
 from __future__ import annotations
 
 import hashlib
-import json
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -22,6 +20,7 @@ from sbert_core.model_json import read_json_object
 from sbert_core.module_chain import HeadEntry, read_module_chain
 from sbert_core.pooling import PoolingConfig
 from sbert_core.prompts import PromptSettings
+from sbert_core.safetensors_header import check_safetensors, safetensors_header
 
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -186,48 +185,6 @@ def safetensors_tensors(files: list[Path]) -> dict[str, tuple[Path, tuple[int, .
                 )
             tensors[name] = (path, tuple(int(n) for n in info.get("shape", ())))
     return tensors
-
-
-def check_safetensors(path: Path) -> None:
-    """Raise ``ModelLoadError`` naming ``path`` unless it is a complete safetensors file."""
-    safetensors_header(path)
-
-
-def safetensors_header(path: Path) -> dict:
-    """The JSON header of a complete safetensors file (tensor names, dtypes, shapes, offsets).
-
-    Raises:
-        ModelLoadError: naming ``path`` when it is missing, truncated or not safetensors.
-    """
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                raise ValueError("file shorter than the 8-byte header length")
-            (header_len,) = struct.unpack("<Q", prefix)
-            if header_len > size - 8:
-                raise ValueError("header runs past the end of the file")
-            header = json.loads(handle.read(header_len))
-    except FileNotFoundError as err:
-        raise ModelLoadError(f"{path}: weights file is missing") from err
-    except (OSError, ValueError, UnicodeDecodeError) as err:
-        raise ModelLoadError(f"{path}: corrupt safetensors file ({err})") from err
-    if not isinstance(header, dict):
-        raise ModelLoadError(f"{path}: corrupt safetensors file (the header is not an object)")
-    try:
-        data_end = max(
-            (int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"),
-            default=0,
-        )
-    except (KeyError, IndexError, TypeError, ValueError) as err:
-        raise ModelLoadError(f"{path}: corrupt safetensors file (bad tensor entry: {err})") from err
-    if 8 + header_len + data_end != size:
-        raise ModelLoadError(
-            f"{path}: corrupt safetensors file (tensors need {8 + header_len + data_end} bytes, "
-            f"file has {size}; truncated download?)"
-        )
-    return header
 
 
 def sha256_of_files(paths: list[Path]) -> str:

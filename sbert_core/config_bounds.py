@@ -26,9 +26,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from sbert_core.artifact import inside_model_dir, safetensors_header
+from sbert_core.artifact import inside_model_dir
 from sbert_core.errors import ModelLoadError
 from sbert_core.model_json import read_json_object
+from sbert_core.safetensors_header import safetensors_header
 
 # Far beyond any released model (the largest have ~130 layers, hidden size ~25,000, 128 heads,
 # vocabularies of ~260,000, contexts of ~10M tokens). The layer limit also bounds the time an

@@ -16,20 +16,41 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from sbert_core.artifact import MANIFEST_FILE, SAFETENSORS_FILE, sha256_of_files
 from sbert_core.head_modules import MODULE_TYPES, WEIGHTS_FILE, kind_of, save_head_module
+from sbert_core.pooling import PoolingConfig
+from sbert_core.prompts import PromptSettings
 
-if TYPE_CHECKING:
-    from sbert_core.encoder import SentenceEncoder
+
+class ExportableEncoder(Protocol):
+    """What saving reads of an encoder (:class:`sbert_core.encoder.SentenceEncoder` has it all;
+    named here so that this module does not import the encoder, which imports it to save)."""
+
+    transformer: nn.Module
+    tokenizer: Any
+    pooling: PoolingConfig
+    heads: Iterable[nn.Module]
+    prompts: PromptSettings
+    max_seq_length: int
+    do_lower_case: bool
+    model_id: str
+    weights_sha256: str | None
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    def describe(self) -> dict: ...
 
 
 def save_encoder(
-    encoder: SentenceEncoder,
+    encoder: ExportableEncoder,
     path: Path,
     *,
     overwrite: bool = False,
@@ -45,7 +66,7 @@ def save_encoder(
     Raises:
         FileExistsError: ``path`` exists and is not empty, and ``overwrite`` is False.
     """
-    from sbert_core import __version__
+    from sbert_core.version import __version__
 
     path = Path(path)
     if path.exists() and any(path.iterdir()) and not overwrite:
@@ -77,11 +98,11 @@ def save_encoder(
     return path
 
 
-def _write_model(encoder: SentenceEncoder, out: Path) -> list[Path]:
+def _write_model(encoder: ExportableEncoder, out: Path) -> list[Path]:
     """Write the model files; returns the weight files of the modules after pooling, in order."""
     import transformers
 
-    from sbert_core import __version__
+    from sbert_core.version import __version__
 
     transformer = encoder.transformer
     original_dtype = encoder.dtype

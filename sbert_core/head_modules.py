@@ -23,6 +23,7 @@ from torch import nn
 
 from sbert_core.errors import ModelLoadError
 from sbert_core.model_json import read_json_object
+from sbert_core.safetensors_header import check_safetensors
 
 HeadKind = Literal["dense", "layer_norm", "normalize", "dropout"]
 HEAD_KINDS: dict[str, HeadKind] = {
@@ -297,8 +298,6 @@ def check_truncate_dim(dim: int | None, full_dim: int) -> int | None:
 
 
 def _load_weights(module: nn.Module, folder: Path, *, allow_pickle: bool) -> None:
-    from sbert_core.artifact import check_safetensors
-
     expected = {name: tuple(t.shape) for name, t in module.state_dict().items()}
     single = folder / WEIGHTS_FILE
     pickled = folder / PICKLE_WEIGHTS_FILE
