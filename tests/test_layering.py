@@ -15,6 +15,7 @@ Rules (each test names the one it checks):
 - R6 a stage package imports only pipelines.io, pipelines.vectors and itself.
 - R7 no import cycle among the sbert_core, pipelines and jobs modules.
 - R8 no module outside tests is over :data:`MAX_LINES` lines, but those in :data:`OVERSIZED`.
+- R9 a module whose docstring says it is Beam-free imports nothing of ``apache_beam``.
 """
 
 from __future__ import annotations
@@ -172,6 +173,19 @@ def test_r5_io_imports_only_io_vectors_and_beam_filesystems():
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_r6_a_stage_imports_only_io_vectors_and_itself(stage):
     assert _violations(stage, {None, "io", "vectors", stage}, beam=lambda module: True) == []
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_r9_a_module_that_says_beam_free_imports_no_beam(layer):
+    said = [
+        p
+        for p in _modules(layer)
+        if "Beam-free" in (ast.get_docstring(ast.parse(p.read_text())) or "")
+    ]
+    wrong = [
+        _where(p) for p in said if any(m.split(".")[0] == "apache_beam" for m, _ in _imports(p))
+    ]
+    assert wrong == []
 
 
 def test_r7_no_import_cycles():

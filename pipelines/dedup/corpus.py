@@ -33,8 +33,6 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines.io.corpus_files import match_corpus, open_decompressed
 from pipelines.io.corpus_reader import (
@@ -45,6 +43,7 @@ from pipelines.io.corpus_reader import (
     raw_rows,
     read_corpus_file,
 )
+from pipelines.io.filesystems import CompressionTypes, FileSystems
 from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
 from pipelines.vectors.records import field_record
 from sbert_core.tabular import detect_format

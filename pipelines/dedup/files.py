@@ -20,10 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines.dedup.groups import DuplicateGroups
 from pipelines.io.embeddings import EmbeddingsDataset, require_compatible, shard_paths
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, listed_parts
 from pipelines.io.pairs_output import PairsOutput
 from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines.dedup.choices import KNOWN_FIELD, NO_KNOWN_FIELD
 from pipelines.dedup.files import rows_naming
 from pipelines.dedup.labels import LabelledPairs, PairCounts, RawLabels, match_labels, pair_counts
 from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.filesystems import FileSystems
 
 # The field read when the embeddings kept it and no other is named, and the value of
 # ``--known-duplicates-field`` that turns known duplicates off.
