@@ -51,7 +51,7 @@ from pipelines.cluster.run import (
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.content_checks import content_checks
 from pipelines.io.corpus_files import match_corpus
-from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.external_vectors import ExternalColumns, open_inputs
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout
 from pipelines.vectors.checks import check_cosine
@@ -118,7 +118,7 @@ def _run(
 ) -> ClusterSummary:
     """:func:`run` once the options are parsed."""
     _check_options(args)
-    datasets = EmbeddingsDataset.open_many(args.embeddings)
+    datasets = open_inputs(args.embeddings, ExternalColumns.from_args(args))
     items = sum(dataset.count for dataset in datasets)
     if items == 0:
         raise ValueError(f"{', '.join(args.embeddings)}: no embeddings to cluster (0 rows)")

@@ -57,6 +57,7 @@ from pipelines.index.sharded import (
 from pipelines.index.trial import TrialChoice, choose_by_trial
 from pipelines.io.content_checks import content_checks
 from pipelines.io.embeddings import EmbeddingsDataset
+from pipelines.io.external_vectors import ExternalColumns, open_inputs
 from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout
 from pipelines.io.sizes import format_size, parse_size
@@ -119,7 +120,7 @@ def _run(
 ) -> IndexSummary:
     """:func:`run` once the options are parsed."""
     budget = _checked(args, beam_args)
-    data = EmbeddingsDataset.open(args.embeddings)
+    (data,) = open_inputs([args.embeddings], ExternalColumns.from_args(args))
     n = data.count
     if n == 0:
         raise ValueError(f"{args.embeddings} holds no embeddings; there is nothing to index")

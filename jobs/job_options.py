@@ -27,6 +27,29 @@ def add_embeddings_inputs(parser: argparse.ArgumentParser, together: str) -> Non
     parser.add_argument("--output", required=True, help="output directory")
 
 
+def add_external_vectors(parser: argparse.ArgumentParser) -> None:
+    """``--embedding-column``, ``--id-column``, ``--text-column`` and ``--model-name``: read an
+    input without our manifest as a Parquet dataset of vectors ``sbert embed`` did not make."""
+    group = parser.add_argument_group(
+        "external vectors",
+        "an --embeddings path without _manifest.json is read as a Parquet dataset (a folder of "
+        "*.parquet files, one file or a glob; files in name order) of these columns",
+    )
+    group.add_argument(
+        "--embedding-column",
+        default=None,
+        help="the vector column: a list or fixed-size list of float16, float32 or float64",
+    )
+    group.add_argument("--id-column", default=None, help="the column of unique ids")
+    group.add_argument("--text-column", default=None, help="an optional text column")
+    group.add_argument(
+        "--model-name",
+        default=None,
+        help="the model recorded as 'external: NAME' (default the dataset path); inputs of "
+        "different models are refused together",
+    )
+
+
 def add_precision(parser: argparse.ArgumentParser, help_text: str) -> None:
     """``--precision auto|bfloat16|float32`` of a candidate pass whose answer stays fp32."""
     parser.add_argument(

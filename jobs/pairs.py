@@ -58,7 +58,8 @@ from jobs.parsers.pairs import build_parser
 from pipelines.io.atomic import write_table
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.content_checks import content_checks
-from pipelines.io.embeddings import EmbeddingsDataset, all_shards, count_rows, shard_paths
+from pipelines.io.embeddings import all_shards, count_rows, shard_paths
+from pipelines.io.external_vectors import ExternalColumns, open_inputs
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout, join
@@ -141,7 +142,7 @@ def _run(
 ) -> PairsSummary:
     """:func:`run` once the options are parsed."""
     _check_options(args)
-    datasets = EmbeddingsDataset.open_many(args.embeddings)
+    datasets = open_inputs(args.embeddings, ExternalColumns.from_args(args))
     dim = datasets[0].dim
     n = sum(dataset.count for dataset in datasets)
     if n and n - 1 < args.k:

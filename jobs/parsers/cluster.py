@@ -6,6 +6,7 @@ import argparse
 
 from jobs.job_options import (
     add_embeddings_inputs,
+    add_external_vectors,
     add_kmeans_fit,
     add_overwrite,
     add_precision,
@@ -22,6 +23,7 @@ MIN_SAMPLE = 20_000
 def build_parser() -> argparse.ArgumentParser:
     """Job options; anything not listed here is passed on to Beam's ``PipelineOptions``."""
     parser = command_parser("sbert cluster", "jobs.cluster")
+    add_external_vectors(parser)
     add_embeddings_inputs(parser, "clustered")
     parser.add_argument("--method", default="kmeans", choices=["kmeans", "communities"])
     parser.add_argument("--k", type=int, default=None, help="number of clusters (kmeans)")

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.job_options import add_overwrite, add_seed, add_verify
+from jobs.job_options import add_external_vectors, add_overwrite, add_seed, add_verify
 from jobs.parsers import command_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Job options; anything not listed here is passed on to Beam's ``PipelineOptions``."""
     parser = command_parser("sbert index", "jobs.index")
-    parser.add_argument("--embeddings", required=True, help="an sbert embed output directory")
+    parser.add_argument(
+        "--embeddings",
+        required=True,
+        help="an sbert embed output directory (or, with --embedding-column, a Parquet dataset)",
+    )
+    add_external_vectors(parser)
     parser.add_argument("--output", required=True, help="index output directory")
     parser.add_argument(
         "--factory",

@@ -6,6 +6,7 @@ import argparse
 
 from jobs.job_options import (
     add_embeddings_inputs,
+    add_external_vectors,
     add_kmeans_fit,
     add_overwrite,
     add_precision,
@@ -26,6 +27,7 @@ from pipelines.pairs.plan import (
 def build_parser() -> argparse.ArgumentParser:
     """Job options; anything not listed here is passed on to Beam's ``PipelineOptions``."""
     parser = command_parser("sbert pairs", "jobs.pairs")
+    add_external_vectors(parser)
     add_embeddings_inputs(parser, "searched")
     parser.add_argument("--k", type=int, default=10, help="neighbours per item (default 10)")
     parser.add_argument(
