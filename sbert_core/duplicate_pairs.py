@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from sbert_core.errors import DataFileError
 
@@ -194,20 +196,14 @@ def split_duplicate_pairs(
 
 
 def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``(n,)`` int64: each node's component, numbered by its smallest node (union-find)."""
-    parent = list(range(n))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for x, y in zip(a.tolist(), b.tolist(), strict=True):
-        rx, ry = root(x), root(y)
-        if rx != ry:
-            parent[max(rx, ry)] = min(rx, ry)
-    return np.array([root(i) for i in range(n)], dtype=np.int64)
+    """``(n,)`` int64: each node's component, numbered by its smallest node (scipy's csgraph)."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    graph = coo_matrix((np.ones(len(a), bool), (a, b)), shape=(n, n)).tocsr()
+    labels = connected_components(graph, directed=False)[1]
+    _, first = np.unique(labels, return_index=True)
+    return first.astype(np.int64)[labels]
 
 
 def _unit_hash(seed: int, value: str) -> float:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from pipelines.dedup.groups import DuplicateGroups, IndexedPairs
 from pipelines.dedup.terms import CHAINED
@@ -101,12 +99,6 @@ class Grouping:
             sizes=self.sizes,
             pairs_used=self.pairs_used,
         )
-
-
-def component_labels(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``(n,)`` int64 connected-component label of every row over the edges ``(a, b)``."""
-    graph = coo_matrix((np.ones(len(a), np.int8), (a, b)), shape=(n, n)).tocsr()
-    return connected_components(graph, directed=False)[1].astype(np.int64)
 
 
 def from_labels(

@@ -1,4 +1,4 @@
-"""Duplicate groups from similar pairs: union-find, representatives, threshold sweep (Beam-free).
+"""Duplicate groups from similar pairs: components, representatives, threshold sweep (Beam-free).
 
 Items are the rows ``0 .. n-1`` of an id list; pairs are :class:`IndexedPairs` over those rows.
 At a threshold ``T`` the *duplicate groups* are the connected components of the graph whose
@@ -15,7 +15,9 @@ group. Every group keeps one representative, chosen by a policy (:data:`KeepPoli
 So ``removed = sum over groups of (size - 1) = n - components``, which equals the number of
 unions that merge two components: the threshold sweep (:func:`threshold_sweep`) gets the
 removed count of every threshold from one pass over the pairs sorted by descending score,
-merging into one union-find as the threshold falls.
+merging into one union-find as the threshold falls (compiled with numba:
+:func:`pipelines.vectors.components.merge_counts`). The groups at one threshold are scipy's
+connected components (:func:`pipelines.vectors.components.component_labels`).
 
 Scores and thresholds are compared in float32, as the pairs stage compares them.
 
@@ -38,44 +40,8 @@ import pyarrow.compute as pc
 
 from pipelines.dedup.choices import KEEP_POLICIES, KeepPolicy
 from pipelines.vectors.checks import check_cosine
+from pipelines.vectors.components import merge_counts, smallest_member_labels
 from pipelines.vectors.records import field_record
-
-
-class UnionFind:
-    """Disjoint sets over ``0 .. n-1`` with path compression and union by size.
-
-    Plain Python lists: an element access costs less on a list than on a numpy array, and the
-    loops here are sequential by nature.
-    """
-
-    def __init__(self, n: int) -> None:
-        self.parent = list(range(n))
-        self.size = [1] * n
-
-    def find(self, x: int) -> int:
-        """The root of ``x``'s set; every element on the way is re-pointed to the root."""
-        parent = self.parent
-        root = x
-        while parent[root] != root:
-            root = parent[root]
-        while parent[x] != root:
-            parent[x], x = root, parent[x]
-        return root
-
-    def union(self, a: int, b: int) -> bool:
-        """Merge the sets of ``a`` and ``b``; False when they were already one set."""
-        root_a, root_b = self.find(a), self.find(b)
-        if root_a == root_b:
-            return False
-        if self.size[root_a] < self.size[root_b]:
-            root_a, root_b = root_b, root_a
-        self.parent[root_b] = root_a
-        self.size[root_a] += self.size[root_b]
-        return True
-
-    def roots(self) -> np.ndarray:
-        """``(n,)`` int64: the root of every element."""
-        return np.fromiter((self.find(x) for x in range(len(self.parent))), np.int64)
 
 
 @dataclass(frozen=True)
@@ -164,11 +130,8 @@ def _strings(values: pa.Array | Sequence[str]) -> pa.Array:
 
 
 def connected_components(n: int, pairs: IndexedPairs) -> np.ndarray:
-    """``(n,)`` int64: for every item, the root row of its component (singletons: itself)."""
-    sets = UnionFind(n)
-    for a, b in zip(pairs.a.tolist(), pairs.b.tolist(), strict=True):
-        sets.union(a, b)
-    return sets.roots()
+    """``(n,)`` int64: for every item, the smallest row of its component (singletons: itself)."""
+    return smallest_member_labels(n, pairs.a, pairs.b)
 
 
 @dataclass(frozen=True)
@@ -355,25 +318,14 @@ def threshold_sweep(n: int, pairs: IndexedPairs, thresholds: Sequence[float]) ->
         One :class:`SweepPoint` per threshold, in the order given.
     """
     order = np.argsort(-pairs.scores, kind="stable")
-    a, b = pairs.a[order].tolist(), pairs.b[order].tolist()
     descending = -pairs.scores[order]  # ascending, for searchsorted
-    sets = UnionFind(n)
-    size = sets.size
-    position = groups = removed = largest = 0
+    distinct = sorted(set(thresholds), reverse=True)
+    # Pairs down to each threshold: the first position whose score is below it.
+    limits = -np.array(distinct, np.float64).astype(np.float32)
+    stops = np.searchsorted(descending, limits, side="right").astype(np.int64)
+    counts = merge_counts(n, pairs.a[order], pairs.b[order], stops).tolist()
     answers: dict[float, SweepPoint] = {}
-    for threshold in sorted(set(thresholds), reverse=True):
-        # Pairs down to this threshold: the first position whose score is below it.
-        stop = int(np.searchsorted(descending, -np.float32(threshold), side="right"))
-        for i in range(position, stop):
-            root_a, root_b = sets.find(a[i]), sets.find(b[i])
-            if root_a == root_b:
-                continue
-            size_a, size_b = size[root_a], size[root_b]
-            groups += 1 if size_a == size_b == 1 else (-1 if size_a > 1 and size_b > 1 else 0)
-            sets.union(root_a, root_b)
-            removed += 1
-            largest = max(largest, size_a + size_b)
-        position = max(position, stop)
+    for threshold, (position, groups, removed, largest) in zip(distinct, counts, strict=True):
         answers[threshold] = SweepPoint(
             threshold=threshold,
             pairs=position,

@@ -17,10 +17,10 @@ from pipelines.dedup.grouping import (
     Grouping,
     check_inputs,
     check_threshold,
-    component_labels,
     from_labels,
 )
 from pipelines.dedup.groups import IndexedPairs
+from pipelines.vectors.components import component_labels
 
 
 @dataclass(frozen=True)

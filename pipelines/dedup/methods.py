@@ -54,12 +54,12 @@ from pipelines.dedup.choices import METHODS, Method
 from pipelines.dedup.grouping import (
     Grouping,
     check_inputs,
-    component_labels,
     from_labels,
     lookup_scores,
 )
 from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.linkage import average_linkage
+from pipelines.vectors.components import component_labels
 from pipelines.vectors.progress import stage_progress
 
 

@@ -8,12 +8,12 @@ import re
 import numpy as np
 import pyarrow as pa
 import pytest
+from dedup_reference import UnionFind
 
 from pipelines.dedup.files import decode_id, encode_id, read_id_list, write_id_list
 from pipelines.dedup.groups import (
     IndexedPairs,
     SweepPoint,
-    UnionFind,
     connected_components,
     corpus_ranks,
     deduplicate,
