@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from pipelines.dedup.groups import DuplicateGroups
 from pipelines.io.embeddings import EmbeddingsDataset, require_compatible, shard_paths
+from pipelines.io.external_vectors import is_embed_output, open_external, recorded_columns
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, listed_parts
 from pipelines.io.pairs_output import PairsOutput
@@ -65,10 +66,15 @@ def open_embeddings(pairs: PairsOutput, override: list[str] | None) -> list[Embe
         raise ValueError(
             f"{pairs.directory}: its manifest names no embeddings; pass --embeddings DIR"
         )
+    # Vectors not made by `sbert embed` are reopened with the columns the pairs recorded.
+    columns = next(filter(None, (recorded_columns(m) for _, m in sources if m)), None)
     datasets = []
     for directory in directories:
         try:
-            datasets.append(EmbeddingsDataset.open(directory))
+            if columns is not None and not is_embed_output(directory):
+                datasets.append(open_external(directory, columns))
+            else:
+                datasets.append(EmbeddingsDataset.open(directory))
         except FileNotFoundError as err:
             raise FileNotFoundError(
                 f"{err} (the embeddings of the pairs in {pairs.directory}; if they moved, "

@@ -12,8 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from planted_vectors import write_embeddings
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from jobs.cluster import run as cluster
+from jobs.dedup import run as dedup
 from jobs.index import run as index
 from jobs.pairs import run as pairs
 from pipelines.index.files import open_index
@@ -111,6 +114,23 @@ def test_pairs_equal_brute_force(tmp_path, planted, kind):
     assert len(expected) >= TWINS and found == expected
     manifest = json.loads((out / "_manifest.json").read_text())
     assert manifest["model_id"] == f"external: {data}"
+
+
+def test_dedup_groups_the_pairs_of_external_vectors(tmp_path, planted):
+    ids, vectors = planted
+    data = write_dataset(tmp_path / "vectors", ids, vectors, "fixed32")
+    out = tmp_path / "pairs"
+    argv = ["--embeddings", str(data), *COLUMNS, "--output", str(out), "--k", "5"]
+    pairs([*argv, "--threshold", str(THRESHOLD), "--method", "exact"], test_pipeline=local())
+    expected = brute_force_pairs(ids, stored(vectors, "fixed32"), THRESHOLD)
+    position = {name: n for n, name in enumerate(ids)}
+    a, b = zip(*((position[x], position[y]) for x, y in expected), strict=True)
+    graph = coo_matrix((np.ones(len(a)), (a, b)), shape=(len(ids), len(ids)))
+    groups, _ = connected_components(graph, directed=False)
+    options = ["--threshold", str(THRESHOLD), "--method", "components"]
+    summary = dedup(["--pairs", str(out), "--output", str(tmp_path / "dedup"), *options])
+    assert summary.rows_in == len(ids)  # every external id, kept or removed
+    assert summary.removed == len(ids) - groups > 0  # one row kept per brute-force component
 
 
 def test_index_flat_recall_is_one(tmp_path, planted):
