@@ -85,6 +85,18 @@ def embedding_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return flat.reshape(-1, dim).astype(np.float32, copy=False)
 
 
+def require_one_model(datasets: list[EmbeddingsDataset]) -> None:
+    """Refuse embeddings that different models made (see :func:`require_compatible`).
+
+    Raises:
+        IncompatibleEmbeddingsError: naming the first dataset and the first that differs.
+    """
+    for other in datasets[1:]:
+        require_compatible(
+            datasets[0].manifest, other.manifest, f"{datasets[0].directory} and {other.directory}"
+        )
+
+
 def require_compatible(expected: dict, actual: dict, what: str) -> None:
     """Raise ``IncompatibleEmbeddingsError`` naming every model field on which two manifests differ.
 
@@ -152,12 +164,7 @@ class EmbeddingsDataset:
     def open_many(cls, directories: list[str]) -> list[EmbeddingsDataset]:
         """Open several directories and check that one model made them all."""
         datasets = [cls.open(directory) for directory in directories]
-        for other in datasets[1:]:
-            require_compatible(
-                datasets[0].manifest,
-                other.manifest,
-                f"{datasets[0].directory} and {other.directory}",
-            )
+        require_one_model(datasets)
         return datasets
 
     @property

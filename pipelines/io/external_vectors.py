@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.io.embeddings import EmbeddingsDataset, parquet_source, require_compatible
+from pipelines.io.embeddings import EmbeddingsDataset, parquet_source, require_one_model
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import MANIFEST, join
 from pipelines.io.schemas import embeddings_schema
@@ -137,6 +137,11 @@ def _check_columns(path: str, schema: pa.Schema, columns: ExternalColumns) -> No
         )
 
 
+def _first_null(values: pa.Array) -> int:
+    """The position of the first null of ``values``."""
+    return int(np.flatnonzero(values.is_null().to_numpy(False))[0])
+
+
 class _Converter:
     """Checks the rows of an external dataset batch by batch and writes them in our layout."""
 
@@ -152,7 +157,7 @@ class _Converter:
 
     def _ids(self, path: str, column: pa.Array) -> list[str]:
         if column.null_count:
-            row = self.file_rows + int(np.flatnonzero(column.is_null().to_numpy(False))[0])
+            row = self.file_rows + _first_null(column)
             raise ExternalVectorsError(
                 f"{path}: row {row} has a null id (column {self.columns.id!r})"
             )
@@ -169,17 +174,16 @@ class _Converter:
     def _vectors(self, path: str, column: pa.Array, ids: list[str]) -> np.ndarray:
         what = f"column {self.columns.embedding!r}"
         if column.null_count:
-            row = int(np.flatnonzero(column.is_null().to_numpy(False))[0])
+            row = _first_null(column)
             raise ExternalVectorsError(f"{path}: id {ids[row]!r} has a null vector ({what})")
         self.source_types.add(str(column.type.value_type))
         if pa.types.is_fixed_size_list(column.type):
             lengths = np.full(len(column), column.type.list_size, np.int64)
-            values = column.flatten()
         else:
             lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-            values = column.flatten()
+        values = column.flatten()
         if values.null_count:
-            row = int(np.searchsorted(np.cumsum(lengths), self._first_null(values), side="right"))
+            row = int(np.searchsorted(np.cumsum(lengths), _first_null(values), side="right"))
             raise ExternalVectorsError(
                 f"{path}: id {ids[row]!r} has a null value in its vector ({what})"
             )
@@ -198,10 +202,6 @@ class _Converter:
             vectors = flat.reshape(len(ids), self.dim or 0).astype(np.float32)
         require_finite(vectors, ids, where=path)
         return vectors
-
-    @staticmethod
-    def _first_null(values: pa.Array) -> int:
-        return int(np.flatnonzero(values.is_null().to_numpy(False))[0])
 
     def convert(self, number: int, path: str) -> str | None:
         """Check one file and write it as ``part-NNNNN.parquet`` (None when it has no rows)."""
@@ -326,10 +326,5 @@ def open_inputs(paths: list[str], columns: ExternalColumns | None) -> list[Embed
         EmbeddingsDataset.open(path) if is_embed_output(path) else open_external(path, columns)
         for path in paths
     ]
-    for other in datasets[1:]:
-        require_compatible(
-            datasets[0].manifest,
-            other.manifest,
-            f"{datasets[0].directory} and {other.directory}",
-        )
+    require_one_model(datasets)
     return datasets

@@ -168,20 +168,6 @@ def read_json_or_none(path: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def is_marker(relative: str) -> bool:
-    return (
-        relative in (MANIFEST, STARTED)
-        or relative.startswith(f"{ATTEMPTS}/")
-        or relative.startswith(f".{MANIFEST}")
-    )
-
-
-def listed_paths(manifest: dict | None) -> list[str]:
-    if not manifest or not isinstance(manifest.get("commit"), dict):
-        return []
-    return [entry["path"] for entry in manifest["commit"].get("files", [])]
-
-
 def delete_quietly(paths: list[str]) -> None:
     for path in paths:
         if FileSystems.exists(path):

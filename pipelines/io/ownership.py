@@ -26,11 +26,10 @@ file or its folder) is refused before anything is touched; object stores have no
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipelines.io.atomic import is_local
 from pipelines.io.output_dir import (
@@ -61,7 +60,6 @@ class Survey:
         links: the entries that are symbolic links (local disks only).
         manifest: our manifest, or None (absent, or not one of ours).
         started: the run id of our ``_STARTED`` marker, or None.
-        records: each recorded run's commit record (``{run id: record}``; missing if none).
         ours: the entries our records list.
     """
 
@@ -70,7 +68,6 @@ class Survey:
     links: frozenset[str]
     manifest: dict | None
     started: str | None
-    records: dict[str, dict] = field(default_factory=dict)
     ours: frozenset[str] = frozenset()
 
     @property
@@ -121,7 +118,7 @@ def survey(directory: str, layout: OutputLayout) -> Survey:
     """Look at ``directory`` without changing it: its entries, links and our records."""
     entries, links = _entries(directory)
     present = set(entries)
-    started = _our_started(directory) if STARTED in present and STARTED not in links else None
+    started = started_run(directory) if STARTED in present and STARTED not in links else None
     manifest = _our_manifest(directory) if MANIFEST in present and MANIFEST not in links else None
     base = Survey(directory, tuple(entries), frozenset(links), manifest, started)
     records = {}
@@ -130,13 +127,15 @@ def survey(directory: str, layout: OutputLayout) -> Survey:
         if record is not None and record.get("run_id") == run:
             records[run] = record
     ours = _ours(base, records, layout) & present
-    return Survey(directory, tuple(entries), frozenset(links), manifest, started, records, ours)
+    return Survey(directory, tuple(entries), frozenset(links), manifest, started, ours)
 
 
 def _ours(found: Survey, records: dict[str, dict], layout: OutputLayout) -> set[str]:
     ours = set(found.listed)
-    ours.update(name for name in (MANIFEST,) if found.manifest is not None)
-    ours.update(name for name in (STARTED,) if found.started is not None)
+    if found.manifest is not None:
+        ours.add(MANIFEST)
+    if found.started is not None:
+        ours.add(STARTED)
     for record in records.values():
         ours.update(listed_files(record, "publishes"))
         ours.update(listed_files(record, "replaced"))
@@ -155,7 +154,8 @@ def _ours(found: Survey, records: dict[str, dict], layout: OutputLayout) -> set[
     return ours
 
 
-def _our_started(directory: str) -> str | None:
+def started_run(directory: str) -> str | None:
+    """The run id in the top-level ``_STARTED`` marker, if it is one of ours."""
     marker = read_json_or_none(join(directory, STARTED))
     run_id = marker.get("run_id") if marker else None
     return run_id if isinstance(run_id, str) and RUN_ID.match(run_id) else None
@@ -165,7 +165,8 @@ def _our_manifest(directory: str) -> dict | None:
     manifest = read_json_or_none(join(directory, MANIFEST))
     if manifest is None:
         return None
-    if committed_run(manifest) or "sbert_pipeline" in json.dumps(manifest.get("software", {})):
+    software = manifest.get("software")
+    if committed_run(manifest) or (isinstance(software, dict) and "sbert_pipeline" in software):
         return manifest
     return None
 

@@ -12,7 +12,6 @@ import fnmatch
 import hashlib
 import logging
 import os
-import re
 import socket
 import time
 import uuid
@@ -22,6 +21,7 @@ import xxhash
 
 from pipelines.io import output_dir, ownership
 from pipelines.io.atomic import is_local, replace, write_json_replacing
+from pipelines.io.content_checks import ListedFile, digest_of, expected_digest
 from pipelines.io.filesystems import CompressionTypes, FileSystems
 from pipelines.io.output_dir import (
     ATTEMPTS,
@@ -44,7 +44,6 @@ from pipelines.io.ownership import Survey, committed_run
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 22
-_RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
 @dataclass
@@ -104,13 +103,6 @@ def _take_lock(directory: str) -> _Lock | None:
         logger.warning("%s: this filesystem does not support locks; not locked", directory)
         return None
     return _Lock(fd)
-
-
-def _started_run(directory: str) -> str | None:
-    """The run id in the top-level ``_STARTED`` marker, if it is one of ours."""
-    marker = read_json_or_none(join(directory, STARTED))
-    run_id = marker.get("run_id") if marker else None
-    return run_id if isinstance(run_id, str) and _RUN_ID.match(run_id) else None
 
 
 @dataclass
@@ -217,7 +209,7 @@ class StagedOutput:
             OutputExistsError: a link appeared at a name the commit writes; nothing was
                 published.
         """
-        if _started_run(self.directory) != self.run_id:
+        if ownership.started_run(self.directory) != self.run_id:
             raise OutputLockedError(
                 f"{self.directory} was taken over by another run while this one ran; this run "
                 "published nothing"
@@ -319,20 +311,17 @@ def _restore_previous(found: Survey) -> None:
 
 
 def _matches(path: str, entry: dict) -> bool:
-    """Whether the file at ``path`` is the one a manifest entry describes (size and sha256)."""
-    if not FileSystems.exists(path):
+    """Whether the file at ``path`` is the one a manifest entry describes: its size, and the
+    digest readers check (:func:`pipelines.io.content_checks.expected_digest`)."""
+    expected = expected_digest(entry)
+    found = FileSystems.match([path])[0].metadata_list if FileSystems.exists(path) else []
+    if expected is None or len(found) != 1 or found[0].size_in_bytes != entry.get("bytes"):
         return False
+    algorithm, digest = expected
     try:
-        described = _describe_file(path, entry["path"], _size(path))
+        return digest_of(ListedFile(path, found[0].size_in_bytes, 0.0, digest, algorithm)) == digest
     except OSError:
         return False
-    return described["bytes"] == entry.get("bytes") and described["sha256"] == entry.get("sha256")
-
-
-def _size(path: str) -> int:
-    if is_local(path):
-        return os.path.getsize(path.removeprefix("file://"))
-    return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
 
 
 def _describe_file(path: str, final: str, size: int) -> dict:

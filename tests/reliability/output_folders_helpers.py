@@ -10,6 +10,8 @@ from pathlib import Path
 
 from testdata import DATA_DIR, read_tsv
 
+CORPUS_TEXTS = 40  # rows of the shared corpus fixture (tests/reliability/conftest.py)
+
 
 def texts(n: int, *, offset: int = 0) -> list[str]:
     """``n`` distinct short English texts from the bundled test corpus."""

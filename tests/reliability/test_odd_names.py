@@ -17,6 +17,7 @@ from output_folders_helpers import embed_argv, snapshot, texts
 from jobs.cli import main as cli
 from jobs.embed import run as embed
 from jobs.run import run as run_job
+from pipelines.io.corpus_files import refuse_unrecordable_names
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputExistsError
@@ -101,6 +102,13 @@ def test_sbert_run_embeds_a_name_with_glob_characters_and_reruns(tmp_path, brack
     assert first.failed is None and len(_ids(tmp_path / "job" / "embeddings")) == 15
     assert run_job([str(config), "--force", "embed"]).failed is None
     assert len(_ids(tmp_path / "job" / "embeddings")) == 15
+
+
+def test_the_name_check_refuses_a_non_utf8_name_on_any_filesystem():
+    # The end-to-end tests below need a filesystem that stores such a name; this one does not.
+    refuse_unrecordable_names(["in/plain.txt"])  # a UTF-8 name passes
+    with pytest.raises(DataFileError, match=r"b'in/caf\\xe9\.txt': its name is not valid UTF-8"):
+        refuse_unrecordable_names(["in/plain.txt", f"in/{LATIN1}"])
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import json
 import logging
 
 import pytest
-from output_folders_helpers import embed_argv, snapshot, texts, write_txt
+from output_folders_helpers import CORPUS_TEXTS, embed_argv, snapshot
 
 from jobs.embed import run as embed
 from jobs.index import run as index
@@ -24,18 +24,6 @@ def _user_folder(path):
     (path / "thesis.md").write_text("mine")
     (path / "notes" / "_STARTED").write_text("")
     return snapshot(path)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_txt(tmp_path_factory.mktemp("corpus"), texts(40))
-
-
-@pytest.fixture(scope="module")
-def embedded(corpus, tiny_st_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("embedded") / "out"
-    embed(embed_argv(corpus, out, tiny_st_dir))
-    return out
 
 
 def test_embed_refuses_a_user_folder_with_a_nested_started_marker(tmp_path, corpus, tiny_st_dir):
@@ -69,7 +57,7 @@ def test_overwrite_writes_next_to_foreign_files_and_never_deletes_them(
     assert (folder / "notes" / "_STARTED").exists()
     parts = sorted(p.name for p in folder.glob("part-*.parquet"))
     assert parts and not set(parts) & set(first_parts)  # the first run's parts are gone
-    assert EmbeddingsDataset.open(str(folder)).count == 40
+    assert EmbeddingsDataset.open(str(folder)).count == CORPUS_TEXTS
 
 
 def test_a_killed_runs_remains_are_cleared_by_name(tmp_path, corpus, tiny_st_dir):

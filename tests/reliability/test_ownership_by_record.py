@@ -14,7 +14,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from output_folders_helpers import embed_argv, snapshot, texts, write_txt
+from output_folders_helpers import CORPUS_TEXTS, embed_argv, snapshot
 
 from jobs.cli import main as cli
 from jobs.embed import run as embed
@@ -26,18 +26,6 @@ from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputExistsError
 
 OTHER_RUN = "fedcba987654"
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_txt(tmp_path_factory.mktemp("corpus"), texts(20))
-
-
-@pytest.fixture(scope="module")
-def embedded(corpus, tiny_st_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("embedded") / "emb"
-    embed(embed_argv(corpus, out, tiny_st_dir))
-    return out
 
 
 def _index_argv(embedded, out, *extra):
@@ -98,7 +86,7 @@ def test_overwrite_keeps_foreign_files_that_are_not_in_the_way(tmp_path, corpus,
     embed(embed_argv(corpus, folder, tiny_st_dir, "--overwrite"))
     embed(embed_argv(corpus, folder, tiny_st_dir, "--overwrite"))
     assert (folder / "_SUCCESS").exists() and (folder / "README.txt").read_text() == "mine"
-    assert EmbeddingsDataset.open(str(folder)).count == 20
+    assert EmbeddingsDataset.open(str(folder)).count == CORPUS_TEXTS
 
 
 def test_a_file_named_like_our_killed_runs_part_is_not_ours_without_its_record(
@@ -201,7 +189,7 @@ def test_a_link_of_the_users_beside_our_names_is_kept_with_overwrite(tmp_path, c
     embed(embed_argv(corpus, out, tiny_st_dir, "--overwrite"))
     embed(embed_argv(corpus, out, tiny_st_dir, "--overwrite"))
     assert os.path.islink(out / "notes") and (users / "keep" / "notes.txt").read_text() == "mine"
-    assert EmbeddingsDataset.open(str(out)).count == 20
+    assert EmbeddingsDataset.open(str(out)).count == CORPUS_TEXTS
 
 
 def test_a_refused_rerun_leaves_a_stale_backup_where_it_is(tmp_path, embedded):
