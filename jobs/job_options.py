@@ -85,14 +85,14 @@ def add_overwrite(parser: argparse.ArgumentParser) -> None:
 
 
 def add_verify(parser: argparse.ArgumentParser, what: str = "the input folders' files") -> None:
-    """``--verify`` / ``--no-verify``: compare ``what`` with the sha256 their manifest records
+    """``--verify`` / ``--no-verify``: compare ``what`` with the digest their manifest records
     before using them (on by default; off, only their sizes and the listing are checked)."""
     parser.add_argument(
         "--verify",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help=f"check {what} against the sha256 their manifest records before reading them "
-        "(about 1.5 GB/s per core; --no-verify checks only their sizes; default on)",
+        help=f"check {what} against the digest their manifest records before reading them "
+        "(--no-verify checks only their sizes; default on)",
     )
 
 
