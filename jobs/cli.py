@@ -28,8 +28,10 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from jobs.errors import JobFailedError, Terminated, note_stop, user_stop
+from jobs import stage_cli
+from jobs.errors import user_stop
 from jobs.parsers import HelpFormatter
+from pipelines.stage_api.stops import JobFailedError, Terminated, note_stop
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
 
@@ -128,14 +130,8 @@ def _configure_logging(level: int) -> None:
 
 
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    """The ``--long`` option strings of ``parser``, hidden (deprecated) spellings left out."""
-    return sorted(
-        name
-        for action in parser._actions
-        if action.help != argparse.SUPPRESS
-        for name in action.option_strings
-        if name.startswith("--")
-    )
+    """The ``--long`` flags of a command's parser, hidden (deprecated) spellings left out."""
+    return sorted(set(getattr(parser, "flags", [])))
 
 
 def check_command_args(command: str, argv: list[str]) -> None:
@@ -145,12 +141,15 @@ def check_command_args(command: str, argv: list[str]) -> None:
     Raises:
         ValueError: an unknown option or stray argument (``UnknownOptionError`` for Beam jobs).
     """
-    parser = importlib.import_module(f"jobs.parsers.{command}").build_parser()
+    if stage_cli.is_stage_command(command):
+        parser = stage_cli.build_parser(command)
+    else:
+        parser = importlib.import_module(f"jobs.parsers.{command}").build_parser()
     _, extra = parser.parse_known_args(argv)
     if not extra:
         return
     if command in BEAM_COMMANDS:
-        from jobs.beam_options import check_beam_args
+        from pipelines.stage_api.beam_options import check_beam_args
 
         check_beam_args(extra, option_strings(parser))
         return
@@ -265,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run_command(rest: list[str]) -> int:
     if rest and rest[0] in JOB_COMMANDS:
         check_command_args(rest[0], rest[1:])
+        if stage_cli.is_stage_command(rest[0]):
+            return stage_cli.main(rest[0], rest[1:])
         return importlib.import_module(f"jobs.{rest[0]}").main(rest[1:])
     args = build_parser().parse_args(rest)
     return args.handler(args)

@@ -31,13 +31,10 @@ from dataclasses import dataclass
 import apache_beam as beam
 import numpy as np
 
-from jobs.beam_options import runner_name
-from jobs.errors import JobFailedError
 from jobs.job_options import (
     job_output,
 )
 from jobs.parsers.cluster import MIN_SAMPLE, SAMPLE_PER_CLUSTER, build_parser
-from jobs.pipeline_run import options_for, show_progress, transform_runner
 from pipelines.cluster.assign import ASSIGNMENTS
 from pipelines.cluster.run import (
     ClusterSettings,
@@ -54,6 +51,9 @@ from pipelines.io.corpus_files import match_corpus
 from pipelines.io.external_vectors import ExternalColumns, open_inputs
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout
+from pipelines.stage_api.beam_options import runner_name
+from pipelines.stage_api.beam_run import options_for, show_progress, transform_runner
+from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.checks import check_cosine
 from pipelines.vectors.sampling import sample_size
 

@@ -84,9 +84,7 @@ import time
 import numpy as np
 
 from jobs.dedup_options import check_args, check_options, check_settings, settings_of
-from jobs.errors import JobFailedError
 from jobs.parsers.dedup import build_parser
-from jobs.pipeline_run import show_progress
 from pipelines.dedup.copies import read_copies, reason_column
 from pipelines.dedup.corpus import (
     CORPUS_DIR,
@@ -124,6 +122,8 @@ from pipelines.io.content_checks import content_checks
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import PairsOutput
 from pipelines.io.staged_output import prepare_output
+from pipelines.stage_api.beam_run import show_progress
+from pipelines.stage_api.stops import JobFailedError
 
 __all__ = ["build_parser", "check_options", "main", "run"]
 

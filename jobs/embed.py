@@ -21,19 +21,9 @@ from dataclasses import asdict, dataclass, replace
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from jobs.beam_options import runner_name
-from jobs.errors import JobFailedError
 from jobs.job_options import job_output
 from jobs.model_options import encoder_settings
 from jobs.parsers.embed import build_parser
-from jobs.pipeline_run import (
-    new_pipeline,
-    options_for,
-    run_pipeline,
-    show_progress,
-    step_error,
-    waits,
-)
 from pipelines.embed.commit import (
     EMBEDDING_COUNTS,
     FILES_WRITTEN,
@@ -71,6 +61,16 @@ from pipelines.io.output_dir import MANIFEST, OutputLayout, join
 from pipelines.io.output_names import refuse_output_folder
 from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
 from pipelines.io.staged_output import StagedOutput
+from pipelines.stage_api.beam_options import runner_name
+from pipelines.stage_api.beam_run import (
+    new_pipeline,
+    options_for,
+    run_pipeline,
+    show_progress,
+    step_error,
+    waits,
+)
+from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.progress import close_shared_progress
 from sbert_core.encoder_settings import EncoderSettings
 from sbert_core.errors import DataFileError
@@ -230,7 +230,7 @@ def launch(
     job: EmbedJob, test_pipeline: beam.Pipeline | None = None
 ) -> EmbedSummary | EmbedSubmitted:
     """Run a built job: wait for it and summarise its manifest, or only submit it when Beam's
-    ``--no_wait_until_finish`` is given (see :func:`jobs.pipeline_run.waits`).
+    ``--no_wait_until_finish`` is given (see :func:`pipelines.stage_api.beam_run.waits`).
 
     A run whose manifest is published succeeds even if clearing up after the commit failed
     (a warning says so; the next run clears the rest): the outcome follows what was published.

@@ -146,7 +146,7 @@ def run(argv: list[str] | None = None) -> FinetuneSummary:
             or an existing output, all before training starts.
         JobFailedError: the loss diverged (the last checkpoint is kept).
     """
-    from jobs.errors import JobFailedError
+    from pipelines.stage_api.stops import JobFailedError
 
     args = build_parser().parse_args(argv)
     config = resolve_config(args)
@@ -437,7 +437,7 @@ if __name__ == "__main__":
     # ``torchrun -m jobs.finetune`` starts here rather than in the ``sbert`` entry point, so
     # errors a user can fix are printed the way ``sbert`` prints them.
     from jobs.cli import USER_ERRORS
-    from jobs.errors import JobFailedError
+    from pipelines.stage_api.stops import JobFailedError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -50,7 +50,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jobs.errors import JobFailedError
 from jobs.job_options import (
     job_output,
 )
@@ -78,6 +77,7 @@ from pipelines.pairs.plan import (
     exact_path,
     plan_blocking,
 )
+from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.checks import check_cosine
 from pipelines.vectors.progress import show_progress_unless_quiet
 
@@ -246,17 +246,17 @@ def _beam_options(
     beam_args: list[str], test_pipeline: beam.Pipeline | None
 ) -> PipelineOptions | None:
     """The run's Beam options, or None where none were given (and no test pipeline): then the
-    runner is the local one (``jobs.beam_options.pipeline_options([])``), known without loading
-    Beam, which the launcher's own search never needs."""
+    runner is the local one (``beam_options.pipeline_options([])``), known without
+    loading Beam, which the launcher's own search never needs."""
     if test_pipeline is None and not beam_args:
         return None
-    from jobs.pipeline_run import options_for
+    from pipelines.stage_api.beam_run import options_for
 
     return options_for(beam_args, test_pipeline)
 
 
 def _is_local(options: PipelineOptions) -> bool:
-    from jobs.beam_options import is_local
+    from pipelines.stage_api.beam_options import is_local
 
     return is_local(options)
 
@@ -264,12 +264,12 @@ def _is_local(options: PipelineOptions) -> bool:
 def _transform_runner(
     options: PipelineOptions | None, test_pipeline: beam.Pipeline | None
 ) -> RunTransform:
-    """What runs one transform as a pipeline (``jobs.pipeline_run.transform_runner``), Beam
-    loaded on its first call: the launcher's own search never makes one."""
+    """What runs one transform as a pipeline (``beam_run.transform_runner``), Beam loaded on its
+    first call: the launcher's own search never makes one."""
 
     def run(label: str, transform: beam.PTransform):
-        from jobs.beam_options import pipeline_options
-        from jobs.pipeline_run import transform_runner
+        from pipelines.stage_api.beam_options import pipeline_options
+        from pipelines.stage_api.beam_run import transform_runner
 
         chosen = options if options is not None else pipeline_options([])
         return transform_runner(chosen, test_pipeline)(label, transform)

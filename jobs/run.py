@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
 
-from jobs.errors import JobFailedError
 from jobs.parsers.run import build_parser
 from jobs.run_config import (
     CONFIG_COPY,
@@ -57,6 +56,7 @@ from jobs.run_stages import (
     stage_facts,
 )
 from pipelines.io.output_dir import join
+from pipelines.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)
 

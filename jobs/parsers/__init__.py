@@ -52,16 +52,42 @@ def module_description(module: str) -> str | None:
     return None if doc is None else plain_text(doc)
 
 
-def command_parser(prog: str, module: str) -> argparse.ArgumentParser:
+class CommandParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that lists its flags (:attr:`flags`), for the close-match hints of
+    an unknown option and the checks of a config against a command: argparse keeps its own list
+    private."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.flags: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        """``ArgumentParser.add_argument``, recording the action's shown flags."""
+        return self._record(super().add_argument(*args, **kwargs))
+
+    def add_argument_group(self, *args, **kwargs):
+        """``ArgumentParser.add_argument_group``; the group's flags are recorded here too."""
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+        group.add_argument = lambda *a, **k: self._record(add(*a, **k))
+        return group
+
+    def _record(self, action: argparse.Action) -> argparse.Action:
+        if action.help != argparse.SUPPRESS:
+            self.flags += [flag for flag in action.option_strings if flag.startswith("--")]
+        return action
+
+
+def command_parser(prog: str, module: str) -> CommandParser:
     """A job's parser: ``module``'s docstring as the description, defaults in the help."""
-    return argparse.ArgumentParser(
+    return CommandParser(
         prog=prog, description=module_description(module), formatter_class=HelpFormatter
     )
 
 
 def config_parser(
     prog: str, module: str, config_help: str, set_metavar: str, set_help: str
-) -> argparse.ArgumentParser:
+) -> CommandParser:
     """The parser of a command driven by a config YAML (``sbert run``, ``sbert submit``): the
     ``config`` path and repeatable ``--set KEY=VALUE`` overrides (into ``args.overrides``)."""
     parser = command_parser(prog, module)

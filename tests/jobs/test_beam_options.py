@@ -7,8 +7,13 @@ import logging
 import pytest
 from apache_beam.options.pipeline_options import StandardOptions
 
-from jobs.beam_options import LOCAL_RUNNER, UnknownOptionError, check_beam_args, pipeline_options
 from jobs.cli import main
+from pipelines.stage_api.beam_options import (
+    LOCAL_RUNNER,
+    UnknownOptionError,
+    check_beam_args,
+    pipeline_options,
+)
 
 
 @pytest.mark.parametrize(
@@ -51,19 +56,19 @@ def test_known_beam_options_of_every_runner_pass():
 
 
 def test_direct_runner_is_mapped_with_one_warning(caplog):
-    with caplog.at_level(logging.INFO, logger="jobs.beam_options"):
+    with caplog.at_level(logging.INFO, logger="pipelines.stage_api.beam_options"):
         options = pipeline_options(["--runner", "DirectRunner"])
     assert options.view_as(StandardOptions).runner == LOCAL_RUNNER
-    records = [r for r in caplog.records if r.name == "jobs.beam_options"]
+    records = [r for r in caplog.records if r.name == "pipelines.stage_api.beam_options"]
     assert [r.levelno for r in records] == [logging.WARNING]
     assert "DirectRunner" in records[0].getMessage() and "\n" not in records[0].getMessage()
 
 
 def test_no_runner_means_the_local_runner_without_a_warning(caplog):
-    with caplog.at_level(logging.INFO, logger="jobs.beam_options"):
+    with caplog.at_level(logging.INFO, logger="pipelines.stage_api.beam_options"):
         options = pipeline_options([])
     assert options.view_as(StandardOptions).runner == LOCAL_RUNNER
-    assert not [r for r in caplog.records if r.name == "jobs.beam_options"]
+    assert not [r for r in caplog.records if r.name == "pipelines.stage_api.beam_options"]
 
 
 @pytest.mark.parametrize(

@@ -21,10 +21,10 @@ from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineS
 from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
 
 from jobs import embed
-from jobs.errors import JobFailedError
 from pipelines.embed.commit import CommitRefusedError
 from pipelines.io import output_dir
 from pipelines.io.schemas import ERRORS_DIR
+from pipelines.stage_api.stops import JobFailedError
 
 
 def _argv(corpus, out, model, *extra) -> list[str]:
@@ -275,8 +275,8 @@ def test_the_flex_template_launcher_submits_without_waiting():
     import importlib.util
     from pathlib import Path
 
-    from jobs.beam_options import pipeline_options
-    from jobs.pipeline_run import waits
+    from pipelines.stage_api.beam_options import pipeline_options
+    from pipelines.stage_api.beam_run import waits
 
     path = Path(__file__).parents[2] / "deploy" / "dataflow" / "flex-template" / "launch.py"
     spec = importlib.util.spec_from_file_location("flex_template_launch", path)

@@ -6,10 +6,10 @@ import pyarrow.parquet as pq
 import pytest
 from planted_vectors import clustered_vectors, exact_top_k, recall, write_embeddings_dir
 
-from jobs.index import run
 from pipelines.index.files import CorruptIndexError, ids_schema, open_index
 from pipelines.index.planner import BudgetTooSmallError
 from pipelines.io.output_dir import OutputExistsError
+from tests.stage_commands import index as run
 
 N, DIM, CLUSTERS, SPREAD = 8000, 32, 60, 1.0
 TARGET = 0.95

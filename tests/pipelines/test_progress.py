@@ -19,7 +19,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from corpus_files import GOOD_TEXTS, write_corpus
 
-from jobs.pipeline_run import show_progress
+from pipelines.stage_api.beam_run import show_progress
 from pipelines.vectors.progress import (
     EMBED_PROGRESS,
     Progress,

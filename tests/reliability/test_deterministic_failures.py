@@ -16,7 +16,6 @@ from garbage_helpers import embed_argv, texts, write_txt
 
 from jobs.cli import main as cli
 from jobs.embed import run as embed
-from jobs.errors import JobFailedError
 from pipelines.embed.model_handler import (
     DETERMINISTIC_ROWS,
     DeterministicInferenceError,
@@ -26,6 +25,7 @@ from pipelines.embed.model_handler import (
     SbertModelHandler,
 )
 from pipelines.io.corpus_reader import CorpusRecord
+from pipelines.stage_api.stops import JobFailedError
 from sbert_core import SentenceEncoder
 from sbert_core.encode_result import EncodeResult
 

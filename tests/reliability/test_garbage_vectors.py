@@ -18,7 +18,6 @@ from garbage_helpers import clustered_vectors, embed_argv, texts, write_embeddin
 from jobs.cli import main as cli
 from jobs.cluster import run as cluster
 from jobs.embed import run as embed
-from jobs.index import run as index
 from jobs.pairs import run as pairs
 from pipelines.dedup.groups import index_pairs
 from pipelines.embed.model_handler import NON_FINITE_REASON
@@ -31,6 +30,7 @@ from pipelines.vectors.communities import detect_communities
 from pipelines.vectors.kmeans import fit_spherical_kmeans
 from sbert_core import SentenceEncoder
 from sbert_core.encode_result import EncodeResult
+from tests.stage_commands import index
 
 
 @pytest.fixture(scope="module")

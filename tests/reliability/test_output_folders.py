@@ -13,9 +13,9 @@ import pytest
 from output_folders_helpers import CORPUS_TEXTS, embed_argv, snapshot
 
 from jobs.embed import run as embed
-from jobs.index import run as index
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.output_dir import OutputExistsError
+from tests.stage_commands import index
 
 
 def _user_folder(path):

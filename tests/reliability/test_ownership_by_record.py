@@ -18,12 +18,12 @@ from output_folders_helpers import CORPUS_TEXTS, embed_argv, snapshot
 
 from jobs.cli import main as cli
 from jobs.embed import run as embed
-from jobs.index import run as index
 from pipelines.index.files import open_index
 from pipelines.io import staged_output
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputExistsError
+from tests.stage_commands import index
 
 OTHER_RUN = "fedcba987654"
 
@@ -250,7 +250,7 @@ def test_a_killed_commits_backup_goes_back_when_it_is_the_listed_file(tmp_path, 
 
 
 def _index_layout():
-    from jobs.index import LAYOUT
+    from pipelines.index.stage import LAYOUT
 
     return LAYOUT
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from planted_vectors import clustered_vectors, write_embeddings_dir
 
-from jobs.index import run
 from pipelines.index.build import ArraySource
 from pipelines.index.planner import ivf_nlist, plan_index
 from pipelines.index.trial import choose_by_trial, trial_candidates, trial_size
 from pipelines.io.sizes import parse_size
+from tests.stage_commands import index as run
 
 # N·d above the planner's Flat limit, so HNSW32 and IVF-Flat are both candidates.
 N, DIM = 12_000, 384

@@ -4,7 +4,7 @@ Every Beam job runs its pipeline the same way: run, wait until it finishes, clos
 Dask runner leaves open, and name the runner for the manifest. ``sbert embed``, whose last step
 publishes, may also only submit (Beam's ``--no_wait_until_finish``); :func:`step_error` gives back
 what a step raised through Beam's wrapping. Stage orchestration in
-``pipelines/`` receives :func:`transform_runner`'s callable, so pipelines never import jobs.
+``pipelines/`` receives :func:`transform_runner`'s callable.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
-from jobs.beam_options import is_local, pipeline_options, runner_name
-from jobs.errors import raise_pending_stop, stop_signal
+from pipelines.stage_api.beam_options import is_local, pipeline_options, runner_name
+from pipelines.stage_api.stops import raise_pending_stop, stop_signal
 
 logger = logging.getLogger(__name__)
 # What Beam appends to an exception raised in a step, once per enclosing step.
@@ -36,9 +36,16 @@ class PipelineRun:
     runner: str
 
 
-def options_for(beam_args: list[str], test_pipeline: beam.Pipeline | None) -> PipelineOptions:
-    """The options a run uses: the test pipeline's when given, else parsed from ``beam_args``."""
-    return test_pipeline.options if test_pipeline is not None else pipeline_options(beam_args)
+def options_for(
+    beam_args: Sequence[str] | PipelineOptions, test_pipeline: beam.Pipeline | None
+) -> PipelineOptions:
+    """The options a run uses: the test pipeline's when given, else ``beam_args`` (a
+    ``PipelineOptions`` as it is, a list of flags parsed, the local runner pinned)."""
+    if test_pipeline is not None:
+        return test_pipeline.options
+    if isinstance(beam_args, PipelineOptions):
+        return beam_args
+    return pipeline_options(list(beam_args))
 
 
 def show_progress(options: PipelineOptions | None = None) -> None:

@@ -1,4 +1,6 @@
-"""``sbert index``: embeddings -> a FAISS index chosen under a memory budget, with measured recall.
+"""The index stage: embeddings -> a FAISS index chosen under a memory budget, with measured recall.
+
+Run from Python as ``index.run(index.Options(embeddings=..., output=...))``, or as
 
     sbert index --embeddings out/embeddings --output out/index
         [--factory auto|<faiss factory string>] [--memory-budget 4GB] [--target-recall 0.95]
@@ -26,10 +28,6 @@ from dataclasses import dataclass, replace
 import apache_beam as beam
 import faiss
 
-from jobs.errors import JobFailedError
-from jobs.job_options import job_output
-from jobs.parsers.index import build_parser
-from jobs.pipeline_run import options_for, show_progress, transform_runner
 from pipelines.index.build import BuildSettings, BuiltIndex, build_index
 from pipelines.index.faiss_ops import default_train_sample, min_train_points, new_index
 from pipelines.index.files import (
@@ -42,6 +40,7 @@ from pipelines.index.files import (
     write_ids,
     write_index_file,
 )
+from pipelines.index.options import Options
 from pipelines.index.planner import (
     POINTS_PER_CENTROID,
     IndexPlan,
@@ -60,7 +59,11 @@ from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.external_vectors import ExternalColumns, open_inputs
 from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout
-from pipelines.io.sizes import format_size, parse_size
+from pipelines.io.sizes import format_size
+from pipelines.stage_api.beam_run import options_for, show_progress, transform_runner
+from pipelines.stage_api.outputs import stage_output
+from pipelines.stage_api.result import Result
+from pipelines.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)
 
@@ -98,77 +101,45 @@ class IndexSummary:
         )
 
 
-def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> IndexSummary:
-    """Plan, build, tune and write the index; returns the summary after the manifest is written.
+def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
+    """Plan, build, tune and write the index; returns once its manifest is published.
 
     Args:
-        argv: job options followed by any Beam options (used with ``--shards``).
-        test_pipeline: a pipeline to build the sharded fill into (tests pass a ``TestPipeline``).
+        options: the stage's options (checked when they were built).
+        pipeline: a pipeline to build the sharded fill into (tests pass a ``TestPipeline``).
 
     Raises:
         FileNotFoundError, OutputExistsError, ValueError (incl. BudgetTooSmallError): before
             any work starts.
         JobFailedError: the sharded pipeline lost a shard.
     """
-    args, beam_args = build_parser().parse_known_args(argv)
-    with content_checks(args.verify):
-        return _run(args, beam_args, argv, test_pipeline)
+    with content_checks(options.verify):
+        return _run(options, pipeline)
 
 
-def _run(
-    args, beam_args: list[str], argv: list[str] | None, test_pipeline: beam.Pipeline | None
-) -> IndexSummary:
-    """:func:`run` once the options are parsed."""
-    budget = _checked(args, beam_args)
-    (data,) = open_inputs([args.embeddings], ExternalColumns.from_args(args))
+def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
+    """:func:`run` inside the content checks."""
+    budget = options.memory_budget_bytes()
+    (data,) = open_inputs([options.embeddings], ExternalColumns.from_args(options))
     n = data.count
     if n == 0:
-        raise ValueError(f"{args.embeddings} holds no embeddings; there is nothing to index")
-    plan = plan_index(n, data.dim, args.metric, budget) if args.factory == "auto" else None
+        raise ValueError(f"{options.embeddings} holds no embeddings; there is nothing to index")
+    auto = options.factory == "auto"
+    plan = plan_index(n, data.dim, options.metric, budget) if auto else None
     if plan is None:  # a bad factory, or one this corpus cannot train, fails before writing
-        _check_trainable(args.factory, data.dim, args.metric, n, args.train_sample)
+        _check_trainable(options.factory, data.dim, options.metric, n, options.train_sample)
     settings = BuildSettings(
-        factory=args.factory,
-        metric=args.metric,
-        target_recall=args.target_recall,
-        train_sample=args.train_sample,
-        n_queries=args.queries,
-        batch_size=args.batch_size,
-        seed=args.seed,
+        factory=options.factory,
+        metric=options.metric,
+        target_recall=options.target_recall,
+        train_sample=options.train_sample,
+        n_queries=options.queries,
+        batch_size=options.batch_size,
+        seed=options.seed,
     )
-    out = job_output("index", args.output, args.overwrite, argv, LAYOUT)
+    out = stage_output("index", options, LAYOUT)
     with out:
-        return _build(args, out, data, (plan, n, budget), settings, beam_args, test_pipeline)
-
-
-def check_options(argv: list[str]) -> None:
-    """Check this command's option values without reading inputs or touching any output.
-
-    ``sbert run`` calls it for every stage before running the first one.
-
-    Raises:
-        ValueError: a value the command would refuse, naming the option.
-    """
-    _checked(*build_parser().parse_known_args(argv))
-
-
-def _checked(args, beam_args: list[str]) -> int:
-    """Refuse bad option values, naming the option; returns the memory budget in bytes."""
-    if not 0.0 < args.target_recall <= 1.0:
-        raise ValueError(f"--target-recall must be in (0, 1], got {args.target_recall}")
-    if args.trial_sample is not None and args.trial_sample < 0:
-        raise ValueError(f"--trial-sample must be 0 (off) or positive, got {args.trial_sample}")
-    if args.queries < 1 or args.batch_size < 1:
-        raise ValueError("--queries and --batch-size must be positive")
-    if args.shards is not None and args.shards < 1:
-        raise ValueError(f"--shards must be at least 1, got {args.shards}")
-    if beam_args and args.shards is None:
-        raise ValueError(
-            f"unrecognised arguments: {' '.join(beam_args)} (Beam options apply only with --shards)"
-        )
-    if args.train_sample is not None and args.train_sample <= 0:
-        raise ValueError(f"--train-sample must be positive, got {args.train_sample}")
-    return parse_size(args.memory_budget)
+        return _build(options, out, data, (plan, n, budget), settings, pipeline)
 
 
 def _check_trainable(factory: str, dim: int, metric: str, n: int, train_sample: int | None) -> None:
@@ -189,27 +160,25 @@ def _check_trainable(factory: str, dim: int, metric: str, n: int, train_sample: 
         )
 
 
-def _build(args, out, data, sized, settings, beam_args, test_pipeline) -> IndexSummary:
+def _build(options: Options, out, data, sized, settings, pipeline) -> Result:
     """Choose, build, tune and write the index into ``out``'s attempt area, then publish."""
     plan, n, budget = sized
     start = time.perf_counter()
     trial = None
-    if plan is not None and args.trial_sample != 0:
+    if plan is not None and options.trial_sample != 0:
         trial = choose_by_trial(
-            data, plan, args.target_recall, seed=args.seed, n_sample=args.trial_sample
+            data, plan, options.target_recall, seed=options.seed, n_sample=options.trial_sample
         )
     chosen = trial.chosen if trial else plan.chosen if plan else None
-    factory = chosen.factory if chosen else args.factory
+    factory = chosen.factory if chosen else options.factory
     settings = replace(settings, factory=factory)
-    if args.shards is None:
+    if options.shards is None:
         show_progress()  # the whole build runs in this process
         built = build_index(data, settings)
         size, sha256 = write_index_file(built.index, out.path(INDEX_FILE))
         index_files, runner = [FileDigest(INDEX_FILE, size, sha256)], None
     else:
-        built, index_files, runner = _build_sharded(
-            args, out.attempt, data, settings, beam_args, test_pipeline
-        )
+        built, index_files, runner = _build_sharded(options, out.attempt, data, settings, pipeline)
     rows, ids_size, ids_sha = write_ids(
         out.path(IDS_FILE),
         in_index_order(id_batches(data, data.has_text), built.held_out),
@@ -221,39 +190,41 @@ def _build(args, out, data, sized, settings, beam_args, test_pipeline) -> IndexS
         index_files=index_files,
         ids_file=FileDigest(IDS_FILE, ids_size, ids_sha),
         ids_rows=rows,
-        fields=_manifest_fields(args, data, n, (plan, trial), built, budget, runner, seconds),
+        fields=_manifest_fields(options, data, n, (plan, trial), built, budget, runner, seconds),
     )
-    return IndexSummary(
-        output=args.output,
+    summary = IndexSummary(
+        output=options.output,
         factory=factory,
         n=n,
         search_params=built.tuning.search_params,
         recall=built.tuning.recall,
-        target=args.target_recall,
+        target=options.target_recall,
         queries_per_s=built.queries_per_s,
         size_bytes=manifest["size_bytes"],
         seconds=seconds,
     )
+    return Result(options.output, manifest, summary)
 
 
-def _build_sharded(args, attempt: str, data, settings, beam_args, test_pipeline):
+def _build_sharded(options: Options, attempt: str, data, settings, pipeline):
     """Train here, fill shards in Beam workers (writing below ``attempt``), merge here."""
-    options = options_for(beam_args, test_pipeline)
-    show_progress(options)
-    build, trained = prepare_sharded_build(data, attempt, settings, args.shards)
-    fill = transform_runner(options, test_pipeline)("BuildIndexShards", BuildIndexShards(build))
+    beam_options = options_for(options.beam_options, pipeline)
+    show_progress(beam_options)
+    build, trained = prepare_sharded_build(data, attempt, settings, options.shards)
+    fill = transform_runner(beam_options, pipeline)("BuildIndexShards", BuildIndexShards(build))
     try:
         built, files = finish_sharded_build(build, trained)
     except IncompleteShardsError as err:
         raise JobFailedError(
-            f"{err}; nothing was published and the previous content of {args.output} is unchanged"
+            f"{err}; nothing was published and the previous content of {options.output} is "
+            "unchanged"
         ) from err
     built.seconds["fill_pipeline"] = fill.seconds
     return built, files, fill.runner
 
 
 def _manifest_fields(
-    args,
+    options: Options,
     data: EmbeddingsDataset,
     n: int,
     choice: tuple[IndexPlan | None, TrialChoice | None],
@@ -263,26 +234,21 @@ def _manifest_fields(
     seconds: float,
 ) -> dict:
     plan, trial = choice
-    estimate = estimate_for_factory(built.factory, n, data.dim, args.metric)
+    estimate = estimate_for_factory(built.factory, n, data.dim, options.metric)
     return {
         **built.manifest_fields(),
-        "factory_requested": args.factory,
+        "factory_requested": options.factory,
         "memory_budget_bytes": budget,
         "memory_estimate_bytes": estimate.bytes if estimate else None,
         "memory_estimate_formula": estimate.formula if estimate else None,
         "plan": plan.to_json() if plan else None,
         "trial": trial.to_json() if trial else None,
-        "shards": None if args.shards is None else {"requested": args.shards, "runner": runner},
+        "shards": None
+        if options.shards is None
+        else {"requested": options.shards, "runner": runner},
         "has_text": data.has_text,
         "embeddings": {"directory": data.directory, "manifest": data.manifest},
         "software": software_versions(faiss=faiss.__version__),
         "total_seconds": round(seconds, 3),
         "created": created_now(),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry: run and print the summary."""
-    summary = run(argv)
-    print(summary.line())
-    return 0

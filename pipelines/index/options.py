@@ -1,0 +1,83 @@
+"""Options of the index stage (``sbert index``, ``sbert run``'s ``index:``, ``index.Options``).
+
+Beam-free: the command line is generated from these fields (``jobs/options_cli.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pipelines.io.sizes import parse_size
+from pipelines.stage_api.options import OptionError, at_least, in_range, option
+from pipelines.stage_api.shared_options import (
+    ExternalVectorOptions,
+    beam_options_option,
+    output_option,
+    overwrite_option,
+    seed_option,
+    verify_option,
+)
+
+
+@dataclass(frozen=True)
+class Options(ExternalVectorOptions):
+    """How to build an index from an embeddings folder (see ``pipelines/index/stage.py``)."""
+
+    embeddings: str = option(
+        help="an sbert embed output directory (or, with --embedding-column, a Parquet dataset)",
+        required=True,
+    )
+    output: str = output_option("index output directory")
+    factory: str = option(
+        "auto", "'auto' (choose under --memory-budget) or a FAISS index_factory string"
+    )
+    memory_budget: str = option(
+        "4GB", "memory the index may use, e.g. 4GB, 512MiB (default 4GB; used by auto)"
+    )
+    target_recall: float = option(
+        0.95, "recall@10 the search parameter is tuned to reach (default 0.95)"
+    )
+    metric: Literal["ip", "l2"] = option(
+        "ip", "ip: cosine (vectors are L2-normalised), l2: Euclidean (default ip)"
+    )
+    train_sample: int | None = option(help="training vectors (default: by index)")
+    trial_sample: int | None = option(
+        help="with --factory auto, when both HNSW and IVF-Flat fit the budget, build both on "
+        "this many vectors and keep the faster at the target recall (default: N/4, at least "
+        "100k, at most 1M; 0: take the planner's first choice)"
+    )
+    queries: int = option(
+        1000, "held-out vectors for tuning and the recall estimate (default 1000)"
+    )
+    batch_size: int = option(65536, "vectors read and added per step")
+    seed: int = seed_option("for the training and query sample")
+    shards: int | None = option(
+        help="fill S shards in a Beam pipeline and merge them (default: one process, no Beam)"
+    )
+    overwrite: bool = overwrite_option()
+    verify: bool = verify_option()
+    beam_options: Any = beam_options_option()
+
+    def check(self) -> None:
+        """Refuse bad values before any input is read."""
+        in_range("target_recall", self.target_recall, 0.0, 1.0, low_open=True)
+        at_least("trial_sample", self.trial_sample, 0)
+        at_least("queries", self.queries, 1)
+        at_least("batch_size", self.batch_size, 1)
+        at_least("shards", self.shards, 1)
+        at_least("train_sample", self.train_sample, 1)
+        self.memory_budget_bytes()
+        if self.beam_options and self.shards is None:
+            raise OptionError(
+                "shards",
+                "Beam options apply only with --shards (the index is otherwise built in this "
+                "process)",
+            )
+
+    def memory_budget_bytes(self) -> int:
+        """``memory_budget`` in bytes."""
+        try:
+            return parse_size(self.memory_budget)
+        except ValueError as err:
+            raise OptionError("memory_budget", str(err)) from None

@@ -1,0 +1,294 @@
+"""Typed stage options: one frozen dataclass per stage is the one source of its options.
+
+A stage's ``Options`` (``pipelines/<stage>/options.py``) declares every option once, with its
+type, default, help text and checks. Three front ends read it:
+
+- the Python API: ``pairs.run(pairs.Options(embeddings=["out/emb"], output="out/pairs"))``;
+- the command line: ``sbert pairs --embeddings out/emb --output out/pairs``, whose parser is
+  generated from the fields (``jobs/options_cli.py``), a flag per field named as the field with
+  dashes (``memory_budget`` is ``--memory-budget``);
+- ``sbert run``: the stage's YAML section, checked by :func:`options_from_mapping`.
+
+Declaring an option::
+
+    @dataclass(frozen=True)
+    class Options(StageOptions):
+        output: str = option(help="output directory", required=True)
+        threshold: float | None = option(help="pairs at or above this cosine")
+
+        def check(self) -> None:
+            if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
+                raise OptionError("threshold", f"must be in [-1, 1], got {self.threshold}")
+
+Building an ``Options`` checks it: each value against its field's type (a list is accepted for a
+``tuple[...]`` field and stored as a tuple; an int for a float), required fields, then the
+stage's own :meth:`StageOptions.check`. So an ``Options`` that exists is valid, and a mistake is
+one :class:`OptionError` naming the option. Beam-free and argparse-free: ``--help`` and the
+``sbert run`` checks load no Beam, torch or FAISS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+OptionsT = TypeVar("OptionsT", bound="StageOptions")
+# The field of Beam pipeline options (a list of flags or a PipelineOptions): not recorded in
+# manifests or fingerprints, as where a stage runs does not change what it writes.
+BEAM_FIELD = "beam_options"
+
+
+class OptionError(ValueError):
+    """A bad option value, naming the option.
+
+    ``str()`` names it as on the command line (``--memory-budget: ...``); ``sbert run`` names
+    it by its key (``index.memory_budget: ...``) through :meth:`at`.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"--{name.replace('_', '-')}: {message}")
+        self.name = name
+        self.message = message
+
+    def at(self, section: str) -> ValueError:
+        """The same error named by its config key, ``section.name``."""
+        return ValueError(f"{section}.{self.name}: {self.message}")
+
+
+def option(
+    default: Any = None,
+    help: str = "",
+    *,
+    required: bool = False,
+    metavar: str | None = None,
+    group: str | None = None,
+    aliases: tuple[str, ...] = (),
+    cli: Mapping[str, Any] | None = None,
+    in_cli: bool = True,
+) -> Any:
+    """A field of a stage's ``Options``.
+
+    Args:
+        default: the value when the option is not given (immutable: use a tuple for a list).
+        help: the option's ``--help`` line and its description in the YAML docs.
+        required: the option must be given (its default is then None).
+        metavar: the value's name in ``--help``.
+        group: the ``--help`` section it is listed under.
+        aliases: other flags that set it (old spellings kept working), e.g. ``("--k",)``.
+        cli: argparse settings that differ from what the type implies, such as
+            ``{"nargs": "+", "action": "extend"}`` for ``--embeddings A B``, or ``{"type":
+            parse_list}`` for a comma-separated value.
+        in_cli: false for a field only the Python API and ``sbert run`` set.
+    """
+    metadata = {
+        "help": help,
+        "required": required,
+        "metavar": metavar,
+        "group": group,
+        "aliases": tuple(aliases),
+        "cli": dict(cli or {}),
+        "in_cli": in_cli,
+    }
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """Base of every stage's ``Options``: type and required-field checks, then :meth:`check`."""
+
+    def __post_init__(self) -> None:
+        hints = field_types(type(self))
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if value is None:
+                if item.metadata.get("required"):
+                    raise OptionError(item.name, "required")
+                continue
+            converted = conform(value, hints[item.name], item.name)
+            if converted is not value:
+                object.__setattr__(self, item.name, converted)
+        self.check()
+
+    def check(self) -> None:
+        """The stage's own checks of values and their combinations (raise :class:`OptionError`)."""
+
+    def replace(self: OptionsT, **changes: Any) -> OptionsT:
+        """A copy with ``changes``, checked again."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every option as plain YAML/JSON values (tuples as lists); what manifests record."""
+        return {
+            item.name: _plain(getattr(self, item.name))
+            for item in dataclasses.fields(self)
+            if item.name != BEAM_FIELD
+        }
+
+
+def option_fields(cls: type[StageOptions]) -> tuple[dataclasses.Field, ...]:
+    """The fields of ``cls`` in declaration order."""
+    return dataclasses.fields(cls)
+
+
+def defaults(cls: type[StageOptions]) -> dict[str, Any]:
+    """Option name -> its default (None for a required option)."""
+    return {item.name: _plain(item.default) for item in dataclasses.fields(cls)}
+
+
+def options_from_mapping(
+    cls: type[OptionsT],
+    values: Mapping[str, Any],
+    where: str,
+    *,
+    owned: Mapping[str, Any] | None = None,
+    owner: str = "sbert run",
+) -> OptionsT:
+    """``cls`` built from a config section, with errors naming ``where.key``.
+
+    Args:
+        cls: the stage's ``Options``.
+        values: the section as read from YAML (keys are field names; ``-`` is read as ``_``).
+        where: the section's name, for messages.
+        owned: fields the caller sets itself (the stage's inputs and output), with their values;
+            the section may not set them.
+        owner: who sets the owned fields, for messages.
+
+    Raises:
+        ValueError: an unknown key (with the closest name), an owned key, a wrong type or a
+            value the stage refuses, each naming ``where.key``.
+    """
+    owned = dict(owned or {})
+    names = [item.name for item in dataclasses.fields(cls)]
+    given: dict[str, Any] = {}
+    for key, value in values.items():
+        name = str(key).replace("-", "_")
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{where}.{key}: not an option of {where}{hint}")
+        if name in owned:
+            raise ValueError(f"{where}.{key}: set by {owner}, not by the config")
+        given[name] = value
+    try:
+        return cls(**given, **owned)
+    except OptionError as err:
+        raise err.at(where) from None
+
+
+@cache
+def field_types(cls: type) -> dict[str, Any]:
+    """Field name -> its resolved type hint (annotations are strings under PEP 563)."""
+    return typing.get_type_hints(cls)
+
+
+def conform(value: Any, hint: Any, name: str) -> Any:
+    """``value`` as a value of ``hint`` (a list as a tuple, an int as a float), or an error.
+
+    Raises:
+        OptionError: ``value`` is not of the type, naming the option.
+    """
+    ok, converted = _conform(value, hint)
+    if not ok:
+        raise OptionError(name, f"expected {_describe(hint)}, got {value!r}")
+    return converted
+
+
+def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
+    origin = get_origin(hint)
+    if hint is Any:
+        return True, value
+    if origin in (typing.Union, types.UnionType):
+        for arm in get_args(hint):
+            ok, converted = _conform(value, arm)
+            if ok:
+                return True, converted
+        return False, value
+    if origin is Literal:
+        return value in get_args(hint) and not isinstance(value, bool), value
+    if hint is type(None):
+        return value is None, value
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False, value
+        return True, float(value)
+    if hint is str:
+        return isinstance(value, str), value
+    if origin is tuple:
+        return _conform_items(value, get_args(hint))
+    if origin is dict or hint is dict:
+        return isinstance(value, Mapping), value
+    return True, value  # a library's type (PipelineOptions): its own code checks it
+
+
+def _conform_items(value: Any, args: tuple) -> tuple[bool, Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+        return False, value
+    item_hint = args[0] if args else Any
+    items = []
+    for item in value:
+        ok, converted = _conform(item, item_hint)
+        if not ok:
+            return False, value
+        items.append(converted)
+    return True, tuple(items)
+
+
+def _describe(hint: Any) -> str:
+    origin = get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arm) for arm in get_args(hint))
+    if origin is Literal:
+        return "one of " + ", ".join(repr(choice) for choice in get_args(hint))
+    if origin is tuple:
+        return f"a list of {_describe(get_args(hint)[0])}"
+    if hint is type(None):
+        return "null"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def in_range(
+    name: str, value: float | None, low: float, high: float, *, low_open: bool = False
+) -> None:
+    """Refuse ``value`` outside ``[low, high]`` (``(low, high]`` with ``low_open``), and NaN.
+
+    Written as "not inside" rather than "below or above": every comparison with NaN is false.
+
+    Raises:
+        OptionError: ``--name: must be in [low, high], got value``.
+    """
+    if value is None:
+        return
+    inside = (low < value <= high) if low_open else (low <= value <= high)
+    if not inside:
+        bracket = "(" if low_open else "["
+        raise OptionError(name, f"must be in {bracket}{low:g}, {high:g}], got {value}")
+
+
+def at_least(name: str, value: int | float | None, low: int | float) -> None:
+    """Refuse ``value`` below ``low`` (and NaN).
+
+    Raises:
+        OptionError: ``--name: must be at least low, got value``.
+    """
+    if value is not None and not value >= low:
+        raise OptionError(name, f"must be at least {low}, got {value}")

@@ -1,0 +1,24 @@
+"""The staged output folder of a stage run, opened the same way by every stage."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipelines.io.staged_output import prepare_output
+
+if TYPE_CHECKING:
+    from pipelines.io.output_dir import OutputLayout
+    from pipelines.io.staged_output import StagedOutput
+    from pipelines.stage_api.options import StageOptions
+
+
+def stage_output(stage: str, options: StageOptions, layout: OutputLayout) -> StagedOutput:
+    """The staged output of a run of ``stage`` with ``options`` (its ``output`` and
+    ``overwrite``): refused before any work when it exists (without ``overwrite``) or is not
+    this project's; the manifest records the stage and its options."""
+    return prepare_output(
+        options.output,
+        overwrite=options.overwrite,
+        job={"command": stage, "options": options.to_dict()},
+        layout=layout,
+    )

@@ -1,0 +1,87 @@
+"""Options several stages share, declared once so each is spelled, checked and documented the
+same way wherever it appears (``--output``, ``--overwrite``, ``--verify``, ``--seed``, the Beam
+options, the external-vector columns). Beam-free.
+
+A stage's ``Options`` lists them as fields (``output: str = output_option()``) or inherits
+:class:`ExternalVectorOptions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.stage_api.options import BEAM_FIELD, StageOptions, option
+
+EXTERNAL_GROUP = "external vectors"
+EXTERNAL_HELP = (
+    "an --embeddings path without _manifest.json is read as a Parquet dataset (a folder of "
+    "*.parquet files, one file or a glob; files in name order) of these columns"
+)
+
+
+def output_option(help: str = "output directory") -> Any:
+    """``--output DIR`` (required)."""
+    return option(help=help, required=True)
+
+
+def overwrite_option() -> Any:
+    """``--overwrite``: replace an existing output (only one this project wrote)."""
+    return option(False, "replace an existing output")
+
+
+def verify_option(what: str = "the input folders' files") -> Any:
+    """``--verify`` / ``--no-verify``: compare ``what`` with the digest their manifest records
+    before using them (on by default; off, only their sizes and the listing are checked)."""
+    return option(
+        True,
+        f"check {what} against the digest their manifest records before reading them "
+        "(--no-verify checks only their sizes; default on)",
+        cli={"negatable": True},
+    )
+
+
+def seed_option(help: str) -> Any:
+    """``--seed N`` (default 0): the stage's random choices (``help`` says which) repeat."""
+    return option(0, help)
+
+
+def beam_options_option() -> Any:
+    """The Beam pipeline options of a stage that runs pipelines: a list of flags as Beam spells
+    them (``["--runner=DataflowRunner", "--project=p"]``) or a ``PipelineOptions``. On the
+    command line, every flag that is not the stage's own."""
+    return option(
+        (),
+        "Beam pipeline options: a list of flags or a PipelineOptions",
+        in_cli=False,
+    )
+
+
+@dataclass(frozen=True)
+class ExternalVectorOptions(StageOptions):
+    """The columns of an input that ``sbert embed`` did not make (a Parquet dataset)."""
+
+    embedding_column: str | None = option(
+        help="the vector column: a list or fixed-size list of float16, float32 or float64",
+        group=EXTERNAL_GROUP,
+    )
+    id_column: str | None = option(help="the column of unique ids", group=EXTERNAL_GROUP)
+    text_column: str | None = option(help="an optional text column", group=EXTERNAL_GROUP)
+    model_name: str | None = option(
+        help="the model recorded as 'external: NAME' (default the dataset path); inputs of "
+        "different models are refused together",
+        group=EXTERNAL_GROUP,
+    )
+
+
+__all__ = [
+    "BEAM_FIELD",
+    "EXTERNAL_GROUP",
+    "EXTERNAL_HELP",
+    "ExternalVectorOptions",
+    "beam_options_option",
+    "output_option",
+    "overwrite_option",
+    "seed_option",
+    "verify_option",
+]
