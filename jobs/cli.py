@@ -48,8 +48,6 @@ JOB_COMMANDS = {
     "search": "nearest neighbours of query texts in an index",
     "submit": "run a job from a YAML config on Dataflow, Spark or Flink",
 }
-# The commands whose options not their own are Beam pipeline options.
-BEAM_COMMANDS = ("cluster", "embed", "index", "pairs")
 # Errors a user can fix from the message alone: printed as one line, exit status 2.
 USER_ERRORS = (
     ModelLoadError,
@@ -148,7 +146,7 @@ def check_command_args(command: str, argv: list[str]) -> None:
     _, extra = parser.parse_known_args(argv)
     if not extra:
         return
-    if command in BEAM_COMMANDS:
+    if stage_cli.runs_pipelines(command):
         from pipelines.stage_api.beam_options import check_beam_args
 
         check_beam_args(extra, option_strings(parser))

@@ -8,6 +8,7 @@ stage's heavy modules load when it runs.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 from jobs.options_cli import build_options_parser, parse_options
 from jobs.parsers import CommandParser
+from pipelines.stage_api.options import BEAM_FIELD
 
 
 def is_stage_command(name: str) -> bool:
@@ -23,6 +25,13 @@ def is_stage_command(name: str) -> bool:
     return importlib.util.find_spec(f"pipelines.{name}") is not None and (
         importlib.util.find_spec(f"pipelines.{name}.options") is not None
     )
+
+
+def runs_pipelines(name: str) -> bool:
+    """Whether ``sbert <name>`` takes Beam options (its ``Options`` has ``beam_options``)."""
+    if not is_stage_command(name):
+        return False
+    return BEAM_FIELD in {item.name for item in dataclasses.fields(stage_package(name).Options)}
 
 
 def stage_package(stage: str) -> ModuleType:
