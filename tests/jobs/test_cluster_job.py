@@ -10,8 +10,6 @@ from planted import gaussian_mixture, overlapping_groups
 from planted_vectors import write_embeddings
 from sklearn.metrics import adjusted_rand_score
 
-from jobs.cluster import run
-from jobs.embed import run as embed
 from pipelines.cluster.assign import ASSIGNMENTS_SCHEMA
 from pipelines.cluster.summary import SUMMARY_SCHEMA
 from pipelines.io.centroids import load_centroids
@@ -19,6 +17,8 @@ from pipelines.io.embeddings import IncompatibleEmbeddingsError
 from pipelines.io.output_dir import OutputExistsError
 from pipelines.vectors.communities import detect_communities
 from pipelines.vectors.kmeans import assign
+from tests.stage_commands import cluster as run
+from tests.stage_commands import embed
 
 TOPICS = {
     "music": "guitar music plays song band concert piano",

@@ -544,8 +544,8 @@ def planted_corpus(n_background: int = 150, n_groups: int = 25, seed: int = 7):
 
 @pytest.mark.slow
 def test_planted_near_duplicates_are_found_with_the_real_model(tmp_path, local_pipeline):
-    from jobs.embed import run as embed
-    from jobs.pairs import run as pairs_job
+    from tests.stage_commands import embed
+    from tests.stage_commands import pairs as pairs_job
 
     records, planted = planted_corpus()
     (tmp_path / "in").mkdir()

@@ -8,15 +8,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.dedup import run as dedup
-from jobs.embed import run as embed
-from jobs.pairs import run as pairs
 from jobs.run_config import load_run_config
 from jobs.run_inputs import check_inputs
 from jobs.run_stages import plan_stages
 from pipelines.dedup.choices import METHODS
 from pipelines.embed.sinks import output_schema
 from pipelines.io.schemas import COPY_OF
+from tests.stage_commands import dedup, embed, pairs
 
 # (id, text) in corpus order; each id's representative is the first row of its text.
 CORPUS = [

@@ -5,12 +5,12 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
 
-from jobs.embed import run
 from pipelines.embed.read_corpus import RECORDS, REJECTED, ReadCorpus, RejectDuplicateIds
 from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec
 from pipelines.io.output_dir import OutputExistsError
 from pipelines.io.schemas import ERRORS_DIR
 from pipelines.stage_api.stops import JobFailedError
+from tests.stage_commands import embed as run
 
 
 def test_read_corpus_transform(local_pipeline, tmp_path):

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 from corpus_files import GOOD_TEXTS, write_corpus
 
-from jobs.embed import run
 from pipelines.io.embeddings import (
     EmbeddingsDataset,
     IncompatibleEmbeddingsError,
     require_compatible,
 )
+from tests.stage_commands import embed as run
 
 
 @pytest.fixture

@@ -15,13 +15,10 @@ from planted_vectors import write_embeddings
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from jobs.cluster import run as cluster
-from jobs.dedup import run as dedup
-from jobs.pairs import run as pairs
 from pipelines.index.files import open_index
 from pipelines.io.embeddings import IncompatibleEmbeddingsError
 from pipelines.io.pairs_output import read_pairs
-from tests.stage_commands import index
+from tests.stage_commands import cluster, dedup, index, pairs
 
 N, DIM, TWINS, THRESHOLD = 300, 16, 30, 0.9
 COLUMNS = ["--embedding-column", "vec", "--id-column", "doc_id"]

@@ -13,7 +13,6 @@ from planted import unit_rows
 from planted_vectors import clustered_vectors, write_embeddings
 
 from jobs.cli import main as cli_main
-from jobs.pairs import run
 from pipelines.io.embeddings import EmbeddingsDataset, IncompatibleEmbeddingsError, all_shards
 from pipelines.io.output_dir import OutputExistsError
 from pipelines.io.pairs_output import open_pairs_output, read_neighbors, read_pairs
@@ -22,6 +21,7 @@ from pipelines.pairs.exact import run_exact
 from pipelines.pairs.files import VectorReader, needs_normalizing
 from pipelines.pairs.plan import exact_path, exact_worker_bytes, whole_matrix_bytes
 from pipelines.pairs.transforms import PairsSettings
+from tests.stage_commands import pairs as run
 
 K, THRESHOLD, DIM = 10, 0.9, 24
 TWINS, COPIES = 40, 14  # planted near-duplicate pairs; exact copies of one vector

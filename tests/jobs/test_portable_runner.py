@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
 
-from jobs.embed import run as run_embed
-from jobs.pairs import run as run_pairs
 from pipelines.io.pairs_output import read_neighbors, read_pairs
+from tests.stage_commands import embed as run_embed
+from tests.stage_commands import pairs as run_pairs
 
 # A guard against a service that never comes up, so the test fails instead of hanging.
 STARTUP_LIMIT_S = 120

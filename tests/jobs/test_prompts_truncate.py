@@ -21,8 +21,8 @@ import pytest
 from jobs import embed, index, pairs
 from jobs import run as run_job
 from jobs.cli import main as cli_main
-from jobs.search import run as search
 from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
+from tests.stage_commands import search
 
 PROMPTS = {"query": "query: ", "document": "passage: "}
 FULL_DIM = 24  # the Dense layer's output

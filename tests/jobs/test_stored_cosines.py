@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from planted_vectors import write_embeddings
 
-from jobs.pairs import run
+from tests.stage_commands import pairs as run
 
 DIM = 24
 

@@ -274,7 +274,7 @@ def test_embed_handler_counts_a_batch_whose_model_ran_elsewhere(lines, tiny_enco
 
 
 def test_embed_job_draws_the_bar_to_its_end(tmp_path, tiny_st_dir, monkeypatch, root_level):
-    from jobs.embed import run
+    from tests.stage_commands import embed as run
 
     root_level(logging.WARNING)
     terminal = FakeTerminal()

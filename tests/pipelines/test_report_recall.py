@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.dedup import run
 from jobs.run_sections import _duplicate_groups, _known_duplicates
 from pipelines.dedup.known import known_found, read_known_duplicates
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_table
+from tests.stage_commands import dedup as run
 
 MODEL = {
     "model_id": "planted",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from output_folders_helpers import CORPUS_TEXTS, embed_argv, texts, write_txt
 
-from jobs.embed import run as embed
+from tests.stage_commands import embed
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from output_folders_helpers import embed_argv, texts
 
-from jobs.embed import run as embed
 from pipelines.io.corpus_reader import (
     EXCERPT_CHARS,
     MAX_JSON_DEPTH,
@@ -28,6 +27,7 @@ from pipelines.io.corpus_reader import (
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.output_dir import read_manifest
 from pipelines.io.schemas import ERRORS_DIR
+from tests.stage_commands import embed
 
 DEEP = 2000
 

@@ -15,7 +15,6 @@ import pytest
 from garbage_helpers import embed_argv, texts, write_txt
 
 from jobs.cli import main as cli
-from jobs.embed import run as embed
 from pipelines.embed.model_handler import (
     DETERMINISTIC_ROWS,
     DeterministicInferenceError,
@@ -28,6 +27,7 @@ from pipelines.io.corpus_reader import CorpusRecord
 from pipelines.stage_api.stops import JobFailedError
 from sbert_core import SentenceEncoder
 from sbert_core.encode_result import EncodeResult
+from tests.stage_commands import embed
 
 DEVICE_ERROR = "CUDA error: no kernel image is available for execution on the device"
 

@@ -18,11 +18,9 @@ from garbage_helpers import embed_argv, texts, write_txt
 from safetensors.torch import load_file, save_file
 
 from jobs.cli import main as cli
-from jobs.embed import run as embed
-from jobs.search import run as search
 from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
 from sbert_core import ModelLoadError, SentenceEncoder, inspect_model
-from tests.stage_commands import index
+from tests.stage_commands import embed, index, search
 
 
 @pytest.fixture

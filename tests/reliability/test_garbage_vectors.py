@@ -16,9 +16,6 @@ import pytest
 from garbage_helpers import clustered_vectors, embed_argv, texts, write_embeddings, write_txt
 
 from jobs.cli import main as cli
-from jobs.cluster import run as cluster
-from jobs.embed import run as embed
-from jobs.pairs import run as pairs
 from pipelines.dedup.groups import index_pairs
 from pipelines.embed.model_handler import NON_FINITE_REASON
 from pipelines.index.build import ArraySource
@@ -30,7 +27,7 @@ from pipelines.vectors.communities import detect_communities
 from pipelines.vectors.kmeans import fit_spherical_kmeans
 from sbert_core import SentenceEncoder
 from sbert_core.encode_result import EncodeResult
-from tests.stage_commands import index
+from tests.stage_commands import cluster, embed, index, pairs
 
 
 @pytest.fixture(scope="module")

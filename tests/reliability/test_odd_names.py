@@ -15,7 +15,6 @@ from apache_beam.io.filesystem import BeamIOError
 from output_folders_helpers import embed_argv, snapshot, texts
 
 from jobs.cli import main as cli
-from jobs.embed import run as embed
 from jobs.run import run as run_job
 from pipelines.io.corpus_files import refuse_unrecordable_names
 from pipelines.io.embeddings import EmbeddingsDataset
@@ -23,6 +22,7 @@ from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputExistsError
 from pipelines.io.staged_output import StagedOutput
 from sbert_core.errors import DataFileError
+from tests.stage_commands import embed
 
 BRACKETS = "notes [v2].txt"
 LATIN1 = os.fsdecode(b"caf\xe9.txt")  # b"\xe9" alone is no UTF-8: a lone surrogate in Python

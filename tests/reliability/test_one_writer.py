@@ -14,10 +14,10 @@ import time
 import pytest
 from output_folders_helpers import embed_argv, start_cli, texts, write_txt
 
-from jobs.embed import run as embed
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.output_dir import OutputLayout, OutputLockedError
 from pipelines.io.staged_output import prepare_output
+from tests.stage_commands import embed
 
 
 def test_a_second_run_on_a_held_folder_is_refused_naming_the_holder(tmp_path, tiny_st_dir):

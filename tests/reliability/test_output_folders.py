@@ -12,10 +12,9 @@ import logging
 import pytest
 from output_folders_helpers import CORPUS_TEXTS, embed_argv, snapshot
 
-from jobs.embed import run as embed
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.output_dir import OutputExistsError
-from tests.stage_commands import index
+from tests.stage_commands import embed, index
 
 
 def _user_folder(path):

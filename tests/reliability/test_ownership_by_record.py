@@ -17,13 +17,12 @@ import pytest
 from output_folders_helpers import CORPUS_TEXTS, embed_argv, snapshot
 
 from jobs.cli import main as cli
-from jobs.embed import run as embed
 from pipelines.index.files import open_index
 from pipelines.io import staged_output
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputExistsError
-from tests.stage_commands import index
+from tests.stage_commands import embed, index
 
 OTHER_RUN = "fedcba987654"
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from output_folders_helpers import texts
 
-from jobs.embed import run as embed
 from pipelines.dedup.files import embed_error_ids
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.output_dir import MANIFEST, OutputExistsError
 from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
+from tests.stage_commands import embed
 
 (PREVIOUS_DIR,) = LEGACY_ERRORS_DIRS
 REJECTED_IDS = {"blank", "textless"}

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from output_folders_helpers import embed_argv, snapshot, texts
 
-from jobs.embed import run as embed
 from jobs.run import run as run_job
 from pipelines.io.embeddings import EmbeddingsDataset
+from tests.stage_commands import embed
 
 
 @pytest.fixture

@@ -19,12 +19,11 @@ from output_folders_helpers import embed_argv, snapshot, start_cli, texts, write
 
 import pipelines.io.atomic as atomic
 import pipelines.io.output_dir as output_dir
-from jobs.embed import run as embed
 from pipelines.index.files import open_index
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.output_dir import CorruptOutputError
 from pipelines.stage_api.stops import JobFailedError
-from tests.stage_commands import index
+from tests.stage_commands import embed, index
 
 
 @pytest.fixture(scope="module")

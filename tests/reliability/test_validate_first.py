@@ -14,13 +14,11 @@ import pytest
 import torch
 from output_folders_helpers import embed_argv, snapshot, texts, write_txt
 
-from jobs.cluster import run as cluster
-from jobs.embed import run as embed
 from jobs.run import StageFailedError
 from jobs.run import run as sbert_run
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.stage_api.stops import JobFailedError
-from tests.stage_commands import index
+from tests.stage_commands import cluster, embed, index
 
 BAD_ENCODER_VALUES = [
     (["--device", "tpu9"], r"--device 'tpu9' is not a device"),

@@ -19,8 +19,6 @@ import yaml
 from output_folders_helpers import embed_argv, texts, write_txt
 
 from jobs.cli import main as cli
-from jobs.embed import run as embed
-from jobs.pairs import run as pairs
 from jobs.run import main as run_main
 from jobs.run_config import load_run_config
 from jobs.run_inputs import check_inputs
@@ -28,6 +26,7 @@ from jobs.run_stages import plan_stages
 from pipelines.io import content_checks
 from pipelines.io.content_checks import ListedFile, changed_files
 from pipelines.io.output_dir import MANIFEST, CorruptOutputError, read_manifest
+from tests.stage_commands import embed, pairs
 
 # Each stage reading the embeddings, with options that let it run on 40 tiny vectors.
 STAGES = {
