@@ -4,7 +4,8 @@ One flag per field, named as the field with dashes (``memory_budget`` is ``--mem
 plus the field's old spellings (``aliases``). The type gives the argparse settings: a bool is a
 switch (``--verify/--no-verify`` where it is on by default or may be None), a ``Literal`` gives
 the choices, an int or float its type, a ``tuple[...]`` takes several values; a field's ``cli``
-metadata changes what differs. Every flag a stage does not know is a Beam pipeline option
+metadata changes what differs (``{"positional": True, "nargs": "*"}`` makes a positional
+argument). Every flag a stage does not know is a Beam pipeline option
 (its ``beam_options`` field) in a stage that runs pipelines, and an error otherwise.
 
 Imports no torch and no Beam, so ``sbert CMD --help`` answers at once.
@@ -48,8 +49,12 @@ def build_options_parser(
             if group_name not in groups:
                 groups[group_name] = parser.add_argument_group(group_name)
             target = groups[group_name]
+        settings = _argparse_settings(item, hints[item.name])
+        if settings.pop("positional", False):
+            target.add_argument(item.name, **settings)
+            continue
         flags = [flag_of(item.name), *item.metadata.get("aliases", ())]
-        target.add_argument(*flags, dest=item.name, **_argparse_settings(item, hints[item.name]))
+        target.add_argument(*flags, dest=item.name, **settings)
     return parser
 
 
