@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.cli import JOB_COMMANDS, VERBOSE_FLAGS, build_parser, main, split_global_flags
-from jobs.model_options import COMPUTE_DTYPE_CHOICES, POOLING_CHOICES
+from pipelines.stage_api.model_options import COMPUTE_DTYPE_CHOICES, POOLING_CHOICES
 
 
 @pytest.fixture
