@@ -44,9 +44,8 @@ import numpy as np
 
 from benchmarks.common import ROOT, write_result
 from benchmarks.parser import benchmark_parser
+from pipelines.cluster.options import MIN_SAMPLE, SAMPLE_PER_CLUSTER
 
-# The sample ``sbert cluster`` fits on by default (jobs.cluster, not imported: it pulls in Beam).
-SAMPLE_PER_CLUSTER, MIN_SAMPLE = 64, 20_000
 CHUNK = 8192  # rows generated at a time: small, so the data dominates the RSS before the fit
 
 

@@ -11,7 +11,7 @@ from planted_vectors import write_embeddings
 from sklearn.metrics import adjusted_rand_score
 
 from pipelines.cluster.assign import ASSIGNMENTS_SCHEMA
-from pipelines.cluster.summary import SUMMARY_SCHEMA
+from pipelines.cluster.cluster_summaries import SUMMARY_SCHEMA
 from pipelines.io.centroids import load_centroids
 from pipelines.io.embeddings import IncompatibleEmbeddingsError
 from pipelines.io.output_dir import OutputExistsError
@@ -116,7 +116,7 @@ def test_texts_from_the_corpus_and_a_clamped_sample(embedded, caplog):
     out = embedded / "clusters_corpus_text"
     argv = ["--embeddings", str(embedded / "emb"), "--output", str(out), "--k", "2"]
     argv += ["--text-from", str(embedded / "corpus" / "*"), "--sample", "1000"]
-    with caplog.at_level(logging.WARNING, logger="jobs.cluster"):
+    with caplog.at_level(logging.WARNING, logger="pipelines.cluster.stage"):
         run(argv, test_pipeline=local())
     assert "--sample 1000 is more than the 60 embeddings" in caplog.text
     _, table, manifest = read_dir(out)
@@ -185,11 +185,11 @@ def planted_dir(tmp_path):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--k", "0"], "--k must be at least 1"),
+        (["--k", "0"], "--k: must be at least 1"),
         (["--k", "51"], "more than the 50 embeddings"),
-        ([], "--k is required"),
+        ([], "--k: required with --method kmeans"),
         (["--k", "5", "--sample", "3"], "smaller than --k"),
-        (["--method", "communities", "--k", "3"], "--k applies to --method kmeans"),
+        (["--method", "communities", "--k", "3"], "--k: applies to --method kmeans"),
         (["--method", "communities", "--threshold", "1.5"], "in \\[-1, 1\\]"),
     ],
 )

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.run_sections import _cluster_sizes, _similarity
-from pipelines.cluster.summary import ClusterProfile
-from pipelines.cluster.summary import report_html as cluster_report
+from pipelines.cluster.cluster_summaries import ClusterProfile
+from pipelines.cluster.cluster_summaries import report_html as cluster_report
 from pipelines.dedup.groups import similarity_histogram
 from pipelines.dedup.report import report_html as dedup_report
 from pipelines.io.html import SIMILARITY_AXIS, SIZE_AXIS, Bins, histogram_svg

@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from pipelines.cluster.summary import (
+from pipelines.cluster.cluster_summaries import (
     SUMMARY_SCHEMA,
     distinctive_terms,
     nearest_members,

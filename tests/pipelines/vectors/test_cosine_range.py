@@ -48,7 +48,7 @@ def test_every_table_stores_a_self_score_as_at_most_one():
 
 
 def test_cluster_summaries_store_clamped_scores():
-    from pipelines.cluster.summary import summarize
+    from pipelines.cluster.cluster_summaries import summarize
 
     v = unit_vector_whose_self_product_exceeds_one()
     over = np.float32(np.dot(v, v))

@@ -1,7 +1,8 @@
-"""The cluster stage's run, below the job's options: k-means (fit here on a sample, assignment
-in Beam) or communities (all in this process), then the summaries and the report.
+"""The clustering itself: k-means (fit here on a sample, assignment in Beam) or communities (all
+in this process), then the summaries and the report; ``stage.py`` opens the inputs and the
+output around it.
 
-The job passes the callable that runs a pipeline, so this package never imports ``jobs``.
+The stage passes the callable that runs a pipeline, so the clustering does not choose a runner.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pipelines.cluster.assign import (
     sample_embeddings,
     write_assignments,
 )
-from pipelines.cluster.summary import (
+from pipelines.cluster.cluster_summaries import (
     ClusterProfile,
     nearest_members,
     report_html,
@@ -29,6 +30,7 @@ from pipelines.cluster.summary import (
     text_sample,
     write_summary,
 )
+from pipelines.cluster.options import Options
 from pipelines.io.centroids import CENTROIDS, save_centroids
 from pipelines.io.corpus_files import match_corpus
 from pipelines.io.corpus_reader import CorpusSpec
@@ -38,7 +40,7 @@ from pipelines.io.output_dir import MANIFEST, join
 from pipelines.io.texts import texts_from_corpus, texts_from_embeddings
 from pipelines.vectors.communities import detect_communities
 from pipelines.vectors.kmeans import fit_spherical_kmeans, lloyd_pass
-from pipelines.vectors.precision import Precision, normalize_rows
+from pipelines.vectors.precision import normalize_rows
 
 logger = logging.getLogger(__name__)
 
@@ -49,25 +51,6 @@ TEXTS_PER_CLUSTER = 1000
 
 class LostRowsError(RuntimeError):
     """The assignment wrote fewer (or more) rows than there are embeddings."""
-
-
-@dataclass(frozen=True)
-class ClusterSettings:
-    """The ``sbert cluster`` options that shape the clustering and its summaries."""
-
-    method: str  # kmeans or communities
-    k: int | None  # kmeans
-    sample: int | None  # kmeans: as requested (the size used is passed separately)
-    iterations: int
-    refine_passes: int
-    seed: int
-    precision: Precision
-    threshold: float  # communities
-    min_size: int
-    neighbors: int
-    block_size: int
-    representatives: int
-    terms: int
 
 
 @dataclass(frozen=True)
@@ -142,39 +125,39 @@ def text_source(text_from: str | None, datasets: list[EmbeddingsDataset]) -> Tex
 def run_kmeans(
     datasets: list[EmbeddingsDataset],
     output: str,
-    settings: ClusterSettings,
+    options: Options,
     sample: int,
     run: Callable[[str, beam.PTransform], Any],
 ) -> Clustering:
     """Fit on a sample, refine on all rows if asked, assign every row in Beam (through ``run``,
-    the job's pipeline runner); writes ``centroids.npy`` and ``assignments/`` under ``output``.
+    the stage's pipeline runner); writes ``centroids.npy`` and ``assignments/`` under ``output``.
 
     Raises:
         LostRowsError: the assignment did not write one row per embedding.
     """
     items = sum(dataset.count for dataset in datasets)
     logger.info("sampling %d of %d embeddings", sample, items)
-    _, vectors = sample_embeddings(datasets, sample, settings.seed)
+    _, vectors = sample_embeddings(datasets, sample, options.seed)
     fit = fit_spherical_kmeans(
         vectors,
-        settings.k,
-        iterations=settings.iterations,
-        seed=settings.seed,
-        precision=settings.precision,
+        options.k,
+        iterations=options.iterations,
+        seed=options.seed,
+        precision=options.precision,
     )
     del vectors
     logger.info(
         "fitted k=%d on %d rows: %d iterations, %d clusters re-seeded",
-        settings.k,
+        options.k,
         sample,
         fit.iterations,
         fit.reseeded,
     )
     centroids = fit.centroids
     refine_empty = []
-    for _ in range(settings.refine_passes):
+    for _ in range(options.refine_passes):
         batches = (batch for dataset in datasets for _, batch in dataset.batches())
-        sums = lloyd_pass(batches, centroids, precision=settings.precision)
+        sums = lloyd_pass(batches, centroids, precision=options.precision)
         centroids, empty = sums.centroids(centroids)
         refine_empty.append(int(empty.sum()))
     centroids_path = join(output, CENTROIDS)
@@ -182,7 +165,7 @@ def run_kmeans(
 
     run(
         "AssignClusters",
-        AssignClusters(all_shards(datasets), centroids_path, output, precision=settings.precision),
+        AssignClusters(all_shards(datasets), centroids_path, output, precision=options.precision),
     )
     table = read_assignments(output)
     if table.num_rows != items:
@@ -194,18 +177,16 @@ def run_kmeans(
     scores = table.column("score").to_numpy().astype(np.float32)
     details = {
         "fit": fit.describe(),
-        "sample": {"requested": settings.sample, "used": sample},
+        "sample": {"requested": options.sample, "used": sample},
         "iterations": fit.iterations,
-        "refine_passes": settings.refine_passes,
+        "refine_passes": options.refine_passes,
         "refine_empty_clusters": refine_empty,
-        "precision": settings.precision,
+        "precision": options.precision,
     }
-    return Clustering(table.column("id").to_pylist(), labels, scores, settings.k, details)
+    return Clustering(table.column("id").to_pylist(), labels, scores, options.k, details)
 
 
-def run_communities(
-    datasets: list[EmbeddingsDataset], output: str, settings: ClusterSettings
-) -> Clustering:
+def run_communities(datasets: list[EmbeddingsDataset], output: str, options: Options) -> Clustering:
     """Communities over all vectors in this process; assignments written shard by shard."""
     ids: list[str] = []
     parts = []
@@ -216,10 +197,10 @@ def run_communities(
     vectors = normalize_rows(np.concatenate(parts))
     communities = detect_communities(
         vectors,
-        threshold=settings.threshold,
-        min_community_size=settings.min_size,
-        neighbors=settings.neighbors,
-        block_size=settings.block_size,
+        threshold=options.threshold,
+        min_community_size=options.min_size,
+        neighbors=options.neighbors,
+        block_size=options.block_size,
     )
     labels = np.full(len(ids), -1, np.int64)
     scores = np.zeros(len(ids), np.float32)
@@ -233,8 +214,8 @@ def run_communities(
     logger.info("found %d communities covering %d items", len(communities), (labels >= 0).sum())
     details = {
         "communities": {
-            "threshold": settings.threshold,
-            "min_size": settings.min_size,
+            "threshold": options.threshold,
+            "min_size": options.min_size,
             "semantics": "sentence_transformers.util.community_detection",
         }
     }
@@ -246,20 +227,17 @@ def write_summaries(
     datasets: list[EmbeddingsDataset],
     source: TextSource | None,
     clustering: Clustering,
-    settings: ClusterSettings,
-    inputs: str,
+    options: Options,
 ) -> list[ClusterProfile]:
     """Write summary.parquet and report.html under ``output``; returns the per-cluster profiles.
-
-    ``inputs`` names the embeddings in the report, as the command line gave them.
 
     Texts are read only for the representatives and a bounded sample per cluster (for the
     terms); how many were wanted and found goes to ``clustering.details["texts"]``.
     """
     ids, labels, scores = clustering.ids, clustering.labels, clustering.scores
     n_clusters, details = clustering.n_clusters, clustering.details
-    nearest = nearest_members(labels, scores, n_clusters, settings.representatives)
-    term_rows = text_sample(labels, n_clusters, TEXTS_PER_CLUSTER, settings.seed)
+    nearest = nearest_members(labels, scores, n_clusters, options.representatives)
+    term_rows = text_sample(labels, n_clusters, TEXTS_PER_CLUSTER, options.seed)
     wanted = {ids[row] for rows in (*nearest, *term_rows) for row in rows}
     texts = source.texts(wanted) if source is not None else {}
     if source is not None and wanted and not texts:
@@ -275,23 +253,23 @@ def write_summaries(
         scores,
         n_clusters,
         texts,
-        representatives=settings.representatives,
+        representatives=options.representatives,
         term_rows=term_rows,
-        top_terms=settings.terms,
+        top_terms=options.terms,
     )
     write_summary(join(output, "summary.parquet"), profiles)
     clustered = int(np.sum(labels >= 0))
     facts = {
-        "method": settings.method,
-        "embeddings": inputs,
+        "method": options.method,
+        "embeddings": ", ".join(options.embeddings),
         "model": datasets[0].manifest.get("model_id"),
         "items": len(ids),
         "clusters": n_clusters,
         "mean cosine to centre": f"{np.mean(scores[labels >= 0]):.4f}" if clustered else "-",
     }
-    if settings.method == "communities":
+    if options.method == "communities":
         facts["in no community"] = len(ids) - clustered
-        facts["threshold / min size"] = f"{settings.threshold} / {settings.min_size}"
+        facts["threshold / min size"] = f"{options.threshold} / {options.min_size}"
     else:
         facts["sample / iterations"] = f"{details['sample']['used']} / {details['iterations']}"
         facts["re-seeded clusters"] = details["fit"]["reseeded_clusters"]
