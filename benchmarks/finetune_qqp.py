@@ -44,14 +44,15 @@ def main() -> None:
             overrides += [f"{section}vectors={vectors}", f"{section}vector_ids={ids}"]
     import logging
 
-    from jobs import finetune
+    from pipelines import finetune
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     load_before = os.getloadavg()
     start = time.perf_counter()
-    summary = finetune.run(
-        ["--config", args.config, "--output", args.output, "--overwrite", *overrides]
+    options = finetune.Options(
+        config=args.config, output=args.output, overwrite=True, overrides=tuple(overrides)
     )
+    summary = finetune.run(options).summary
     seconds = time.perf_counter() - start
     load_after = os.getloadavg()
     manifest = json.loads((Path(args.output) / "sbert_manifest.json").read_text(encoding="utf-8"))

@@ -13,9 +13,13 @@ import torch
 import yaml
 from training_examples import build_trainable_model, labelled_pairs, scored_pairs, write_tsv
 
-from jobs import finetune
+from jobs import stage_cli
+from pipelines.finetune import Options
+from pipelines.finetune.config import resolve_config
+from pipelines.finetune.stage import CLASSIFIER_FILE
 from sbert_core import SentenceEncoder
 from sbert_core.errors import DataFileError
+from tests.stage_commands import finetune
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = [
@@ -67,7 +71,7 @@ def sts_config(path, model_dir, sts_files, output):
 def test_finetune_writes_a_model_both_libraries_load(tmp_path, model_dir, sts_files):
     output = tmp_path / "tuned"
     config = sts_config(tmp_path / "train.yaml", model_dir, sts_files, output)
-    summary = finetune.run(["--config", str(config), *QUICK])
+    summary = finetune(["--config", str(config), *QUICK])
 
     assert summary.steps == 16 and summary.output == str(output)
     test_name = f"{sts_files['test'].parent.name}/test.tsv"
@@ -113,7 +117,7 @@ def test_softmax_objective_saves_its_classifier(tmp_path, model_dir, sts_files):
         tmp_path / "nli_test.tsv", ("sentence1", "sentence2", "label"), labelled_pairs(40, seed=8)
     )
     output = tmp_path / "nli-model"
-    summary = finetune.run(
+    summary = finetune(
         [
             "--model",
             str(model_dir),
@@ -134,7 +138,7 @@ def test_softmax_objective_saves_its_classifier(tmp_path, model_dir, sts_files):
     assert accuracy["metric"] == "accuracy" and accuracy["after"] >= 70 > accuracy["before"]
     from safetensors.torch import load_file
 
-    head = load_file(output / finetune.CLASSIFIER_FILE)
+    head = load_file(output / CLASSIFIER_FILE)
     assert head["weight"].shape == (3, 3 * 32)
 
 
@@ -149,11 +153,11 @@ def test_bad_data_fails_before_training_and_writes_nothing(tmp_path, model_dir, 
     output = tmp_path / "never"
     argv = ["--model", "/no/such/model", "--output", str(output), f"train.path={bad}"]
     with pytest.raises(DataFileError, match=r"bad\.tsv: row 4, column 'label': unknown label"):
-        finetune.run([*argv, "train.kind=labelled_pairs", "objective.name=softmax"])
+        finetune([*argv, "train.kind=labelled_pairs", "objective.name=softmax"])
     with pytest.raises(ValueError, match="the cosine loss trains on scored_pairs, not labelled"):
-        finetune.run([*argv, "train.kind=labelled_pairs"])
+        finetune([*argv, "train.kind=labelled_pairs"])
     with pytest.raises(ValueError, match="labelled pairs are scored by the softmax classifier"):
-        finetune.run(
+        finetune(
             [
                 "--model",
                 str(model_dir),
@@ -169,25 +173,23 @@ def test_bad_data_fails_before_training_and_writes_nothing(tmp_path, model_dir, 
     output.mkdir()
     (output / "keep.txt").write_text("x")
     with pytest.raises(FileExistsError, match="--overwrite"):
-        finetune.run(["--output", str(output), f"train.path={sts_files['train']}"])
+        finetune(["--output", str(output), f"train.path={sts_files['train']}"])
 
 
 def test_print_config_resolves_file_overrides_and_flags(tmp_path, capsys, sts_files, model_dir):
     config = sts_config(tmp_path / "train.yaml", model_dir, sts_files, tmp_path / "out")
     argv = ["--config", str(config), "--print-config", "--no-resume", "training.epochs=3"]
-    assert finetune.main([*argv, "--output", str(tmp_path / "other")]) == 0
+    assert stage_cli.main("finetune", [*argv, "--output", str(tmp_path / "other")]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["training"]["epochs"] == 3 and printed["training"]["resume"] is False
     assert printed["output"] == str(tmp_path / "other")
     assert printed["training"]["checkpoint_dir"] == f"{tmp_path / 'other'}.checkpoints"
     with pytest.raises(ValueError, match=r"unknown config key\(s\) 'training.epoch'"):
-        finetune.main(["--config", str(config), "--print-config", "training.epoch=3"])
+        stage_cli.main("finetune", ["--config", str(config), "--print-config", "training.epoch=3"])
 
 
 def test_example_stsb_config_is_the_paper_recipe():
-    config = finetune.resolve_config(
-        finetune.build_parser().parse_args(["--config", str(ROOT / "examples/finetune_stsb.yaml")])
-    )
+    config = resolve_config(Options(config=str(ROOT / "examples/finetune_stsb.yaml")))
     assert config.model == "all-MiniLM-L6-v2" and config.objective.name == "cosine"
     training = config.training
     assert (training.batch_size, training.learning_rate, training.warmup_ratio) == (16, 2e-5, 0.1)
@@ -209,8 +211,9 @@ def test_torchrun_two_processes_match_one(tmp_path, sts_files):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     ddp = tmp_path / "ddp"
+    command = ["-m", "jobs.cli", "finetune", "--output", str(ddp), *common]
     result = subprocess.run(
-        [*launcher, "--nproc_per_node=2", "-m", "jobs.finetune", "--output", str(ddp), *common],
+        [*launcher, "--nproc_per_node=2", *command],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -219,7 +222,7 @@ def test_torchrun_two_processes_match_one(tmp_path, sts_files):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("trained 6 steps") == 1  # only the main process reports
-    finetune.run(["--output", str(tmp_path / "single"), *common])
+    finetune(["--output", str(tmp_path / "single"), *common])
 
     from safetensors.torch import load_file
 

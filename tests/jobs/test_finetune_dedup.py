@@ -10,10 +10,16 @@ import torch
 import yaml
 from training_examples import TOPICS, build_trainable_model, sentence, write_tsv
 
-from jobs import finetune
-from jobs.finetune_dedup import DedupTestConfig, card_lines, evaluate_dedup, load_holdout
+from pipelines.finetune.config import FinetuneConfig
+from pipelines.finetune.dedup_test import (
+    DedupTestConfig,
+    card_lines,
+    evaluate_dedup,
+    load_holdout,
+)
 from sbert_core.errors import DataFileError
 from sbert_core.training_data import DataSpec
+from tests.stage_commands import finetune
 
 HEADER = ("id", "qid1", "qid2", "question1", "question2", "is_duplicate")
 COLUMNS = {
@@ -155,7 +161,7 @@ def finetune_config(tmp_path, path, **dedup_split):
 
 def test_finetune_reports_dedup_before_and_after_in_manifest_and_card(tmp_path):
     path, _ = duplicate_file(tmp_path / "pairs.tsv", n_clusters=40)
-    summary = finetune.run(["--config", str(finetune_config(tmp_path, path))])
+    summary = finetune(["--config", str(finetune_config(tmp_path, path))])
     assert {"dedup star", "dedup components"} <= set(summary.test_metrics)
     assert "test dedup star pair_f1 " in summary.line()
     manifest = json.loads((tmp_path / "tuned" / "sbert_manifest.json").read_text())
@@ -179,7 +185,7 @@ def test_a_dedup_split_other_than_the_training_split_is_refused(tmp_path):
     path, _ = duplicate_file(tmp_path / "pairs.tsv")
     config = finetune_config(tmp_path, path, holdout_fraction=0.5, split_seed=4)
     with pytest.raises(ValueError, match="the holdout would overlap the training part"):
-        finetune.run(["--config", str(config)])
+        finetune(["--config", str(config)])
     assert not (tmp_path / "tuned").exists()
 
 
@@ -189,7 +195,7 @@ def test_example_qqp_config_trains_mnrl_and_tests_on_the_same_split():
     from sbert_core.config import load_config
 
     root = Path(__file__).resolve().parents[2]
-    config = load_config(finetune.FinetuneConfig, root / "examples" / "finetune_qqp.yaml")
+    config = load_config(FinetuneConfig, root / "examples" / "finetune_qqp.yaml")
     assert config.objective.name == "mnrl" and config.training.batch_sampler == "auto"
     assert config.train.kind == "duplicate_pairs" and config.train.part == "train"
     assert config.dedup_test.pairs.part == "holdout"
@@ -208,7 +214,7 @@ def test_finetune_with_labelled_hard_negatives_trains_on_triplets(tmp_path):
     config["train"]["hard_negatives"] = {"mode": "labelled", "cap": 5}  # <= 5 batches of 8
     config["training"]["max_steps"] = 2
     config_path.write_text(yaml.safe_dump(config))
-    finetune.run(["--config", str(config_path)])
+    finetune(["--config", str(config_path)])
     manifest = json.loads((tmp_path / "tuned" / "sbert_manifest.json").read_text())
     assert manifest["training_data"]["train"]["kind"] == "triplets"
     assert manifest["config"]["train"]["hard_negatives"]["mode"] == "labelled"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.finetune import FinetuneConfig
+from pipelines.finetune.config import FinetuneConfig
 from sbert_core.config import load_config, override_value, parse_override
 
 

@@ -1,0 +1,25 @@
+"""The finetune stage: labelled pairs or triplets -> a fine-tuned sentence-transformers model.
+
+``finetune.run(finetune.Options(config="train.yaml", output="runs/model"))`` trains one; the
+options are in ``options.py``, the training config in ``config.py``, the run in ``stage.py``
+(loaded when it runs: torch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pipelines.finetune.options import Options
+
+if TYPE_CHECKING:
+    from pipelines.stage_api.result import Result
+
+__all__ = ["Options", "run"]
+
+
+def run(options: Options, *, pipeline: Any = None) -> Result:
+    """Fine-tune and save the model (see ``pipelines/finetune/stage.py``); ``pipeline`` is
+    unused, accepted for the signature every stage's ``run`` has."""
+    from pipelines.finetune.stage import run as run_stage
+
+    return run_stage(options, pipeline=pipeline)

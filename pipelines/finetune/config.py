@@ -1,0 +1,66 @@
+"""The fine-tuning config (:class:`FinetuneConfig`, the YAML or JSON file ``--config`` names)
+and its resolution: the file, then the ``key=value`` overrides, then the options that set a
+config value (``--model``, ``--output``, ``--overwrite``, ``--resume``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipelines.finetune.dedup_test import DedupTestConfig
+from pipelines.finetune.options import Options
+from sbert_core import DEFAULT_MODEL
+from sbert_core.config import load_config
+from sbert_core.losses import LossConfig
+from sbert_core.training_config import TrainingConfig
+from sbert_core.training_data import DataSpec
+
+
+@dataclass
+class FinetuneConfig:
+    """Everything a fine-tuning run needs; each section is a YAML mapping."""
+
+    # The base model: a sentence-transformers or Hugging Face directory, or the bundled default.
+    model: str = DEFAULT_MODEL
+    output: str = ""
+    overwrite: bool = False
+    allow_pickle: bool = False
+    objective: LossConfig = field(default_factory=LossConfig)
+    train: DataSpec = field(default_factory=DataSpec)
+    # Picks the best weights during training (see training.evaluate_every / keep_best).
+    dev: DataSpec | None = None
+    # Scored after training, and before it as well when evaluate_base_model is on.
+    test: list[DataSpec] = field(default_factory=list)
+    # Dedup pair-F1 on the holdout part of labelled duplicates (dedup_test.py), before (with
+    # evaluate_base_model) and after training; into the manifest and the model card.
+    dedup_test: DedupTestConfig | None = None
+    evaluate_base_model: bool = True
+    # Delete OUTPUT.checkpoints/ once the model is saved.
+    remove_checkpoints: bool = True
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+
+
+def resolve_config(options: Options) -> FinetuneConfig:
+    """The config file, then ``options.overrides``, then the options that override a value.
+
+    Raises:
+        ValueError: an unreadable config, an unknown key or a bad value (naming it), no output
+            directory or no training data.
+    """
+    overrides = list(options.overrides)
+    for key, value in (("model", options.model), ("output", options.output)):
+        if value is not None:
+            overrides.append(f"{key}={json.dumps(value)}")
+    for key, flag in (("overwrite", options.overwrite), ("training.resume", options.resume)):
+        if flag is not None:
+            overrides.append(f"{key}={'true' if flag else 'false'}")
+    config = load_config(FinetuneConfig, options.config, overrides)
+    if not config.output:
+        raise ValueError("no output directory: set output in the config or pass --output")
+    if not config.train.path:
+        raise ValueError("no training data: set train.path in the config")
+    if config.training.checkpoint_dir is None:
+        config.training.checkpoint_dir = f"{Path(config.output)}.checkpoints"
+    config.training.validate()
+    return config

@@ -1,0 +1,100 @@
+"""The model card (``README.md``) of a fine-tuned model, written from its manifest: how to use
+the model, what it was trained on and how, and its scores before and after training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipelines.finetune.dedup_test import card_lines
+
+
+def model_card(manifest: dict) -> str:
+    """A README.md for the model directory, from its manifest."""
+    base = manifest["base_model"]
+    objective = manifest["objective"]
+    config = manifest["config"]
+    training = config["training"]
+    data = manifest["training_data"]
+    lines = [
+        "---",
+        "library_name: sentence-transformers",
+        "pipeline_tag: sentence-similarity",
+        "tags: [sentence-transformers, sentence-similarity, sbert-pipeline]",
+        f"base_model: {base['model_id']}",
+        "---",
+        "",
+        f"# {Path(manifest['model_id']).name}",
+        "",
+        f"A Sentence-BERT model fine-tuned from `{base['model_id']}` with the "
+        f"`{objective['name']}` objective by sbert-pipeline "
+        f"{manifest['software']['sbert_pipeline']}. "
+        f"It maps text to {base['dim']}-dimensional vectors ({base['pooling']} pooling"
+        f"{', L2-normalised' if base['normalized'] else ''}); compare them with cosine similarity.",
+        "",
+        "## Use",
+        "",
+        "```bash",
+        f"sbert embed --model {manifest['model_id']} --input 'corpus/*.jsonl' --output embeddings/",
+        "```",
+        "",
+        "```python",
+        "from sentence_transformers import SentenceTransformer",
+        "",
+        f'model = SentenceTransformer("{manifest["model_id"]}")',
+        'vectors = model.encode(["A man is playing a guitar.", "Someone plays music."])',
+        "```",
+        "",
+        "## Training",
+        "",
+        "| data | path | kind | examples | sha256 |",
+        "|---|---|---|---|---|",
+    ]
+    entries = [("train", data["train"]), ("dev", data["dev"])]
+    entries += [("test", entry) for entry in data["test"]]
+    for role, entry in entries:
+        if entry is not None:
+            lines.append(
+                f"| {role} | `{entry['path']}` | {entry['kind']} | {entry['examples']} "
+                f"| `{entry['sha256'][:16]}…` |"
+            )
+    run = manifest["training"]
+    lines += [
+        "",
+        f"Objective: `{objective['name']}`"
+        + (
+            f" over ({', '.join(objective['concatenation'])})"
+            if objective["name"] == "softmax"
+            else ""
+        )
+        + f". Batch {training['batch_size']}, AdamW lr {training['learning_rate']:g} "
+        f"(weight decay {training['weight_decay']:g}), linear warm-up over "
+        f"{training['warmup_ratio']:.0%} of {run['total_steps']} steps then linear decay, "
+        f"{training['epochs']} epoch(s), seed {training['seed']}, precision "
+        f"{training['precision']}, {run['world_size']} process(es); "
+        f"{run['steps']} steps in {run['seconds']:.0f} s.",
+        "",
+    ]
+    dev = manifest["metrics"]["dev"]
+    if dev["best_step"] is not None:
+        lines += [
+            f"Dev {dev['primary_metric']}: best {dev['best_score']:.2f} at step "
+            f"{dev['best_step']} (these weights).",
+            "",
+        ]
+    tests = manifest["metrics"]["test"]
+    if tests["after"]:
+        lines += ["## Evaluation", "", "| test set | metric | base model | fine-tuned |"]
+        lines.append("|---|---|---|---|")
+        for name, metrics in tests["after"].items():
+            for metric, value in metrics.items():
+                if metric.startswith("n_"):
+                    continue
+                base_value = tests["before"].get(name, {}).get(metric)
+                shown = "–" if base_value is None else f"{base_value:.2f}"
+                lines.append(f"| {name} | {metric} | {shown} | {value:.2f} |")
+        lines.append("")
+    if manifest["metrics"].get("dedup"):
+        lines += card_lines(manifest["metrics"]["dedup"])
+    software = ", ".join(f"{k} {v}" for k, v in manifest["software"].items())
+    lines += [f"Software: {software}.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,273 @@
+"""``sbert finetune``: fine-tune a Sentence-BERT model and save it for the pipeline.
+
+    sbert finetune --config examples/finetune_stsb.yaml [training.epochs=1 output=runs/x ...]
+    sbert finetune --model all-MiniLM-L6-v2 --output runs/nli objective.name=softmax \\
+        train.path=../shared/data/snli/dev.tsv.gz train.kind=labelled_pairs
+    torchrun --standalone --nproc_per_node 2 -m jobs.cli finetune --config train.yaml   # DDP
+
+Under torchrun every process trains its share of each batch (gloo on CPU, NCCL on GPUs) and the
+first one evaluates, saves and reports. The config (YAML or JSON) has the sections of
+:class:`FinetuneConfig`; ``key=value`` arguments and the flags override it
+(``training.learning_rate=3e-5``, ``test.0.path=...``). Relative paths are relative to the
+working directory. All data is read and checked before the model is
+loaded. Checkpoints go to ``OUTPUT.checkpoints/`` (a killed run started again with the same
+command resumes from the newest one) and are deleted once the model is saved.
+``--print-config`` prints the resolved config as YAML and trains nothing.
+
+The output is a sentence-transformers directory (``sbert embed --model OUTPUT`` and
+``SentenceTransformer(OUTPUT)`` load it) with ``sbert_manifest.json`` (base model, data sha256s,
+config, dev and test metrics before and after, software versions) and a model card README.md.
+With a ``dedup_test`` section (labelled duplicates, ``examples/finetune_qqp.yaml``), the card and
+manifest also hold dedup pair-F1 on the held-out part before and after
+(:mod:`pipelines.finetune.dedup_test`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipelines.finetune.config import FinetuneConfig, resolve_config
+from pipelines.finetune.dedup_test import dedup_metrics, evaluate_dedup, load_holdout
+from pipelines.finetune.model_card import model_card
+from pipelines.finetune.options import Options
+from pipelines.finetune.summary import FinetuneSummary, PrintedConfig
+from pipelines.io.manifest_fields import software_versions
+from pipelines.io.text_normal import text_key
+from pipelines.stage_api.result import Result
+from pipelines.stage_api.stops import JobFailedError
+from sbert_core.artifact import MANIFEST_FILE, sha256_of_files
+from sbert_core.config import config_to_dict
+from sbert_core.evaluation import build_evaluator
+from sbert_core.losses import SoftmaxLoss, build_loss, check_data_kind
+from sbert_core.training import TrainingDivergedError, TrainingResult, load_base_encoder, train
+from sbert_core.training_checkpoint import seed_everything
+from sbert_core.training_data import ExampleSet, load_examples
+
+# Training runs for minutes to hours: its step, loss and dev lines are shown unless the user
+# has set that logger's level.
+TRAINING_LOGGER = "sbert_core.training"
+
+CLASSIFIER_FILE = "softmax_classifier.safetensors"
+MODEL_CARD = "README.md"
+
+
+def run(options: Options, *, pipeline: Any = None) -> Result:
+    """Fine-tune as the options say and save the model.
+
+    With ``options.print_config`` nothing is trained or written: the summary is a
+    :class:`PrintedConfig`, whose ``line()`` is the resolved config as YAML, and the manifest
+    is empty. Under torchrun, a process other than the first returns an empty manifest and a
+    summary whose ``line()`` is empty (the first one reports).
+
+    Args:
+        options: the stage's options.
+        pipeline: unused (fine-tuning runs no Beam pipeline); accepted so that every stage's
+            ``run`` has the same signature.
+
+    Raises:
+        ValueError / DataFileError / ModelLoadError / FileExistsError: bad config, data, model
+            or an existing output, all before training starts.
+        JobFailedError: the loss diverged (the last checkpoint is kept).
+    """
+    progress = logging.getLogger(TRAINING_LOGGER)
+    if progress.level == logging.NOTSET:
+        progress.setLevel(logging.INFO)
+    config = resolve_config(options)
+    if options.print_config:
+        import yaml
+
+        resolved = config_to_dict(config)
+        printed = PrintedConfig(resolved, yaml.safe_dump(resolved, sort_keys=False))
+        return Result(output=config.output, manifest={}, summary=printed)
+    summary = _finetune(config)
+    output = Path(config.output)
+    manifest = (
+        json.loads((output / MANIFEST_FILE).read_text(encoding="utf-8"))
+        if summary.main_process
+        else {}
+    )
+    return Result(output=str(output), manifest=manifest, summary=summary)
+
+
+def _finetune(config: FinetuneConfig) -> FinetuneSummary:
+    """Read and check the data, load the model, train, evaluate and save (the first process)."""
+    output = Path(config.output)
+    if output.exists() and any(output.iterdir()) and not config.overwrite:
+        raise FileExistsError(f"{output} exists and is not empty; pass --overwrite to replace it")
+
+    check_data_kind(config.objective.name, config.train.example_kind, config.train.path)
+    # Copies of a text are the texts dedup treats as one (NFKC, casefold, punctuation).
+    train_examples = load_examples(config.train, text_key)
+    dev_examples = load_examples(config.dev, text_key) if config.dev is not None else None
+    test_examples = [load_examples(spec, text_key) for spec in config.test]
+    holdout = None
+    if config.dedup_test is not None:
+        config.dedup_test.check(config.train)
+        holdout = load_holdout(config.dedup_test, text_key)
+
+    encoder = load_base_encoder(config.model, config.training, allow_pickle=config.allow_pickle)
+    base = encoder.describe()
+    seed_everything(config.training.seed)  # the softmax head starts the same on every process
+    loss = build_loss(config.objective, encoder, num_labels=len(train_examples.label_names))
+    # Built up front, so that a test set the objective cannot score fails before training.
+    dev_evaluator = build_evaluator(dev_examples, loss) if dev_examples is not None else None
+    names = _short_names([examples.source for examples in test_examples])
+    test_evaluators = [
+        build_evaluator(examples, loss, name)
+        for examples, name in zip(test_examples, names, strict=True)
+    ]
+    is_main = int(os.environ.get("RANK", "0")) == 0
+
+    before, dedup_before = {}, {}
+    if config.evaluate_base_model and is_main:
+        before = {evaluator.name: evaluator(encoder) for evaluator in test_evaluators}
+        if holdout is not None:
+            dedup_before = evaluate_dedup(encoder, holdout, config.dedup_test, base=True)
+    try:
+        result = train(loss, train_examples, config.training, evaluator=dev_evaluator)
+    except TrainingDivergedError as err:
+        raise JobFailedError(str(err)) from err
+
+    after = {evaluator.name: evaluator(encoder) for evaluator in test_evaluators} if is_main else {}
+    test_metrics = {
+        evaluator.name: {
+            "metric": evaluator.primary_metric,
+            "before": before.get(evaluator.name, {}).get(evaluator.primary_metric),
+            "after": after.get(evaluator.name, {}).get(evaluator.primary_metric),
+        }
+        for evaluator in test_evaluators
+    }
+    if is_main:
+        data = {"train": train_examples, "dev": dev_examples, "test": test_examples}
+        manifest = _manifest(config, base, data, result, before, after)
+        if holdout is not None:
+            dedup_after = evaluate_dedup(encoder, holdout, config.dedup_test)
+            manifest["metrics"]["dedup"] = dedup_metrics(
+                config.dedup_test, holdout, dedup_before, dedup_after
+            )
+            test_metrics.update(
+                {
+                    f"dedup {method}": {
+                        "metric": "pair_f1",
+                        "before": dedup_before.get("methods", {}).get(method, {}).get("f1"),
+                        "after": point["f1"],
+                    }
+                    for method, point in dedup_after["methods"].items()
+                }
+            )
+        _save(encoder, loss, output, manifest, config.overwrite)
+        if config.remove_checkpoints:
+            shutil.rmtree(config.training.checkpoint_dir, ignore_errors=True)
+    return FinetuneSummary(
+        output=str(output),
+        steps=result.steps,
+        seconds=result.seconds,
+        examples_per_second=result.examples_per_second,
+        dev_metric=result.primary_metric,
+        dev_score=result.best_score,
+        test_metrics=test_metrics if is_main else {},
+        resumed_from=result.resumed_from,
+        main_process=is_main,
+    )
+
+
+def _short_names(paths: list[str]) -> list[str]:
+    """``folder/file`` names for test sets (``stsb/test.tsv.gz``, ``snli/test.tsv.gz``),
+    numbered where they still collide."""
+    names = []
+    for path in paths:
+        name = "/".join(Path(path).parts[-2:])
+        names.append(name if name not in names else f"{name}#{len(names) + 1}")
+    return names
+
+
+def _manifest(
+    config: FinetuneConfig,
+    base: dict,
+    data: dict,
+    result: TrainingResult,
+    before: dict,
+    after: dict,
+) -> dict:
+    import numpy
+    import torch
+    import transformers
+
+    def describe(examples: ExampleSet | None) -> dict | None:
+        if examples is None:
+            return None
+        path = Path(examples.source)
+        return {
+            "path": str(path.resolve()),
+            "sha256": sha256_of_files([path]),
+            "kind": examples.kind,
+            "examples": len(examples),
+        }
+
+    return {
+        "model_id": str(Path(config.output).resolve()),
+        "base_model": base,
+        "objective": config_to_dict(config.objective),
+        "training_data": {
+            "train": describe(data["train"]),
+            "dev": describe(data["dev"]),
+            "test": [describe(examples) for examples in data["test"]],
+        },
+        "config": config_to_dict(config),
+        "training": {
+            "steps": result.steps,
+            "total_steps": result.total_steps,
+            "seconds": round(result.seconds, 3),
+            "examples_per_second": round(result.examples_per_second, 2),
+            "world_size": result.world_size,
+            "resumed_from": result.resumed_from,
+            "loss_history": result.loss_history,
+        },
+        "metrics": {
+            "dev": {
+                "primary_metric": result.primary_metric,
+                "best_step": result.best_step,
+                "best_score": result.best_score,
+                "history": result.dev_history,
+            },
+            "test": {"before": before, "after": after},
+        },
+        "software": software_versions(
+            beam=False,
+            torch=torch.__version__,
+            transformers=transformers.__version__,
+            numpy=numpy.__version__,
+            python=platform.python_version(),
+        ),
+    }
+
+
+def _save(encoder, loss, output: Path, manifest: dict, overwrite: bool) -> None:
+    """Write the model, the softmax head (if any) and the model card; the output directory
+    appears whole or not at all."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        model_dir = encoder.save(staging / "model", extra_manifest=manifest)
+        if isinstance(loss, SoftmaxLoss):
+            from safetensors.torch import save_file
+
+            save_file(
+                {k: v.detach().cpu().contiguous() for k, v in loss.classifier.state_dict().items()},
+                model_dir / CLASSIFIER_FILE,
+            )
+        (model_dir / MODEL_CARD).write_text(model_card(manifest), encoding="utf-8")
+        if output.exists():
+            if not overwrite and any(output.iterdir()):
+                raise FileExistsError(f"{output} appeared while training; not replacing it")
+            shutil.rmtree(output)
+        model_dir.rename(output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
