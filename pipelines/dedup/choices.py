@@ -1,5 +1,5 @@
 """The dedup options' choices and defaults, importable without numpy-heavy modules (the
-``sbert dedup`` parser in ``jobs/parsers/dedup.py`` reads them for ``--help``)."""
+stage's ``Options`` in ``pipelines/dedup/options.py`` reads them for ``--help``)."""
 
 from __future__ import annotations
 
@@ -26,3 +26,8 @@ LABEL_ID_A, LABEL_ID_B, LABEL_COLUMN = "qid1", "qid2", "is_duplicate"
 # --known-duplicates-field: the corpus field read when the embeddings kept it (the bundled
 # sample corpus has it), and the value that turns known duplicates off.
 KNOWN_FIELD, NO_KNOWN_FIELD = "duplicate_of", "none"
+
+
+def is_ranking(text: str) -> bool:
+    """Whether ``text`` is one of :data:`RANKINGS` (``column:`` with a field name)."""
+    return text in RANKINGS[:-1] or (text.startswith("column:") and bool(text.partition(":")[2]))

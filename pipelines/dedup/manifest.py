@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict
 
 from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE
@@ -10,6 +9,7 @@ from pipelines.dedup.files import GROUPS_FILE, ID_LIST_ENCODING, KEPT_FILE, REMO
 from pipelines.dedup.groups import DuplicateGroups, Histogram
 from pipelines.dedup.labels import LabelledPairs
 from pipelines.dedup.load import PairSource
+from pipelines.dedup.options import Options
 from pipelines.dedup.order import corpus_spec
 from pipelines.dedup.outputs import REPORT_FILE
 from pipelines.dedup.report_methods import KnownView
@@ -20,7 +20,7 @@ from pipelines.io.manifest_fields import created_now, model_fields, software_ver
 
 
 def dedup_manifest(
-    args: argparse.Namespace,
+    options: Options,
     settings: MethodSettings,
     pairs_output,
     datasets: list[EmbeddingsDataset],
@@ -34,7 +34,7 @@ def dedup_manifest(
     """The manifest (without the order and the texts, which the job adds).
 
     Args:
-        args: the job's checked options.
+        options: the stage's options.
         settings: the method settings every method of the sweep ran with.
         pairs_output: the :class:`pipelines.io.pairs_output.PairsOutput` read.
         datasets: the embeddings.
@@ -46,16 +46,16 @@ def dedup_manifest(
         known: the known duplicates at the threshold, if any (``known_duplicates``).
     """
     corpus = None
-    if args.corpus is not None:
-        spec = corpus_spec(datasets, args.format, args.text_field, args.id_field)
-        corpus = {"pattern": args.corpus, "spec": asdict(spec), "applied": args.apply}
+    if options.corpus is not None:
+        spec = corpus_spec(datasets, options.format, options.text_field, options.id_field)
+        corpus = {"pattern": options.corpus, "spec": asdict(spec), "applied": options.apply}
         if summary.corpus is not None:
             corpus.update(directory=CORPUS_DIR, rejected_file=REJECTED_FILE, **summary.corpus)
     limited = summary.limited
     return {
         "kind": "dedup",
         **model_fields(datasets[0].manifest),
-        "threshold": args.threshold,
+        "threshold": options.threshold,
         "threshold_compared_as": "float32",
         "method": summary.method,
         "keep": summary.keep,
@@ -78,7 +78,7 @@ def dedup_manifest(
             "largest_group": groups.largest,
         },
         "pairs": {
-            "directory": args.pairs,
+            "directory": options.pairs,
             "source": source.origin,
             "used": groups.pairs_used,
             "loaded": len(source.pairs),
@@ -87,7 +87,7 @@ def dedup_manifest(
             "k": pairs_output.k,
             "method": pairs_output.manifest.get("method"),
             "recall_at_k": pairs_output.manifest.get("recall_at_k"),
-            "limited_by_k": source.limited(args.threshold),
+            "limited_by_k": source.limited(options.threshold),
         },
         "pairs_manifest": pairs_output.manifest,
         "embeddings": [
@@ -98,8 +98,8 @@ def dedup_manifest(
             for point, flag in zip(summary.sweep, limited, strict=True)
         ],
         "methods": [sweep.to_json(limited, summary.target_precision) for sweep in summary.sweeps],
-        "labels": _labels(args, summary, labelled),
-        "known_duplicates": known_duplicates_json(args.threshold, known, summary.sweeps),
+        "labels": _labels(options, summary, labelled),
+        "known_duplicates": known_duplicates_json(options.threshold, known, summary.sweeps),
         "histogram": histogram.to_json(),
         "files": {
             "groups": GROUPS_FILE,
@@ -116,9 +116,7 @@ def dedup_manifest(
     }
 
 
-def _labels(
-    args: argparse.Namespace, summary: DedupSummary, labelled: LabelledPairs | None
-) -> dict | None:
+def _labels(options: Options, summary: DedupSummary, labelled: LabelledPairs | None) -> dict | None:
     """The labelled pairs used and the chosen method's calibration (None without labels)."""
     if labelled is None or summary.chosen is None:
         return None
@@ -126,8 +124,12 @@ def _labels(
     best, point = chosen.best(), summary.at_threshold()
     reached = chosen.at_precision(summary.target_precision)
     return {
-        "file": args.labels,
-        "columns": {"id_a": args.label_id_a, "id_b": args.label_id_b, "label": args.label_column},
+        "file": options.labels,
+        "columns": {
+            "id_a": options.label_id_a,
+            "id_b": options.label_id_b,
+            "label": options.label_column,
+        },
         **labelled.to_json(),
         "method": chosen.method,
         "at_threshold": point.to_json() if point else None,

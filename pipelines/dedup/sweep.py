@@ -23,7 +23,6 @@ from pipelines.dedup.choices import (
     DEFAULT_RADIUS_GAP,
     DEFAULT_RANK,
     METHODS,
-    RANKINGS,
 )
 from pipelines.dedup.copies import TextCopies
 from pipelines.dedup.grouping import Grouping
@@ -65,17 +64,6 @@ class MethodSettings:
         pairs' floor (pairs under it are not all known) and not above the threshold."""
         low = -1.0 if self.floor is None else self.floor
         return min(threshold, max(round(threshold - self.radius_gap, 6), low))
-
-
-def parse_rank(text: str) -> str:
-    """Check a ``--rank`` value.
-
-    Raises:
-        ValueError: not one of :data:`RANKINGS` (``column:`` needs a field name).
-    """
-    if text in RANKINGS[:-1] or (text.startswith("column:") and text.partition(":")[2]):
-        return text
-    raise ValueError(f"--rank must be one of {', '.join(RANKINGS)}; got {text!r}")
 
 
 class Ranker:

@@ -15,13 +15,13 @@ from corpus_files import write_corpus
 from testdata import DATA_DIR, read_tsv
 
 from jobs.cli import main as cli_main
-from jobs.dedup import main, run
 from pipelines.dedup.files import GROUPS_SCHEMA, read_id_list
 from pipelines.io.corpus_files import open_decompressed
 from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
 from pipelines.io.embeddings import IncompatibleEmbeddingsError
 from pipelines.io.output_dir import OutputExistsError
 from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_table
+from tests.stage_commands import dedup as run
 
 MODEL = {
     "model_id": "planted",
@@ -233,7 +233,7 @@ def test_dry_run_prints_the_sweep_and_writes_nothing(small, capsys):
     root, pairs = small
     out = root / "never"
     argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.905", "--dry-run"]
-    assert main([*argv, "--method", "components"]) == 0
+    assert cli_main(["dedup", *argv, "--method", "components"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert not out.exists()
     # The chosen method's table ends at a blank line (every method's table follows).
@@ -651,7 +651,7 @@ def test_sweep_covers_every_method_in_the_manifest_and_the_dry_run(chain, capsys
     ]
     page = (out / "report.html").read_text()
     assert "Every method" in page and "average" in page
-    assert main(["--pairs", str(pairs), "--threshold", "0.9", "--dry-run"]) == 0
+    assert cli_main(["dedup", "--pairs", str(pairs), "--threshold", "0.9", "--dry-run"]) == 0
     printed = capsys.readouterr().out.splitlines()
     table = printed[printed.index("") + 1 :]
     assert table[0].startswith("every method")
@@ -756,15 +756,15 @@ def test_unknown_label_ids_can_be_skipped_and_are_counted(small):
     ("argv", "match"),
     [
         (["--radius", "0.7"], r"--radius 0.7 is below the pairs' threshold 0.8"),
-        (["--radius", "0.95"], r"--radius must not exceed --threshold 0.9"),
-        (["--method", "components", "--radius", "0.85"], "--radius is for --method star or split"),
-        (["--keep", "longest", "--rank", "central"], "--keep chooses the kept member of"),
+        (["--radius", "0.95"], r"--radius: must not exceed --threshold 0.9"),
+        (["--method", "components", "--radius", "0.85"], "--radius: is for --method star or split"),
+        (["--keep", "longest", "--rank", "central"], "--keep: chooses the kept member of"),
         (["--method", "components", "--rank", "longest"], "components uses --keep"),
-        (["--rank", "tallest"], "--rank must be one of"),
+        (["--rank", "tallest"], "--rank: must be one of"),
         (["--rank", "column:year"], "reads the field from the corpus"),
         (["--target-precision", "0.9"], "pass --labels"),
         (["--labels", "/nonexistent/labels.tsv"], "no such file"),
-        (["--mutual-k", "0"], "--mutual-k must be >= 1"),
+        (["--mutual-k", "0"], "--mutual-k: must be at least 1"),
         (["--missing-score", "0.85"], "above the lowest sweep threshold 0.8"),
     ],
 )
@@ -806,10 +806,10 @@ def test_rank_longest_keeps_the_longest_text_of_a_star(small):
 
 
 def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir):
-    from jobs.parsers.dedup import build_parser
     from jobs.run_config import load_run_config
     from jobs.run_inputs import check_inputs
     from jobs.run_stages import plan_stages
+    from jobs.stage_cli import build_parser
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": "two"}\n', encoding="utf-8")
@@ -824,7 +824,7 @@ def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir
     )
     loaded = load_run_config(config)
     plan = {p.name: p for p in plan_stages(loaded, check_inputs(loaded), [])}["dedup"]
-    args, rest = build_parser().parse_known_args(list(plan.argv))
+    args, rest = build_parser("dedup").parse_known_args(list(plan.argv))
     assert rest == []
     assert (args.method, args.rank, args.radius, args.labels) == (
         "split",

@@ -1,4 +1,6 @@
-"""``sbert dedup``: duplicate groups from the similar pairs of ``sbert pairs``, one row kept each.
+"""The dedup stage: duplicate groups from the similar pairs of ``sbert pairs``, one row kept each.
+
+Run from Python as ``dedup.run(dedup.Options(pairs=..., output=..., threshold=...))``, or as
 
     sbert dedup --pairs DIR --output DIR --threshold T
         [--method star|components|ranked|split|mutual|average] [--rank central|corpus|longest|
@@ -75,16 +77,14 @@ writes nothing.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
-import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from jobs.dedup_options import check_args, check_options, check_settings, settings_of
-from jobs.parsers.dedup import build_parser
+from pipelines.dedup.choices import DEFAULT_RADIUS_GAP
 from pipelines.dedup.copies import read_copies, reason_column
 from pipelines.dedup.corpus import (
     CORPUS_DIR,
@@ -112,20 +112,23 @@ from pipelines.dedup.known import known_found, load_known
 from pipelines.dedup.labels import LabelColumns, LabelledPairs, load_labels
 from pipelines.dedup.load import check_count, load_pairs
 from pipelines.dedup.manifest import dedup_manifest
+from pipelines.dedup.options import Options
 from pipelines.dedup.order import corpus_spec, item_texts, order_rank, paired_items, text_lengths
 from pipelines.dedup.outputs import REPORT_FILE, largest_groups, write_id_lists, write_report
 from pipelines.dedup.report_methods import KnownView, known_view
 from pipelines.dedup.summary import DedupSummary
-from pipelines.dedup.sweep import Ranker, group_at, sweep_methods
+from pipelines.dedup.sweep import MethodSettings, Ranker, group_at, sweep_methods
 from pipelines.io.atomic import write_table
 from pipelines.io.content_checks import content_checks
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import PairsOutput
-from pipelines.io.staged_output import prepare_output
 from pipelines.stage_api.beam_run import show_progress
+from pipelines.stage_api.outputs import stage_output
+from pipelines.stage_api.result import Result
 from pipelines.stage_api.stops import JobFailedError
 
-__all__ = ["build_parser", "check_options", "main", "run"]
+__all__ = ["DedupResult", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,35 +138,54 @@ LAYOUT = OutputLayout(
 )
 
 
-def run(argv: list[str] | None = None) -> DedupSummary:
-    """Group the duplicates, choose the kept rows, write the outputs (unless ``--dry-run``).
+@dataclass(frozen=True)
+class DedupResult(Result):
+    """A dedup run's :class:`Result`; a dry run has no output folder and no manifest."""
 
-    Dedup runs in this process (the grouping is sequential), so unlike the other jobs it takes
-    no pipeline options and no test pipeline.
+    output: str | None
+    summary: DedupSummary
+
+    def line(self) -> str:
+        """The summary line; for a dry run the threshold sweep first (what it is run for)."""
+        if self.summary.dry_run:
+            return "\n".join([*self.summary.sweep_lines(), self.summary.line()])
+        return self.summary.line()
+
+
+def run(options: Options, *, pipeline: object = None) -> DedupResult:
+    """Group the duplicates, choose the kept rows, write the outputs (unless ``dry_run``).
+
+    Dedup runs in this process (the grouping is sequential), so unlike the other stages it
+    takes no Beam options and runs no pipeline: ``pipeline`` is accepted for the common stage
+    signature and must be None.
 
     Raises:
         ValueError, FileNotFoundError, IncompatibleEmbeddingsError, OutputExistsError: bad
             options or inputs, found before anything is written.
         JobFailedError: the counts do not add up (rows in != kept + removed); no manifest.
     """
-    args = build_parser().parse_args(argv)
-    with content_checks(args.verify):
-        return _run(args, argv)
+    if pipeline is not None:
+        raise ValueError("dedup runs in this process: it takes no Beam pipeline")
+    with content_checks(options.verify):
+        return _run(options)
 
 
-def _run(args, argv: list[str] | None) -> DedupSummary:
-    """:func:`run` once the options are parsed."""
-    check_args(args)
+def _run(options: Options) -> DedupResult:
+    """:func:`run` within the content checks."""
+    if options.labels is not None and not FileSystems.exists(options.labels):
+        raise FileNotFoundError(f"--labels {options.labels}: no such file")
     show_progress()  # dedup runs in this process
     start = time.perf_counter()
-    pairs_output = PairsOutput.open(args.pairs)
-    datasets = open_embeddings(pairs_output, args.embeddings)
-    settings = settings_of(args, pairs_output.threshold)
-    # The methods of the sweep rank by --rank (components by --keep, at T only).
-    rank_by_length = args.rank == "longest"
-    needs_text = args.keep == "longest" or rank_by_length
-    if needs_text and args.corpus is None and not all(d.has_text for d in datasets):
-        option = "--keep longest" if args.keep == "longest" else "--rank longest"
+    pairs_output = PairsOutput.open(options.pairs)
+    datasets = open_embeddings(pairs_output, list(options.embeddings) or None)
+    settings = settings_of(options, pairs_output.threshold)
+    # The methods of the sweep rank by settings.rank (components by --keep, at T only).
+    keep = options.keep or "first"
+    rank_by_length = options.method != "components" and settings.rank == "longest"
+    keep_longest = options.method == "components" and keep == "longest"
+    needs_text = keep_longest or rank_by_length
+    if needs_text and options.corpus is None and not all(d.has_text for d in datasets):
+        option = "--keep longest" if keep_longest else "--rank longest"
         raise ValueError(
             f"{option} needs the texts: the embeddings were written without --keep-text, "
             "so pass the corpus with --corpus GLOB"
@@ -171,29 +193,31 @@ def _run(args, argv: list[str] | None) -> DedupSummary:
     ids = embedding_ids(datasets)
     check_count(pairs_output, len(ids))
     copies = read_copies(datasets, ids)  # rows of --exact-dedup embeddings: joined after grouping
-    thresholds = sweep_thresholds(args.sweep_from, args.sweep_to, args.sweep_step, args.threshold)
-    check_settings(args, settings, thresholds)
+    thresholds = sweep_thresholds(
+        options.sweep_from, options.sweep_to, options.sweep_step, options.threshold
+    )
+    check_settings(settings, thresholds)
     reach = min(settings.radius_at(t) for t in thresholds)
-    source = load_pairs(pairs_output, ids, args.threshold, thresholds, reach)
+    source = load_pairs(pairs_output, ids, options.threshold, thresholds, reach)
     source = dataclasses.replace(source, pairs=copies.distinct(source.pairs))
     for note in source.notes:
         logger.warning("%s", note)
-    labelled = _labels(args, ids)
-    known = load_known(datasets, args.known_duplicates_field, ids, labelled, args.labels)
+    labelled = _labels(options, ids)
+    known = load_known(datasets, options.known_duplicates_field, ids, labelled, options.labels)
 
     # Everything that can fail on the inputs happens before the output directory is touched.
     n, id_list = len(ids), ids.to_pylist()
-    grouped = paired_items(n, source.pairs, args.threshold) | copies.grouped_rows()
+    grouped = paired_items(n, source.pairs, options.threshold) | copies.grouped_rows()
     wanted = paired_items(n, source.pairs, source.thresholds[0]) if rank_by_length else grouped
     if known is not None:  # the report shows the known pairs the groups split, with texts
         wanted = wanted | known.rows(n)
     index = {item: row for row, item in enumerate(id_list)}
-    scan = _scan(args, datasets, index, wanted, settings.column) if args.corpus else None
+    scan = _scan(options, datasets, index, wanted, settings.column) if options.corpus else None
     rank, order_basis = order_rank(id_list, datasets, scan)
     # A dry run reads texts only when the ranking needs their lengths (the report shows them).
     texts, text_source = (
         item_texts(datasets, scan, id_list, wanted)
-        if needs_text or not args.dry_run
+        if needs_text or not options.dry_run
         else ({}, None)
     )
     lengths = text_lengths(texts, index, n)
@@ -208,20 +232,21 @@ def _run(args, argv: list[str] | None) -> DedupSummary:
         copies=copies,
         known=None if known is None else known.pairs,
     )
-    if args.method == "components":
-        keep = args.keep or "first"
-        groups = deduplicate(n, source.pairs, args.threshold, keep, rank=rank, text_lengths=lengths)
+    if options.method == "components":
+        groups = deduplicate(
+            n, source.pairs, options.threshold, keep, rank=rank, text_lengths=lengths
+        )
         scores = representative_scores(groups, source.pairs)
         groups, scores, reasons = copies.join_groups(groups, scores, rank)
     else:
-        keep = args.rank
-        grouping = group_at(args.method, settings, source.pairs, args.threshold, ranker)
+        keep = settings.rank
+        grouping = group_at(options.method, settings, source.pairs, options.threshold, ranker)
         grouping = copies.join(grouping, rank)
         groups, scores = grouping.to_duplicate_groups(keep), grouping.matched_score
         reasons = grouping.reason
-    radius = settings.radius_at(args.threshold) if args.method in ("star", "split") else None
+    radius = settings.radius_at(options.threshold) if options.method in ("star", "split") else None
     facts = dict(
-        threshold=args.threshold,
+        threshold=options.threshold,
         keep=keep,
         rows_in=n,
         groups=groups.n_groups,
@@ -229,16 +254,16 @@ def _run(args, argv: list[str] | None) -> DedupSummary:
         sweep=sweeps[0].points,
         limited=[source.limited(point.threshold) for point in sweeps[0].points],
         notes=source.notes,
-        method=args.method,
+        method=options.method,
         radius=radius,
         sweeps=sweeps,
-        target_precision=args.target_precision,
+        target_precision=options.target_precision,
         copies=copies.n_copies if copies.n_copies else None,
         known=None if known is None else known_found(groups.group, known),
     )
-    if args.dry_run:
+    if options.dry_run:
         removed = groups.removed
-        return DedupSummary(
+        summary = DedupSummary(
             output=None,
             dry_run=True,
             kept=n - removed,
@@ -246,29 +271,25 @@ def _run(args, argv: list[str] | None) -> DedupSummary:
             seconds=time.perf_counter() - start,
             **facts,
         )
+        return DedupResult(output=None, manifest={}, summary=summary)
 
-    out = prepare_output(
-        args.output,
-        overwrite=args.overwrite,
-        job={"command": "dedup", "argv": argv or sys.argv[1:]},
-        layout=LAYOUT,
-    )
+    out = stage_output("dedup", options, LAYOUT)
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
-    final, args.output = args.output, out.attempt
+    folder = out.attempt
     with out:
         table = groups_table(ids, groups, rank, scores)
         if copies.n_copies:  # otherwise groups.parquet keeps its schema
             table = reason_column(table, ids, reasons)
-        write_table(join(args.output, GROUPS_FILE), table)
-        n_kept, n_removed = write_id_lists(args.output, id_list, groups.kept, rank)
+        write_table(join(folder, GROUPS_FILE), table)
+        n_kept, n_removed = write_id_lists(folder, id_list, groups.kept, rank)
         if n_kept + n_removed != n or n_removed != groups.removed:
             raise JobFailedError(
                 f"rows in ({n}) != kept ({n_kept}) + removed ({n_removed}; expected "
-                f"{groups.removed}); {args.output} has no manifest and must not be used"
+                f"{groups.removed}); {folder} has no manifest and must not be used"
             )
-        corpus = _apply(args, scan, index, groups) if args.apply else None
+        corpus = _apply(folder, scan, index, groups) if options.apply else None
         summary = DedupSummary(
-            output=final,
+            output=options.output,
             dry_run=False,
             kept=n_kept,
             removed=n_removed,
@@ -277,21 +298,19 @@ def _run(args, argv: list[str] | None) -> DedupSummary:
             **facts,
         )
         report_facts = {
-            "pairs": args.pairs,
+            "pairs": options.pairs,
             "model": datasets[0].manifest.get("model_id"),
             "first means": order_basis,
             "texts from": text_source or "none (ids shown)",
         }
         # The histogram's bins are 0.01 wide and start at or below 0.99, so there is always a bin.
         histogram = similarity_histogram(source.pairs.scores, min(source.low, 0.99))
-        views = largest_groups(groups, args.report_groups, id_list, rank, scores, texts)
+        views = largest_groups(groups, options.report_groups, id_list, rank, scores, texts)
         label_counts = labelled.to_json() if labelled is not None else None
         shown = _known_view(known, groups, summary, source, id_list, texts)
-        write_report(
-            args.output, summary, groups, report_facts, histogram, views, label_counts, shown
-        )
+        write_report(folder, summary, groups, report_facts, histogram, views, label_counts, shown)
         manifest = dedup_manifest(
-            args,
+            options,
             settings,
             pairs_output,
             datasets,
@@ -310,8 +329,51 @@ def _run(args, argv: list[str] | None) -> DedupSummary:
             "grouped": int(grouped.sum()),
             "found": len(texts),
         }
-        out.commit(manifest)
-        return summary
+        written = out.commit(manifest)
+        return DedupResult(output=options.output, manifest=written, summary=summary)
+
+
+def settings_of(options: Options, floor: float | None) -> MethodSettings:
+    """The method settings of ``options``; ``floor``: the pairs stage's threshold.
+
+    Raises:
+        ValueError: ``--radius`` below the pairs' threshold (the pairs under it are not all
+            known, so stars would be cut by missing pairs).
+    """
+    if options.radius is not None and floor is not None and options.radius < floor:
+        raise ValueError(
+            f"--radius {options.radius:g} is below the pairs' threshold {floor:g} (the pairs "
+            f"manifest in {options.pairs}): pairs under it are not all known; raise --radius or "
+            f"rerun sbert pairs with --threshold {options.radius:g}"
+        )
+    gap = (
+        DEFAULT_RADIUS_GAP
+        if options.radius is None
+        else round(options.threshold - options.radius, 6)
+    )
+    return MethodSettings(
+        method=options.method,
+        rank=options.ranking(),
+        radius_gap=gap,
+        floor=floor,
+        k=options.mutual_k,
+        missing_score=options.missing_score,
+        seed=options.seed,
+    )
+
+
+def check_settings(settings: MethodSettings, thresholds: list[float]) -> None:
+    """Refuse settings the sweep cannot run with.
+
+    Raises:
+        ValueError: ``--missing-score`` above the lowest sweep threshold (average linkage
+            would merge clusters that share no pair).
+    """
+    if settings.missing_score > min(thresholds):
+        raise ValueError(
+            f"--missing-score {settings.missing_score:g} is above the lowest sweep threshold "
+            f"{min(thresholds):g}: average linkage would merge clusters that share no pair"
+        )
 
 
 def _known_view(known, groups, summary: DedupSummary, source, ids, texts) -> KnownView | None:
@@ -325,30 +387,32 @@ def _known_view(known, groups, summary: DedupSummary, source, ids, texts) -> Kno
     )
 
 
-def _labels(args: argparse.Namespace, ids) -> LabelledPairs | None:
+def _labels(options: Options, ids) -> LabelledPairs | None:
     """The labelled pairs of ``--labels``, mapped to the items (None without)."""
-    if args.labels is None:
+    if options.labels is None:
         return None
-    columns = LabelColumns(args.label_id_a, args.label_id_b, args.label_column)
-    return load_labels(args.labels, columns, ids, skip_unknown=args.skip_unknown_labels)
+    columns = LabelColumns(options.label_id_a, options.label_id_b, options.label_column)
+    return load_labels(options.labels, columns, ids, skip_unknown=options.skip_unknown_labels)
 
 
-def _scan(args, datasets, index: dict[str, int], wanted: np.ndarray, column) -> CorpusScan:
-    spec = corpus_spec(datasets, args.format, args.text_field, args.id_field)
-    logger.info("reading the corpus %s", args.corpus)
+def _scan(options: Options, datasets, index: dict[str, int], wanted: np.ndarray, column):
+    """The corpus rows of the grouped items (texts, order, the ranking column)."""
+    spec = corpus_spec(datasets, options.format, options.text_field, options.id_field)
+    logger.info("reading the corpus %s", options.corpus)
     return scan_corpus(
-        args.corpus, spec, index, wanted, lambda: embed_error_ids(datasets), value_field=column
+        options.corpus, spec, index, wanted, lambda: embed_error_ids(datasets), value_field=column
     )
 
 
-def _apply(args, scan: CorpusScan, index: dict[str, int], groups) -> dict:
-    """Write the deduplicated corpus; check that its counts agree with the groups."""
+def _apply(folder: str, scan: CorpusScan, index: dict[str, int], groups) -> dict:
+    """Write the deduplicated corpus into ``folder``; check that its counts agree with the
+    groups."""
     counts = write_deduplicated_corpus(
         scan,
         index,
         groups.kept,
-        join(args.output, CORPUS_DIR),
-        join(args.output, REJECTED_FILE),
+        join(folder, CORPUS_DIR),
+        join(folder, REJECTED_FILE),
     )
     kept = int(groups.kept.sum())
     if (
@@ -364,12 +428,3 @@ def _apply(args, scan: CorpusScan, index: dict[str, int], groups) -> dict:
             "published and the previous output is unchanged"
         )
     return counts.to_json()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry: run and print the summary (with ``--dry-run``: the sweep)."""
-    summary = run(argv)
-    if summary.dry_run:
-        print("\n".join(summary.sweep_lines()))
-    print(summary.line())
-    return 0
