@@ -21,6 +21,9 @@ from pipelines.stage_api import model_options
 from pipelines.stage_api.model_options import COMPUTE_DTYPE_CHOICES, MODEL_GROUP, ModelOptions
 from pipelines.stage_api.options import field_types
 
+# The fields of which one at most may be given.
+PROMPT_FIELDS = ("prompt_name", "prompt")
+
 if TYPE_CHECKING:
     from sbert_core.encoder_settings import EncoderSettings
 
@@ -54,12 +57,15 @@ def add_model_arguments(
         normalize: also add ``--normalize/--no-normalize`` (commands that write vectors).
     """
     group = parser.add_argument_group(MODEL_GROUP)
+    # One prompt option at most: refused by argparse here, as by ModelOptions.check elsewhere.
+    prompts = group.add_mutually_exclusive_group()
     hints = field_types(ModelOptions)
     for item in cli_fields(ModelOptions):
         if item.name == "normalize" and not normalize:
             continue
+        target = prompts if item.name in PROMPT_FIELDS else group
         flags = [flag_of(item.name), *item.metadata.get("aliases", ())]
-        group.add_argument(*flags, dest=item.name, **_argparse_settings(item, hints[item.name]))
+        target.add_argument(*flags, dest=item.name, **_argparse_settings(item, hints[item.name]))
     if old_dtype_flag:
         group.add_argument(
             "--dtype",

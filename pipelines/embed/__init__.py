@@ -1,1 +1,25 @@
-"""The embed stage: corpus -> embeddings/ (+ _errors/), in Beam."""
+"""The embed stage: corpus -> embeddings/ (+ _errors/), in Beam.
+
+``embed.run(embed.Options(input="corpus/*.jsonl", output="out/emb"))`` embeds one; the options
+are in ``options.py``, the run in ``stage.py`` (loaded when it runs: Beam and torch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipelines.embed.options import Options
+
+if TYPE_CHECKING:
+    import apache_beam as beam
+
+    from pipelines.stage_api.result import Result
+
+__all__ = ["Options", "run"]
+
+
+def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
+    """Embed the corpus and publish the embeddings (see ``pipelines/embed/stage.py``)."""
+    from pipelines.embed.stage import run as run_stage
+
+    return run_stage(options, pipeline=pipeline)

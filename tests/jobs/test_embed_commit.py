@@ -20,15 +20,21 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
 
-from jobs import embed
+from jobs import stage_cli
+from pipelines.embed import stage as embed
 from pipelines.embed.commit import CommitRefusedError
 from pipelines.io import output_dir
 from pipelines.io.schemas import ERRORS_DIR
 from pipelines.stage_api.stops import JobFailedError
+from tests.stage_commands import embed as run_embed
 
 
 def _argv(corpus, out, model, *extra) -> list[str]:
     return ["--input", str(corpus), "--output", str(out), "--model", str(model), *extra]
+
+
+def _options(corpus, out, model, *extra) -> embed.Options:
+    return stage_cli.parse("embed", _argv(corpus, out, model, *extra))
 
 
 def _parts(directory) -> list[str]:
@@ -82,7 +88,7 @@ def test_running_the_built_pipeline_publishes_without_the_launcher(
 ):
     path, good, n_bad = write_bad_jsonl(tmp_path / "in")
     out = tmp_path / "out"
-    with embed.build(_argv(path, out, tiny_st_dir, "--id-field", "id")) as job:
+    with embed.build(_options(path, out, tiny_st_dir, "--id-field", "id")) as job:
         assert not (out / "_manifest.json").exists()
         result = job.pipeline.run()  # the test waits, not the launcher
         assert result.wait_until_finish() == PipelineState.DONE
@@ -162,7 +168,7 @@ def test_a_launcher_that_does_not_wait_still_gets_a_manifest(tmp_path, tiny_st_d
     write_corpus(tmp_path / "in", "txt", GOOD_TEXTS)
     out = tmp_path / "out"
     pipeline = _detached_pipeline("--no_wait_until_finish")
-    submitted = embed.run(_argv(tmp_path / "in" / "*.txt", out, tiny_st_dir), pipeline)
+    submitted = run_embed(_argv(tmp_path / "in" / "*.txt", out, tiny_st_dir), pipeline)
 
     assert isinstance(submitted, embed.EmbedSubmitted)
     assert "DetachedRunner" in submitted.line() and str(out) in submitted.line()
@@ -179,7 +185,7 @@ def test_a_launcher_that_does_not_wait_still_gets_a_manifest(tmp_path, tiny_st_d
 def test_without_no_wait_the_launcher_waits_on_a_detached_runner(tmp_path, tiny_st_dir):
     write_corpus(tmp_path / "in", "txt", GOOD_TEXTS)
     out = tmp_path / "out"
-    summary = embed.run(_argv(tmp_path / "in" / "*.txt", out, tiny_st_dir), _detached_pipeline())
+    summary = run_embed(_argv(tmp_path / "in" / "*.txt", out, tiny_st_dir), _detached_pipeline())
     assert isinstance(summary, embed.EmbedSummary)
     assert (summary.read, summary.embedded) == (len(GOOD_TEXTS), len(GOOD_TEXTS))
     assert summary == embed.EmbedSummary.from_manifest(
@@ -190,13 +196,13 @@ def test_without_no_wait_the_launcher_waits_on_a_detached_runner(tmp_path, tiny_
 def test_a_failing_check_in_the_commit_step_publishes_nothing(tmp_path, tiny_st_dir):
     path, _, _ = write_bad_jsonl(tmp_path / "in")
     out = tmp_path / "out"
-    embed.run(_argv(path, out, tiny_st_dir))
+    run_embed(_argv(path, out, tiny_st_dir))
     before = (out / "_manifest.json").read_text()
     parts, errors = _parts(out), sorted((out / ERRORS_DIR).iterdir())
 
     argv = _argv(path, out, tiny_st_dir, "--overwrite", "--max-error-rate", "0.1")
     refused = pytest.raises(CommitRefusedError, match=r"more than --max-error-rate 10\.0%")
-    with embed.build(argv) as job, refused:
+    with embed.build(stage_cli.parse("embed", argv)) as job, refused:
         job.pipeline.run().wait_until_finish()
     assert (out / "_manifest.json").read_text() == before
     assert _parts(out) == parts and sorted((out / ERRORS_DIR).iterdir()) == errors
@@ -212,7 +218,7 @@ def test_the_launcher_raises_the_commit_steps_message_from_worker_processes(tmp_
     with pytest.raises(
         JobFailedError, match=r"^\d+ of \d+ rows rejected .* --max-error-rate"
     ) as failure:
-        embed.run(argv)
+        run_embed(argv)
     # The step's own one-line message, not the worker's traceback Beam wraps it in.
     message = str(failure.value)
     assert "Traceback" not in message and "\n" not in message and "while running" not in message
@@ -223,7 +229,7 @@ def test_the_launcher_raises_the_commit_steps_message_from_worker_processes(tmp_
 def test_the_local_launcher_prints_the_summary_of_its_manifest(tmp_path, tiny_st_dir, capsys):
     write_corpus(tmp_path / "in", "txt", GOOD_TEXTS)
     out = tmp_path / "out"
-    assert embed.main(_argv(tmp_path / "in" / "*.txt", out, tiny_st_dir)) == 0
+    assert stage_cli.main("embed", _argv(tmp_path / "in" / "*.txt", out, tiny_st_dir)) == 0
     printed = capsys.readouterr().out.strip().splitlines()[-1]
     manifest = json.loads((out / "_manifest.json").read_text())
     counts = manifest["counts"]
@@ -292,6 +298,6 @@ def test_the_flex_template_launcher_submits_without_waiting():
         "--no_wait_until_finish",
     ]
     assert launcher.launcher_argv(argv) == argv
-    _, beam_args = embed.build_parser().parse_known_args(argv)
+    beam_args = stage_cli.parse("embed", argv).beam_options
     assert not waits(pipeline_options(beam_args))
     assert waits(pipeline_options([]))

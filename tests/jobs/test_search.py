@@ -5,10 +5,16 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from testdata import build_st_dir, build_tiny_bert
 
-from jobs import embed, index
-from jobs.search import main, run
+from jobs import stage_cli
 from pipelines.io.embeddings import IncompatibleEmbeddingsError
 from sbert_core.errors import DataFileError
+from tests.stage_commands import embed, index
+from tests.stage_commands import search as run
+
+
+def main(argv: list[str]) -> int:
+    """``sbert search ARGV`` as the CLI runs it, printing what it prints."""
+    return stage_cli.main("search", argv)
 
 
 def embed_and_index(root, model: str, texts: list[str]):
@@ -17,7 +23,7 @@ def embed_and_index(root, model: str, texts: list[str]):
     corpus.write_text(
         "".join(json.dumps({"id": f"doc-{i}", "text": t}) + "\n" for i, t in enumerate(texts))
     )
-    embed.run(
+    embed(
         [
             *("--input", str(corpus), "--output", str(root / "embeddings")),
             *("--model", model, "--id-field", "id", "--keep-text"),
@@ -26,7 +32,7 @@ def embed_and_index(root, model: str, texts: list[str]):
             runner="FnApiRunner", is_integration_test=False, blocking=True
         ),
     )
-    index.run(["--embeddings", str(root / "embeddings"), "--output", str(root / "index")])
+    index(["--embeddings", str(root / "embeddings"), "--output", str(root / "index")])
     return root / "index"
 
 
@@ -112,8 +118,8 @@ def test_a_different_model_is_refused(indexed, tmp_path):
     [
         ([], "exactly one"),
         (["--queries", "q.txt", "hello"], "exactly one"),
-        (["--k", "0", "hello"], "--k must be at least 1"),
-        (["--output", "hits.csv", "hello"], r"--output must end in \.jsonl or \.tsv"),
+        (["--k", "0", "hello"], "--k: must be at least 1"),
+        (["--output", "hits.csv", "hello"], r"--output: must end in \.jsonl or \.tsv"),
         (["  "], "query 1 on the command line is empty"),
     ],
 )

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from jobs.run_config import check_in_range, load_run_config
-from jobs.search import Hit, QueryHits, SearchSummary, spreadsheet_safe
 from pipelines.dedup.groups import sweep_thresholds
 from pipelines.io.corpus_reader import CorpusSpec
+from pipelines.search.hits import Hit, QueryHits, SearchSummary, spreadsheet_safe
 
 FLOAT_RANGES = [
     "embed.max_error_rate",

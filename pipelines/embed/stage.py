@@ -1,4 +1,6 @@
-"""``sbert embed``: the main job. Text corpus -> Parquet embeddings + errors + manifest.
+"""The embed stage: a text corpus -> Parquet embeddings + errors + manifest.
+
+Run from Python as ``embed.run(embed.Options(input=..., output=...))``, or as
 
     sbert embed --input 'corpus/*.jsonl.gz' --output out/embeddings [--model M]
         [--text-field text] [--id-field id] [--keep-fields a,b] [--keep-text]
@@ -10,20 +12,17 @@ Every row read is either embedded or written to ``OUTPUT/_errors/`` with a reaso
 writes into ``OUTPUT/_attempts/<run id>/`` and publishes in one step
 (``pipelines/io/output_dir.py``), so a failed or killed run leaves the previous output as it was. A
 run in which every row is rejected fails (nothing is published) unless ``--allow-all-rejected`` is
-given."""
+given. Beam's ``--no_wait_until_finish`` only submits the job: its last step publishes."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from jobs.job_options import job_output
-from jobs.model_options import encoder_settings
-from jobs.parsers.embed import build_parser
 from pipelines.embed.commit import (
     EMBEDDING_COUNTS,
     FILES_WRITTEN,
@@ -35,13 +34,13 @@ from pipelines.embed.commit import (
     embedding_tally,
 )
 from pipelines.embed.exact_copies import (
-    COPY_OF,
     EXACT_DEDUP_COUNTS,
     EXACT_DEDUP_RULE,
     EmbedDistinctTexts,
     exact_dedup_tally,
 )
 from pipelines.embed.model_handler import DeterministicInferenceError, SbertModelHandler
+from pipelines.embed.options import Options
 from pipelines.embed.read_corpus import (
     READS,
     RECORDS,
@@ -53,12 +52,9 @@ from pipelines.embed.read_corpus import (
 )
 from pipelines.embed.sinks import WriteEmbeddings, WriteErrors, output_schema
 from pipelines.embed.transform import EMBEDDED, Embed
-from pipelines.io.corpus_reader import (
-    CorpusSpec,
-)
+from pipelines.io.corpus_reader import CorpusSpec
 from pipelines.io.manifest_fields import software_versions
 from pipelines.io.output_dir import MANIFEST, OutputLayout, join
-from pipelines.io.output_names import refuse_output_folder
 from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
 from pipelines.io.staged_output import StagedOutput
 from pipelines.stage_api.beam_options import runner_name
@@ -70,9 +66,10 @@ from pipelines.stage_api.beam_run import (
     step_error,
     waits,
 )
+from pipelines.stage_api.outputs import stage_output
+from pipelines.stage_api.result import Result
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.progress import close_shared_progress
-from sbert_core.encoder_settings import EncoderSettings
 from sbert_core.errors import DataFileError
 
 logger = logging.getLogger(__name__)
@@ -152,7 +149,7 @@ class EmbedJob:
 
     pipeline: beam.Pipeline
     output: StagedOutput
-    options: PipelineOptions
+    beam_options: PipelineOptions
     directory: str  # --output as the user gave it
 
     def __enter__(self) -> EmbedJob:
@@ -162,30 +159,30 @@ class EmbedJob:
         self.output.release()
 
 
-def run(
-    argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None
-) -> EmbedSummary | EmbedSubmitted:
+def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
     """Build and run the embed pipeline; its last step checks the counts and publishes.
 
     Args:
-        argv: job options followed by any Beam options (``--no_wait_until_finish``: only submit).
-        test_pipeline: a pipeline to build into (tests pass a ``TestPipeline``).
+        options: the stage's options; its Beam options ``--no_wait_until_finish``: only submit.
+        pipeline: a pipeline to build into (tests pass a ``TestPipeline``).
 
     Returns:
-        The summary read from the published manifest, or, when the launcher does not wait for
-        a job still running, what was submitted.
+        The output folder, its published manifest and the summary read from it; or, when the
+        launcher does not wait for a job still running, what was submitted (an
+        :class:`EmbedSubmitted` summary and an empty manifest: nothing is published yet).
 
     Raises:
         ModelLoadError, FileNotFoundError, OutputExistsError, ValueError: before any work starts.
         JobFailedError: the run finished but rows were lost or the error rate was too high.
-        DataFileError: an input file was damaged (and ``--on-bad-file`` is ``fail``).
+        DataFileError: an input file was damaged (and ``on_bad_file`` is ``fail``).
     """
-    with build(argv, test_pipeline) as job:
-        return launch(job, test_pipeline)
+    with build(options, pipeline) as job:
+        return launch(job, pipeline)
 
 
-def build(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> EmbedJob:
-    """Check the options, take the output folder and build the pipeline, without running it.
+def build(options: Options, pipeline: beam.Pipeline | None = None) -> EmbedJob:
+    """Check the model and the input, take the output folder and build the pipeline, without
+    running it.
 
     Run ``job.pipeline`` with any runner (or :func:`launch` it) inside ``with job:``; the
     manifest appears when the pipeline's last step has published.
@@ -194,41 +191,44 @@ def build(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = N
         ModelLoadError, FileNotFoundError, OutputExistsError, ValueError: before any work starts.
     """
     started = time.time()
-    args, beam_args = build_parser().parse_known_args(argv)
-    spec, settings = _checked(args)
-    options = options_for(beam_args, test_pipeline)
+    spec = options.corpus_spec()
+    settings = options.encoder_settings()
+    settings.validate()
+    beam_options = options_for(options.beam_options, pipeline)
     # Fail before any work: the settings (above), the model's files, the input, then the output.
     # What the manifest records: the model with the prompt and dimensions these settings
     # choose (an unknown prompt name or a truncate_dim above the model's fails here).
     description = settings.describe(settings.inspect())
-    read_corpus = ReadCorpus(args.input, spec)
-    refuse_output_inside_input(args.output, args.input, read_corpus.files)
+    read_corpus = ReadCorpus(options.input, spec)
+    refuse_output_inside_input(options.output, options.input, read_corpus.files)
     schema = output_schema(
-        description["dim"], args.dtype, args.keep_text, spec.keep_fields, copy_of=args.exact_dedup
+        description["dim"],
+        options.dtype,
+        options.keep_text,
+        spec.keep_fields,
+        copy_of=options.exact_dedup,
     )
-    out = job_output("embed", args.output, args.overwrite, argv, LAYOUT)
+    out = stage_output("embed", options, LAYOUT)
     try:
         plan = CommitPlan(
-            output=args.output,
+            output=options.output,
             input_files=tuple(path for path, _, _ in read_corpus.files),
-            max_error_rate=args.max_error_rate,
-            allow_all_rejected=args.allow_all_rejected,
-            manifest=_launch_manifest(args, description, spec, options),
+            max_error_rate=options.max_error_rate,
+            allow_all_rejected=options.allow_all_rejected,
+            manifest=_launch_manifest(options, description, spec, beam_options),
             started=started,
-            reported=REPORTED_COUNTS + (EXACT_DEDUP_COUNTS if args.exact_dedup else ()),
+            reported=REPORTED_COUNTS + (EXACT_DEDUP_COUNTS if options.exact_dedup else ()),
         )
-        pipeline = _build_pipeline(
-            args, out, plan, (settings, schema, spec), options, read_corpus, test_pipeline
+        built = _build_pipeline(
+            options, out, plan, (settings, schema, spec), beam_options, read_corpus, pipeline
         )
     except BaseException:
         out.release()
         raise
-    return EmbedJob(pipeline, out, options, args.output)
+    return EmbedJob(built, out, beam_options, options.output)
 
 
-def launch(
-    job: EmbedJob, test_pipeline: beam.Pipeline | None = None
-) -> EmbedSummary | EmbedSubmitted:
+def launch(job: EmbedJob, pipeline: beam.Pipeline | None = None) -> Result:
     """Run a built job: wait for it and summarise its manifest, or only submit it when Beam's
     ``--no_wait_until_finish`` is given (see :func:`pipelines.stage_api.beam_run.waits`).
 
@@ -237,11 +237,11 @@ def launch(
 
     Raises:
         JobFailedError: the commit step refused the run, or inference failed for every text.
-        DataFileError: an input file was damaged (and ``--on-bad-file`` is ``fail``).
+        DataFileError: an input file was damaged (and ``on_bad_file`` is ``fail``).
     """
-    wait = waits(job.options)
+    wait = waits(job.beam_options)
     try:
-        finished = run_pipeline(job.pipeline, job.options, test_pipeline=test_pipeline, wait=wait)
+        finished = run_pipeline(job.pipeline, job.beam_options, test_pipeline=pipeline, wait=wait)
     except Exception as err:
         published = job.output.committed_manifest()
         if published is not None:  # the exit status says what was published
@@ -251,7 +251,7 @@ def launch(
                 job.directory,
                 err,
             )
-            return EmbedSummary.from_manifest(job.directory, published)
+            return _published(job.directory, published)
         known = _job_error(err)
         if known is None:
             raise
@@ -260,14 +260,20 @@ def launch(
         close_shared_progress()  # the embed bar's last count, before the summary or the error
     manifest = job.output.committed_manifest()
     if manifest is not None:
-        return EmbedSummary.from_manifest(job.directory, manifest)
+        return _published(job.directory, manifest)
     if not wait:
         job_id = getattr(finished.result, "job_id", None)  # a method on Dataflow's result
         job_id = job_id() if callable(job_id) else job_id
-        return EmbedSubmitted(job.directory, finished.runner, str(job_id) if job_id else None)
+        submitted = EmbedSubmitted(job.directory, finished.runner, str(job_id) if job_id else None)
+        return Result(job.directory, {}, submitted)
     raise JobFailedError(
         f"the pipeline finished but its last step published nothing into {job.directory}"
     )
+
+
+def _published(directory: str, manifest: dict) -> Result:
+    """The result of a run that published ``manifest`` into ``directory``."""
+    return Result(directory, manifest, EmbedSummary.from_manifest(directory, manifest))
 
 
 def _job_error(err: Exception) -> Exception | None:
@@ -282,64 +288,24 @@ def _job_error(err: Exception) -> Exception | None:
     return known or step_error(err, (OSError,), step="Commit")
 
 
-def check_options(argv: list[str]) -> None:
-    """Check this command's option values without reading inputs or touching any output.
-
-    ``sbert run`` calls it for every stage before running the first one.
-
-    Raises:
-        ValueError, FileNotFoundError: a value the command would refuse, naming the option.
-    """
-    _checked(build_parser().parse_known_args(argv)[0])
-
-
-def _checked(args) -> tuple[CorpusSpec, EncoderSettings]:
-    """The corpus spec and encoder settings of valid options; ValueError naming a bad one."""
-    if not 0.0 <= args.max_error_rate <= 1.0:
-        raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
-    # Before anything lists it: listing / or $HOME alone walks much of the disk.
-    refuse_output_folder(args.output, "--output")
-    keep_fields = tuple(name for name in args.keep_fields.split(",") if name)
-    columns = {"id", "embedding", "n_tokens", "truncated", "text"}
-    reserved = (columns | ({COPY_OF} if args.exact_dedup else set())) & set(keep_fields)
-    if reserved:
-        raise ValueError(
-            f"--keep-fields may not include output columns: {', '.join(sorted(reserved))}"
-        )
-    spec = CorpusSpec(
-        fmt=args.format,
-        text_field=args.text_field,
-        id_field=args.id_field,
-        keep_fields=keep_fields,
-        max_record_bytes=args.max_record_bytes,
-        max_record_lines=args.max_record_lines,
-        on_bad_file=args.on_bad_file,
-    )
-    # A corpus is embedded as documents: with no prompt option, the model's ``document`` prompt
-    # (sentence-transformers' encode_document), so that `sbert search` can give queries the
-    # model's ``query`` prompt.
-    settings = replace(encoder_settings(args), task="document")
-    settings.validate()
-    if args.min_batch_size < 1 or args.max_batch_size < args.min_batch_size:
-        raise ValueError(
-            f"--min-batch-size ({args.min_batch_size}) must be at least 1 and at most "
-            f"--max-batch-size ({args.max_batch_size})"
-        )
-    return spec, settings
-
-
 def _build_pipeline(
-    args, out: StagedOutput, plan: CommitPlan, model, options, read_corpus, test_pipeline
+    options: Options,
+    out: StagedOutput,
+    plan: CommitPlan,
+    model,
+    beam_options: PipelineOptions,
+    read_corpus: ReadCorpus,
+    test_pipeline: beam.Pipeline | None,
 ) -> beam.Pipeline:
     """The embed pipeline: it writes into ``out``'s attempt area, then checks and publishes."""
     settings, schema, spec = model
-    show_progress(options)
+    show_progress(beam_options)
 
     handler = SbertModelHandler(
-        settings, min_batch_size=args.min_batch_size, max_batch_size=args.max_batch_size
+        settings, min_batch_size=options.min_batch_size, max_batch_size=options.max_batch_size
     )
-    n_groups, n_shards = _grouping(args.batching, options, read_corpus.total_bytes)
-    pipeline = new_pipeline(options, test_pipeline)
+    n_groups, n_shards = _grouping(options.batching, beam_options, read_corpus.total_bytes)
+    pipeline = new_pipeline(beam_options, test_pipeline)
     corpus = pipeline | "ReadCorpus" >> read_corpus
     records, rejected = corpus[RECORDS], [corpus[REJECTED]]
     # What the commit step counts, each element a {name: count} dict (pipelines/embed/commit.py).
@@ -347,21 +313,23 @@ def _build_pipeline(
         corpus[RECORDS] | "TallyRecordsRead" >> beam.Map(counted_as(ROWS_READ)),
         corpus[REJECTED] | "TallyRejectedRead" >> beam.Map(counted_as(ROWS_READ)),
     ]
-    if args.id_field:
+    if options.id_field:
         unique = records | "RejectDuplicateIds" >> RejectDuplicateIds()
         records = unique[RECORDS]
         rejected.append(unique[REJECTED])
     # Grouping by id (or by normalised text) already redistributed the records; no second
     # shuffle is needed.
-    embed = Embed(handler, n_groups=n_groups, reshuffle=not (args.id_field or args.exact_dedup))
-    if args.accelerator:  # GPUs for this step only; local runners ignore the hint
-        embed = embed.with_resource_hints(accelerator=args.accelerator)
-    if args.exact_dedup:  # each normalised text embedded once (pipelines/embed/exact_copies.py)
+    embed = Embed(
+        handler, n_groups=n_groups, reshuffle=not (options.id_field or options.exact_dedup)
+    )
+    if options.accelerator:  # GPUs for this step only; local runners ignore the hint
+        embed = embed.with_resource_hints(accelerator=options.accelerator)
+    if options.exact_dedup:  # each normalised text embedded once (pipelines/embed/exact_copies.py)
         embed = EmbedDistinctTexts(embed)
     embedded = records | "Embed" >> embed
     rejected.append(embedded[REJECTED])
     tallies.append(embedded[EMBEDDED] | "TallyEmbedded" >> beam.Map(embedding_tally))
-    if args.exact_dedup:
+    if options.exact_dedup:
         tallies.append(embedded[EMBEDDED] | "TallyCopies" >> beam.Map(exact_dedup_tally))
     written = {
         "Embeddings": embedded[EMBEDDED]
@@ -369,11 +337,11 @@ def _build_pipeline(
         >> WriteEmbeddings(
             out.attempt,
             schema,
-            dtype=args.dtype,
-            keep_text=args.keep_text,
+            dtype=options.dtype,
+            keep_text=options.keep_text,
             keep_fields=spec.keep_fields,
             num_shards=n_shards,
-            copy_of=args.exact_dedup,
+            copy_of=options.exact_dedup,
         ),
         "Errors": tuple(rejected)
         | "FlattenRejected" >> beam.Flatten()
@@ -401,23 +369,18 @@ def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int
     return max(1, total_bytes // 65_536), max(1, -(-total_bytes // 4_194_304))
 
 
-def _launch_manifest(args, description: dict, spec: CorpusSpec, options) -> dict:
+def _launch_manifest(
+    options: Options, description: dict, spec: CorpusSpec, beam_options: PipelineOptions
+) -> dict:
     """The manifest's fields known before the run; the commit step adds counts and files."""
     return {
         "kind": "embeddings",
         **description,
-        "dtype": args.dtype,
-        "compute_dtype": args.compute_dtype,
-        "input": {"pattern": args.input, **asdict(spec)},
-        "keep_text": args.keep_text,
-        **({"exact_dedup": EXACT_DEDUP_RULE} if args.exact_dedup else {}),
-        "runner": runner_name(options),
+        "dtype": options.dtype,
+        "compute_dtype": options.compute_dtype,
+        "input": {"pattern": options.input, **asdict(spec)},
+        "keep_text": options.keep_text,
+        **({"exact_dedup": EXACT_DEDUP_RULE} if options.exact_dedup else {}),
+        "runner": runner_name(beam_options),
         "software": software_versions(),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry: run and print the summary."""
-    summary = run(argv)
-    print(summary.line())
-    return 0
