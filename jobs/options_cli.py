@@ -136,7 +136,8 @@ def options_flags(options_type: type[StageOptions], values: Mapping[str, Any]) -
     ``options_type``: what ``sbert submit`` hands a job that runs on a worker.
 
     None leaves a flag out, a bool is the flag or its ``--no-`` form, a list is the flag and its
-    values (joined with commas where the flag parses one comma-separated value).
+    values (joined with commas where the flag parses one comma-separated value); a positional
+    field's values come last.
 
     Raises:
         ValueError: a key that is no option of the stage.
@@ -144,6 +145,7 @@ def options_flags(options_type: type[StageOptions], values: Mapping[str, Any]) -
     by_name = {item.name: item for item in cli_fields(options_type)}
     hints = field_types(options_type)
     argv: list[str] = []
+    positional: list[str] = []
     for key, value in values.items():
         name = str(key).replace("-", "_")
         item = by_name.get(name)
@@ -153,7 +155,10 @@ def options_flags(options_type: type[StageOptions], values: Mapping[str, Any]) -
             continue
         flag = flag_of(name)
         settings = _argparse_settings(item, hints[name])
-        if isinstance(value, bool):
+        if settings.get("positional"):
+            items = value if isinstance(value, list | tuple) else [value]
+            positional += [str(one) for one in items]
+        elif isinstance(value, bool):
             if value:
                 argv.append(flag)
             elif settings.get("action") is argparse.BooleanOptionalAction:
@@ -165,4 +170,20 @@ def options_flags(options_type: type[StageOptions], values: Mapping[str, Any]) -
                 argv.append(f"{flag}={','.join(map(str, value))}")
         else:
             argv.append(f"{flag}={value}")
-    return argv
+    return argv + positional
+
+
+def switch_flags(options_type: type[StageOptions]) -> dict[str, str | None]:
+    """Every on/off flag of ``options_type`` (its aliases too) -> its ``--no-`` form, or None
+    where it has none (a plain switch)."""
+    hints = field_types(options_type)
+    switches: dict[str, str | None] = {}
+    for item in cli_fields(options_type):
+        settings = _argparse_settings(item, hints[item.name])
+        action = settings.get("action")
+        if action not in ("store_true", argparse.BooleanOptionalAction):
+            continue
+        for flag in [flag_of(item.name), *item.metadata.get("aliases", ())]:
+            negatable = action is argparse.BooleanOptionalAction
+            switches[flag] = f"--no-{flag[2:]}" if negatable else None
+    return switches

@@ -36,14 +36,7 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 
 from jobs.parsers.run import build_parser
-from jobs.run_config import (
-    CONFIG_COPY,
-    STATE_FILE,
-    RunConfig,
-    config_as_dict,
-    load_run_config,
-    stage_module,
-)
+from jobs.run_config import CONFIG_COPY, STATE_FILE, RunConfig, config_as_dict, load_run_config
 from jobs.run_inputs import check_inputs
 from jobs.run_report import REPORT_FILE, write_report
 from jobs.run_stages import (
@@ -130,7 +123,6 @@ def run(argv: list[str] | None = None) -> JobSummary:
     checked = check_inputs(config)
     plans = plan_stages(config, checked, _beam_argv(config))
     _check_selection(config, plans, args.only, args.force)
-    _check_stage_options(plans)
 
     start = time.perf_counter()
     state = JobState.load(config.job_dir)
@@ -150,20 +142,6 @@ def run(argv: list[str] | None = None) -> JobSummary:
     if failed is not None:
         raise StageFailedError(_failure_message(args, config, plans, failed), summary)
     return summary
-
-
-def _check_stage_options(plans: list[StagePlan]) -> None:
-    """Every stage's values (device, threads, token budget, ranges, paths in options), checked
-    before the first stage runs, so a bad one late in the job cannot cost an earlier output."""
-    for plan in plans:
-        check = getattr(stage_module(plan.name), "check_options", None)
-        if check is None:
-            continue
-        try:
-            check([*plan.argv, *plan.beam_argv])
-        except (ValueError, FileNotFoundError) as err:
-            kind = FileNotFoundError if isinstance(err, FileNotFoundError) else ValueError
-            raise kind(f"{plan.name}: {err}; nothing was run or written") from None
 
 
 def _run_stages(
@@ -201,7 +179,7 @@ def _run_stages(
         _say(f"{position}: running ({why}) -> {plan.output}")
         began = time.perf_counter()
         try:
-            stage_summary = run_stage(plan, overwrite=_has_content(plan.output))
+            stage_result = run_stage(plan, overwrite=_has_content(plan.output))
         except Exception as err:
             result.status, result.seconds = "failed", time.perf_counter() - began
             result.error = str(err) or type(err).__name__
@@ -221,7 +199,7 @@ def _run_stages(
         state.record(plan.name, fingerprint, identity, result.seconds)
         identities[plan.name] = identity
         result.status = "ran"
-        result.line = stage_summary.line()
+        result.line = stage_result.line()
         result.facts = stage_facts(plan)
         _say(f"{position}: done in {result.seconds:.1f}s: {result.line}")
     for plan in plans[len(results) :]:

@@ -6,18 +6,13 @@ stage inputs in the fingerprints (see ``jobs/run_stages.py``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs.run_config import (
-    REMOTE_SCHEMES,
-    STATE_FILE,
-    EmbedConfig,
-    RunConfig,
-    embed_encoder_settings,
-)
-from jobs.run_table import FROM_FINETUNE, finetune_argv
+from jobs.run_config import REMOTE_SCHEMES, STATE_FILE, RunConfig, stage_options
+from jobs.run_table import FROM_FINETUNE
+from pipelines.stage_api.model_options import ModelOptions, encoder_settings
 from sbert_core.config import config_to_dict
 from sbert_core.errors import ModelLoadError
 
@@ -39,6 +34,14 @@ class CheckedInputs:
     model: dict | None  # model_id, weights_sha256, ...; None for model: finetune
     finetune: dict | None  # config digest and data files of the finetune stage
 
+    def external(self, stage: str) -> dict:
+        """The inputs of ``stage`` from outside the job, described for its fingerprint."""
+        if stage == "embed":
+            return {"corpus": [asdict(f) for f in self.corpus], "model": self.model}
+        if stage == "finetune":
+            return self.finetune or {}
+        return {}
+
 
 def check_inputs(config: RunConfig) -> CheckedInputs:
     """Check that the corpus, the model and the finetune config exist; describe them.
@@ -54,14 +57,36 @@ def check_inputs(config: RunConfig) -> CheckedInputs:
         corpus = _corpus_files(config.input.path)
     model = None
     if config.enabled("embed") and config.model != FROM_FINETUNE:
-        model = describe_model(config.model, config.embed)
+        model = model_identity(stage_options(config, "embed"))
     finetune = _finetune_inputs(config) if config.enabled("finetune") else None
     return CheckedInputs(corpus=corpus, model=model, finetune=finetune)
 
 
-def describe_model(model: str, embed: EmbedConfig) -> dict:
-    """The model's identity (id, weights sha256, dim, pooling) as the embed manifest records it."""
-    settings = embed_encoder_settings(model, embed)
+def check_between(stage: str, options: Any, checked: CheckedInputs) -> None:
+    """Checks of a stage's options against the job's inputs, before any stage runs: an index
+    factory string is checked now, for the model's dimension, not after embedding.
+
+    Raises:
+        ValueError: naming the config key.
+    """
+    if stage != "index" or options.factory == "auto":
+        return
+    from pipelines.index.faiss_ops import new_index
+
+    model = checked.model or (checked.finetune or {}).get("base_model") or {}
+    if "dim" not in model:
+        return
+    try:
+        new_index(options.factory, int(model["dim"]), options.metric)
+    except ValueError as err:
+        raise ValueError(f"index.factory: {err}") from None
+
+
+def model_identity(options: Any) -> dict:
+    """The identity (id, weights sha256, dim, pooling) of the model of ``options`` (the embed
+    stage's, or any with the model options), as the embed manifest records it."""
+    # task: a corpus is embedded as documents, as sbert embed does.
+    settings = encoder_settings(options, task="document")
     try:
         info = settings.inspect()
     except ModelLoadError as err:
@@ -122,14 +147,14 @@ def _holds_a_file(directory: str) -> bool:
 
 def _finetune_inputs(config: RunConfig) -> dict:
     """Resolve the finetune config as ``sbert finetune`` would; describe its files."""
-    from jobs import finetune
+    from pipelines.finetune.config import resolve_config
 
-    path = Path(config.finetune.config)
+    options = stage_options(config, "finetune")
+    path = Path(options.config)
     if not path.is_file():
         raise FileNotFoundError(f"finetune.config: {path} does not exist")
-    args = finetune.build_parser().parse_args(finetune_argv(config))
     try:
-        resolved = finetune.resolve_config(args)
+        resolved = resolve_config(options)
     except ValueError as err:
         raise ValueError(f"finetune.config: {err}") from None
     specs = [("train", resolved.train), ("dev", resolved.dev)]
@@ -146,7 +171,9 @@ def _finetune_inputs(config: RunConfig) -> dict:
             {"role": role, "path": str(data), "size": stat.st_size, "mtime": stat.st_mtime}
         )
     try:
-        base = describe_model(resolved.model, EmbedConfig(allow_pickle=resolved.allow_pickle))
+        base = model_identity(
+            ModelOptions(model=resolved.model, allow_pickle=resolved.allow_pickle)
+        )
     except (ModelLoadError, ValueError) as err:
         raise type(err)(f"finetune.config: base {err}") from None
     return {

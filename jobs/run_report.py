@@ -2,11 +2,11 @@
 
 It shows the counts per stage (read, embedded, rejected, clusters, pairs, duplicate groups,
 removed), each stage's status and time, then each stage's own sections in run order
-(``jobs/run_table.py``, rendered by ``jobs/run_sections.py``): the cluster-size histogram and the
-largest clusters with their distinctive terms, the pair-similarity histogram (inline SVG), the
-largest duplicate groups side by side; and relative links to every output. No script,
-stylesheet, font or image is loaded from anywhere: it opens from disk with no server and no
-network. Every text from the data is HTML-escaped.
+(``jobs/run_table.py``, each rendered by its stage's ``report_section.py``): the cluster-size
+histogram and the largest clusters with their distinctive terms, the pair-similarity histogram
+(inline SVG), the largest duplicate groups side by side; and relative links to every output.
+No script, stylesheet, font or image is loaded from anywhere: it opens from disk with no server
+and no network. Every text from the data is HTML-escaped.
 
 Numbers come from the outputs themselves (manifests, Parquet footers, ``summary.parquet``,
 ``groups.parquet``), so a report written after a rerun that skipped every stage shows the same
@@ -20,12 +20,13 @@ import time
 from collections.abc import Sequence
 
 from jobs.run_config import CONFIG_COPY, STATE_FILE, RunConfig
-from jobs.run_sections import ReportContext, link, relative
-from jobs.run_sections import escape as _e
 from jobs.run_stages import StagePlan, StageResult
 from jobs.run_table import STAGES
 from pipelines.io.html import write_text
 from pipelines.io.output_dir import list_files
+from pipelines.stage_api.job_stage import ReportContext
+from pipelines.stage_api.report_parts import escape as _e
+from pipelines.stage_api.report_parts import link, relative
 
 REPORT_FILE = "report.html"
 # How many files of a stage output the page lists; everything else is one link away.
@@ -84,7 +85,8 @@ def render_report(
         _counts(facts),
         _stage_table(config.job_dir, results),
     ]
-    context = ReportContext(config, config.job_dir, outputs)
+    options = {name: plan.options for name, plan in by_stage.items()}
+    context = ReportContext(config.job_dir, outputs, options, config.verify)
     for spec in STAGES:
         if spec.report is not None and spec.name in outputs and facts.get(spec.name):
             sections += spec.report(context)

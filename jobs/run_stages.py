@@ -1,10 +1,12 @@
-"""The stages of ``sbert run``: their command lines, fingerprints, outputs and the job state.
+"""The stages of ``sbert run``: their options, fingerprints, outputs and the job state.
 
-Every stage is run through its own command's ``run(argv)`` with an argument list built from
-the config, so each stage's code stays the one place its options are defined and checked.
+Every stage runs through its package's ``run(options)`` with the ``Options`` built from its
+config section (``jobs/run_config.py``), so each stage's ``Options`` stays the one place its
+options are defined and checked.
 
 A stage is skipped when nothing it depends on changed. Its *fingerprint* is a sha256 over its
-name, its arguments (Beam options excepted: where a stage runs does not change what it writes),
+name, its options (Beam options and ``overwrite`` excepted: where a stage runs, and whether it
+replaces an output, do not change what it writes),
 its external inputs (corpus files by path, size and modification time; the model by id and
 weights sha256; the finetune config and data files) and the *identity* of each upstream output:
 the sha256 of that output's manifest, which a stage writes last and only on success. So an
@@ -21,37 +23,22 @@ back).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from apache_beam.io.filesystems import FileSystems
-
-from jobs.argv import check_values, option_actions, to_argv
-from jobs.run_config import STATE_FILE, RunConfig
-from jobs.run_inputs import CheckedInputs
-from jobs.run_table import StageSpec, stage_folders, stage_spec
+from jobs.run_config import STATE_FILE, RunConfig, stage_options
+from jobs.run_inputs import CheckedInputs, check_between
+from jobs.run_table import stage_package, stage_spec
 from pipelines.io.atomic import write_json_replacing
-from pipelines.io.output_dir import join
+from pipelines.io.filesystems import FileSystems
+from pipelines.io.output_dir import MANIFEST, join
+from pipelines.stage_api.job_stage import JobStage
+from pipelines.stage_api.options import BEAM_FIELD
 
 STATE_FORMAT = 1
-# Options the job sets itself; a stage's ``options:`` may not set them.
-_JOB_OWNED = {
-    "--input",
-    "--output",
-    "--model",
-    "--embeddings",
-    "--pairs",
-    "--corpus",
-    "--apply",
-    "--overwrite",
-    "--config",
-    "--print-config",
-    "--dry-run",
-}
 
 
 @dataclass(frozen=True)
@@ -60,31 +47,40 @@ class StagePlan:
 
     name: str
     output: str
-    argv: tuple[str, ...]  # the stage's own options (the fingerprint covers these)
-    beam_argv: tuple[str, ...]  # Beam options appended when it runs
+    options: Any  # the stage's Options (the fingerprint covers them)
+    beam_argv: tuple[str, ...]  # the job's Beam options, given when it runs pipelines
     inputs: dict  # external inputs, described for the fingerprint
     upstream: tuple[str, ...]
 
     def fingerprint(self, upstream_identities: dict[str, str | None]) -> str:
         """sha256 of what the stage's output depends on (see the module docstring)."""
+        options = self.options.to_dict()
+        options.pop("overwrite", None)
         payload = {
             "stage": self.name,
-            "argv": list(self.argv),
+            "options": options,
             "inputs": self.inputs,
             "upstream": {name: upstream_identities[name] for name in self.upstream},
         }
         text = json.dumps(payload, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def command(self, *, overwrite: bool) -> list[str]:
-        """The full argument list for the stage's ``run``."""
-        extra = ["--overwrite"] if overwrite else []
-        return [*self.argv, *extra, *self.beam_argv]
+    def run_options(self, *, overwrite: bool) -> Any:
+        """The options the stage runs with: ``overwrite`` and the Beam options set."""
+        changes: dict[str, Any] = {"overwrite": overwrite}
+        if self.beam_argv:
+            changes[BEAM_FIELD] = self.beam_argv
+        return self.options.replace(**changes)
 
     @property
-    def spec(self) -> StageSpec:
+    def spec(self) -> JobStage:
         """The stage's descriptor in the stage table."""
         return stage_spec(self.name)
+
+    @property
+    def manifest_name(self) -> str:
+        """The file that marks the stage's output complete."""
+        return self.spec.manifest or MANIFEST
 
 
 @dataclass
@@ -103,7 +99,7 @@ class StageResult:
 
 def _manifest_bytes(plan: StagePlan) -> bytes | None:
     """The bytes of the stage output's manifest; None when the output is not complete."""
-    path = join(plan.output, plan.spec.manifest)
+    path = join(plan.output, plan.manifest_name)
     if not FileSystems.exists(path):
         return None
     with FileSystems.open(path) as handle:
@@ -132,7 +128,7 @@ def read_stage_manifest(plan: StagePlan) -> dict | None:
 
 
 def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str]) -> list[StagePlan]:
-    """The listed stages in run order, each with its checked command line.
+    """The listed stages in run order, each with its checked ``Options``.
 
     Args:
         config: the validated job config.
@@ -140,51 +136,26 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
         beam_argv: the job's Beam options (already checked against Beam's parser).
 
     Raises:
-        ValueError: an option the stage's command does not have, or a value it refuses; the
-            message names the config key.
+        ValueError: an option the stage does not have, or a value it refuses; the message names
+            the config key.
     """
-    out = stage_folders(config.job_dir)
+    context = config.context()
     plans = []
     for stage in config.ordered_stages():
         spec = stage_spec(stage)
-        parser = spec.load().build_parser()
-        actions = option_actions(parser)
-        argv = spec.head(config, out)
-        for name in spec.sections:
-            argv += _section_flags(spec, name, getattr(config, name), actions)
-        argv += spec.tail(config)
-        if spec.check is not None:
-            spec.check(config, checked)
-        check_values(stage, parser, argv)
-        beam = list(beam_argv) if spec.beam(config) else []
-        inputs = spec.external(config, checked)
-        upstream = spec.upstream(config)
-        plans.append(StagePlan(stage, out[stage], tuple(argv), tuple(beam), inputs, upstream))
+        options = stage_options(config, stage)
+        check_between(stage, options, checked)
+        beam = tuple(beam_argv) if spec.runs_pipelines(options) else ()
+        inputs = checked.external(stage)
+        plans.append(
+            StagePlan(stage, context.folders[stage], options, beam, inputs, spec.upstream(context))
+        )
     return plans
 
 
-def _section_flags(
-    spec: StageSpec, where: str, section: Any, actions: dict[str, argparse.Action]
-) -> list[str]:
-    """A config section's typed fields, then its ``options:``, as the stage's flags."""
-    values = asdict(section)
-    extra = values.pop("options", {})
-    for key in spec.head_keys:
-        head_section, _, name = key.partition(".")
-        if head_section == where:
-            values.pop(name, None)
-    command = "this stage's command"
-    argv = to_argv(values, actions, where, dashes=True, command=command)
-    for key in extra:
-        if key.replace("-", "_") in values:
-            raise ValueError(f"{where}.options.{key}: set it as {where}.{key.replace('-', '_')}")
-    owned = {"owned": _JOB_OWNED, "owner": "sbert run"}
-    return argv + to_argv(extra, actions, f"{where}.options", dashes=True, command=command, **owned)
-
-
 def run_stage(plan: StagePlan, *, overwrite: bool) -> Any:
-    """Run one stage through its command's ``run``; returns that command's summary."""
-    return plan.spec.load().run(plan.command(overwrite=overwrite))
+    """Run one stage through its package's ``run``; returns its ``Result``."""
+    return stage_package(plan.name).run(plan.run_options(overwrite=overwrite))
 
 
 @dataclass

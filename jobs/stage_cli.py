@@ -63,6 +63,9 @@ def run_command(stage: str, argv: Sequence[str] | None, *, pipeline: Any = None)
 
 
 def main(stage: str, argv: Sequence[str] | None) -> int:
-    """CLI entry: run and print the one-line summary."""
-    print(run_command(stage, argv).line())
+    """CLI entry: run and print the one-line summary (a stage with nothing to say, such as a
+    training process other than the first, prints nothing)."""
+    line = run_command(stage, argv).line()
+    if line:
+        print(line)
     return 0

@@ -2,10 +2,11 @@
 
     sbert submit deploy/dataflow/embed-gpu.yaml [--set args.output=gs://b/out] [--dry-run]
 
-A config names the job, its options and Beam's pipeline options::
+A config names the job (a stage that runs Beam pipelines), its options and Beam's pipeline
+options::
 
     job: embed
-    args:                          # the job's own options, spelled as on its command line
+    args:                          # the stage's Options, spelled as on its command line
       input: gs://${GCS_BUCKET}/corpus/*.jsonl.gz
       output: gs://${GCS_BUCKET}/embeddings
       keep-text: true              # true -> --keep-text, false -> left out
@@ -17,32 +18,33 @@ A config names the job, its options and Beam's pipeline options::
       experiments: [use_runner_v2] # -> one --experiments=... per item
 
 ``${VAR}`` is replaced by the environment variable VAR; an unset or empty one is an error.
-Every option name is checked against the job's parser and Beam's own parser, so a typo fails
-here instead of being dropped with a warning by Beam. ``--set SECTION.KEY=VALUE`` overrides a
-value before the variables are expanded; VALUE ``true``/``false`` switches a flag, ``null``
-removes the option, ``[a, b]`` gives a list, anything else stays a string.
+Every option is checked by the stage's own ``Options`` and by Beam's own parser, so a typo or a
+bad value fails here instead of being dropped with a warning by Beam. ``--set
+SECTION.KEY=VALUE`` overrides a value before the variables are expanded; VALUE
+``true``/``false`` switches a flag, ``null`` removes the option, ``[a, b]`` gives a list,
+anything else stays a string.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import json
 import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from apache_beam.options.pipeline_options import PipelineOptions
-
-from jobs.argv import check_values, option_actions, to_argv
+from jobs.options_cli import options_flags
 from jobs.parsers.submit import build_parser
+from jobs.stage_cli import runs_pipelines, stage_package
+from pipelines.stage_api.beam_options import beam_parser
+from pipelines.stage_api.options import BEAM_FIELD, options_from_mapping
 from sbert_core.config import load_yaml, parse_override
 
-# Job name -> module with ``build_parser()`` and ``run(argv)``; later jobs register here.
-JOBS = {"embed": "jobs.embed"}
+# The stages a config may name: those that run Beam pipelines.
+JOBS = ("cluster", "embed", "index", "pairs")
 SECTIONS = ("args", "beam")
 _TOP_LEVEL_KEYS = {"job", *SECTIONS}
 _VARIABLE = re.compile(r"\$\{([^}]*)\}")
@@ -77,42 +79,86 @@ def load_job_config(path: str | Path, overrides: Iterable[str] = ()) -> dict[str
     return _expand(config, path)
 
 
+def job_options(config: Mapping[str, Any]) -> Any:
+    """The stage's ``Options`` from ``config["args"]`` (flag spellings: ``keep-text`` is
+    ``keep_text``), checked by the stage itself; Beam options are added when it runs.
+
+    Raises:
+        ValueError: an unknown option, a missing required one or a refused value, naming
+            ``args.KEY``.
+    """
+    options_type = stage_package(config["job"]).Options
+    args = {str(key).replace("-", "_"): value for key, value in config["args"].items()}
+    if BEAM_FIELD in args:
+        raise ValueError(f"args.{BEAM_FIELD}: put Beam's options under beam:")
+    return options_from_mapping(options_type, args, "args")
+
+
 def job_argv(config: Mapping[str, Any]) -> list[str]:
-    """The job's own options from ``config["args"]``, checked against the job's parser."""
-    parser = job_module(config["job"]).build_parser()
-    actions = option_actions(parser)
-    argv = to_argv(config["args"], actions, "args")
-    given = {token.split("=", 1)[0] for token in argv}
-    missing = sorted(
-        {
-            f"args.{action.option_strings[0].lstrip('-')}"
-            for action in actions.values()
-            if action.required and not given.intersection(action.option_strings)
-        }
-    )
-    if missing:
-        raise ValueError(f"job {config['job']!r} needs {', '.join(missing)}")
-    check_values("args", parser, argv)
-    return argv
+    """The stage's own options from ``config["args"]`` as its command line, once checked."""
+    job_options(config)
+    options_type = stage_package(config["job"]).Options
+    return options_flags(options_type, config["args"])
 
 
 def beam_argv(config: Mapping[str, Any]) -> list[str]:
-    """Beam pipeline options from ``config["beam"]``, checked against Beam's own parser."""
+    """Beam pipeline options from ``config["beam"]``, checked against Beam's own parser.
+
+    None leaves an option out, ``true``/``false`` switch an on/off option (``false`` is Beam's
+    ``--no_`` form where it has one), a list repeats the flag (Beam's list options
+    accumulate), a mapping is JSON, anything else is its text.
+
+    Raises:
+        ValueError: an unknown option (with the closest name) or a value Beam refuses, naming
+            ``beam.KEY``.
+    """
     parser = beam_parser()
-    argv = to_argv(
-        config["beam"],
-        option_actions(parser),
-        "beam",
-        negative="--no_",
-        repeat_lists=True,  # Beam's list options accumulate: one flag per item
-        allow_mappings=True,
-    )
-    check_values("beam", parser, argv)
+    argv: list[str] = []
+    for key, value in config["beam"].items():
+        argv += _beam_flags(parser, str(key), value)
+    parser.exit_on_error = False
+    try:
+        parser.parse_known_args(argv)
+    except argparse.ArgumentError as err:
+        raise ValueError(f"beam: {err}") from None
     return argv
 
 
+def _beam_flags(parser: Any, key: str, value: Any) -> list[str]:
+    """One ``beam:`` entry as Beam's flags."""
+    import difflib
+
+    flag = f"--{key}"
+    action = parser.actions.get(flag)
+    if action is None:
+        close = difflib.get_close_matches(flag, list(parser.actions), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"beam.{key}: unknown option {flag}{hint}")
+    switch = action.nargs == 0
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        if not switch:
+            raise ValueError(f"beam.{key} takes a value, not {str(value).lower()}")
+        off = f"--no_{key}"
+        return [flag] if value else ([off] if off in parser.actions else [])
+    if switch:
+        raise ValueError(f"beam.{key} is an on/off option: write true or false, not {value!r}")
+    if isinstance(value, dict):
+        return [f"{flag}={json.dumps(value)}"]
+    if isinstance(value, list | tuple):
+        return [f"{flag}={_scalar(key, item)}" for item in value]
+    return [f"{flag}={_scalar(key, value)}"]
+
+
+def _scalar(key: str, value: Any) -> str:
+    if isinstance(value, list | tuple | dict):
+        raise ValueError(f"beam.{key}: nested lists and mappings are not supported")
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def config_to_argv(config: Mapping[str, Any]) -> list[str]:
-    """The job's command line for ``config``: job options first, then Beam options.
+    """The stage's command line for ``config``: its options first, then Beam options.
 
     Example:
         >>> config_to_argv({"job": "embed", "args": {"input": "in/*.txt", "output": "out"},
@@ -120,22 +166,6 @@ def config_to_argv(config: Mapping[str, Any]) -> list[str]:
         ['--input=in/*.txt', '--output=out', '--runner=DataflowRunner']
     """
     return job_argv(config) + beam_argv(config)
-
-
-def job_module(name: str) -> ModuleType:
-    """The module that implements job ``name``."""
-    if name not in JOBS:
-        raise ValueError(f"unknown job {name!r}; known jobs: {', '.join(sorted(JOBS))}")
-    return importlib.import_module(JOBS[name])
-
-
-def beam_parser() -> argparse.ArgumentParser:
-    """Beam's parser with every registered ``PipelineOptions`` class, as Beam builds it."""
-    parsers: list[argparse.ArgumentParser] = []
-    # The callback hands over the parser Beam itself assembles from all option classes, so
-    # runner options (Dataflow, Spark, Flink, portable) are known exactly as Beam knows them.
-    PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
-    return parsers[0]
 
 
 def main(argv: list[str]) -> int:
@@ -150,8 +180,9 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         print(shlex.join(["sbert", config["job"], *command]))
         return 0
-    summary = job_module(config["job"]).run(command)
-    print(summary.line())
+    options = job_options(config).replace(**{BEAM_FIELD: tuple(beam_argv(config))})
+    result = stage_package(config["job"]).run(options)
+    print(result.line())
     return 0
 
 
@@ -166,7 +197,7 @@ def _validate(raw: object, path: Path) -> dict[str, Any]:
     job = raw.get("job")
     if not isinstance(job, str):
         raise ValueError(f"{path}: 'job' must name a job: {', '.join(sorted(JOBS))}")
-    if job not in JOBS:
+    if job not in JOBS or not runs_pipelines(job):
         raise ValueError(f"{path}: unknown job {job!r}; known jobs: {', '.join(sorted(JOBS))}")
     config: dict[str, Any] = {"job": job}
     for section in SECTIONS:

@@ -13,6 +13,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+from pipelines.stage_api.flag_recording import FlagRecording
+
 # Sphinx/reStructuredText markup in docstrings, shown as plain text in --help.
 _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc):`~?(?:[\w.]+\.)?([^`]+)`")
 _LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
@@ -52,30 +54,9 @@ def module_description(module: str) -> str | None:
     return None if doc is None else plain_text(doc)
 
 
-class CommandParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` that lists its flags (:attr:`flags`), for the close-match hints of
-    an unknown option and the checks of a config against a command: argparse keeps its own list
-    private."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        self.flags: list[str] = []
-        super().__init__(*args, **kwargs)
-
-    def add_argument(self, *args, **kwargs) -> argparse.Action:
-        """``ArgumentParser.add_argument``, recording the action's shown flags."""
-        return self._record(super().add_argument(*args, **kwargs))
-
-    def add_argument_group(self, *args, **kwargs):
-        """``ArgumentParser.add_argument_group``; the group's flags are recorded here too."""
-        group = super().add_argument_group(*args, **kwargs)
-        add = group.add_argument
-        group.add_argument = lambda *a, **k: self._record(add(*a, **k))
-        return group
-
-    def _record(self, action: argparse.Action) -> argparse.Action:
-        if action.help != argparse.SUPPRESS:
-            self.flags += [flag for flag in action.option_strings if flag.startswith("--")]
-        return action
+class CommandParser(FlagRecording, argparse.ArgumentParser):
+    """An ``ArgumentParser`` that lists its flags (:attr:`flags`, :attr:`actions`), for the
+    close-match hints of an unknown option and the checks of a config against a command."""
 
 
 def command_parser(prog: str, module: str) -> CommandParser:

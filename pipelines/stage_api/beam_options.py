@@ -7,6 +7,7 @@ such option is an error that names the closest known spellings.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import difflib
 import importlib
@@ -14,6 +15,8 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from pipelines.stage_api.flag_recording import FlagRecording
 
 logger = logging.getLogger(__name__)
 
@@ -29,9 +32,13 @@ class UnknownOptionError(ValueError):
     """An option neither the job nor Beam knows; the message names close matches."""
 
 
-def _beam_parser(beam_args: Sequence[str]):
-    """Beam's own argument parser with every registered options class, as Beam builds it."""
+def beam_parser(beam_args: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """Beam's own argument parser with every registered options class, as Beam builds it (for
+    the runner ``beam_args`` select), recording its flags (``.flags``, ``.actions``)."""
     from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    class RecordingBeamParser(FlagRecording, _BeamArgumentParser):
+        """Beam's parser, listing what its option classes add."""
 
     runner = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
     runner = runner if isinstance(runner, str) else ""
@@ -42,7 +49,7 @@ def _beam_parser(beam_args: Sequence[str]):
         # Without the runner's extra installed, Beam says so when the runner is created.
         with contextlib.suppress(ImportError):
             importlib.import_module(module)
-    parser = _BeamArgumentParser(allow_abbrev=False)
+    parser = RecordingBeamParser(allow_abbrev=False)
     classes: dict[str, type] = {}
     for cls in PipelineOptions.__subclasses__():
         classes.setdefault(str(cls), cls)
@@ -53,8 +60,7 @@ def _beam_parser(beam_args: Sequence[str]):
 
 def beam_option_names(beam_args: Sequence[str] = ()) -> list[str]:
     """Every ``--option`` Beam accepts (for the runner ``beam_args`` select)."""
-    parser = _beam_parser(beam_args)
-    return sorted(name for name in parser._option_string_actions if name.startswith("--"))
+    return sorted(beam_parser(beam_args).actions)
 
 
 def check_beam_args(beam_args: Sequence[str], job_options: Iterable[str] = ()) -> None:
@@ -67,11 +73,11 @@ def check_beam_args(beam_args: Sequence[str], job_options: Iterable[str] = ()) -
     Raises:
         UnknownOptionError: naming each unknown option and its close matches.
     """
-    parser = _beam_parser(beam_args)
+    parser = beam_parser(beam_args)
     _, unknown = parser.parse_known_args(list(beam_args))
     if not unknown:
         return
-    known = [*job_options, *(n for n in parser._option_string_actions if n.startswith("--"))]
+    known = [*job_options, *parser.actions]
     problems = []
     after_option = False
     for arg in unknown:

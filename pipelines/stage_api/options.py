@@ -250,7 +250,9 @@ def _describe(hint: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(repr(choice) for choice in get_args(hint))
     if origin is tuple:
-        return f"a list of {_describe(get_args(hint)[0])}"
+        item = get_args(hint)[0] if get_args(hint) else Any
+        plural = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
+        return f"a list of {plural.get(item, 'values')}"
     if hint is type(None):
         return "null"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(

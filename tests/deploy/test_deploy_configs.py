@@ -32,8 +32,12 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.options.pipeline_options import TestOptions as BeamTestOptions
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 
-from jobs import embed, submit
-from jobs.submit import beam_argv, config_to_argv, load_job_config, option_actions
+import pipelines.embed
+from jobs import submit
+from jobs.stage_cli import build_parser as stage_parser
+from jobs.submit import beam_argv, config_to_argv, job_options, load_job_config
+from pipelines.stage_api.beam_options import beam_parser
+from tests.stage_commands import embed
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -80,10 +84,10 @@ def unknown_beam_options(beam_args: list[str]) -> list[str]:
 
 
 def parsed(path: Path) -> tuple[object, PipelineOptions, dict]:
-    """(job args, Beam options, config) for one deploy config, split as ``embed.run`` does."""
+    """(job args, Beam options, config) for one deploy config, split as ``sbert embed`` does."""
     config = load_job_config(path)
     argv = config_to_argv(config)
-    args, rest = embed.build_parser().parse_known_args(argv)
+    args, rest = stage_parser("embed").parse_known_args(argv)
     # Exactly the Beam options are left over: no job option leaks into Beam and no Beam
     # option is taken (by prefix matching, say) by the job's parser.
     assert rest == beam_argv(config)
@@ -190,9 +194,9 @@ def test_unknown_option_check_sees_what_beam_would_drop() -> None:
 
 
 def test_job_and_beam_options_do_not_share_names() -> None:
-    job = set(option_actions(embed.build_parser()))
-    beam_flags = set(option_actions(submit.beam_parser()))
-    assert job & beam_flags == {"-h", "--help"}
+    job = set(stage_parser("embed").actions)
+    beam_flags = set(beam_parser().actions)
+    assert job & beam_flags == {"--help"}
 
 
 # ---- sbert submit: loading, overrides, conversion, errors ---------------------------------
@@ -285,9 +289,9 @@ beam:
         "--save_main_session",
         "--no_use_public_ips",
     ]
-    args, rest = embed.build_parser().parse_known_args(argv)
+    args, rest = stage_parser("embed").parse_known_args(argv)
     assert (args.keep_text, args.overwrite, args.normalize) == (True, False, False)
-    assert args.keep_fields == "title,url"
+    assert tuple(args.keep_fields) == ("title", "url")
     options = PipelineOptions(rest)
     assert options.view_as(DebugOptions).experiments == ["use_runner_v2", "shuffle_mode=service"]
     assert options.view_as(SetupOptions).save_main_session is True
@@ -297,12 +301,12 @@ beam:
 @pytest.mark.parametrize(
     ("section", "line", "message"),
     [
-        ("args", "text_field: body", r"unknown option --text_field; did you mean '--text-field'"),
+        ("args", "text-feld: body", r"args.text_feld: not an option of args; did you mean 'text_field'"),
         ("beam", "machine_typ: n2", r"unknown option --machine_typ; did you mean '--machine_type'"),
-        ("args", "model: true", "args.model takes a value, not true"),
-        ("args", "keep-text: yes please", "args.keep-text is an on/off option"),
-        ("args", "keep-fields: {a: b}", "a mapping is only allowed for Beam options"),
-        ("args", "dtype: float64", "args: argument --dtype: invalid choice: 'float64'"),
+        ("args", "model: true", "args.model: expected a string, got True"),
+        ("args", "keep-text: yes please", "args.keep_text: expected true or false"),
+        ("args", "keep-fields: {a: b}", "args.keep_fields: expected a list of strings"),
+        ("args", "dtype: float64", "args.dtype: expected one of 'float32', 'float16'"),
         ("beam", "max_num_workers: lots", "beam: argument --max_num_workers: invalid int value"),
     ],
 )
@@ -320,14 +324,14 @@ def test_bad_option_is_an_error(tmp_path: Path, section: str, line: str, message
 
 def test_missing_required_job_option_is_an_error(tmp_path: Path) -> None:
     path = write_config(tmp_path, "job: embed\nargs:\n  input: in.txt\n")
-    with pytest.raises(ValueError, match=r"job 'embed' needs args\.output"):
+    with pytest.raises(ValueError, match=r"args\.output: required"):
         config_to_argv(load_job_config(path))
 
 
 @pytest.mark.parametrize(
     ("text", "error", "message"),
     [
-        ("job: finetune\nargs: {}\n", ValueError, "unknown job 'finetune'; known jobs: embed"),
+        ("job: finetune\nargs: {}\n", ValueError, "unknown job 'finetune'; known jobs: cluster, embed, index, pairs"),
         ("args: {}\n", ValueError, "'job' must name a job"),
         ("job: embed\nrunner: DataflowRunner\n", ValueError, "unknown top-level key.* runner"),
         ("job: embed\nargs: [input]\n", ValueError, "'args' must be a mapping"),
@@ -375,14 +379,15 @@ def test_main_runs_the_job_and_prints_its_summary(deploy_env, monkeypatch, capsy
         def line(self) -> str:
             return "read 3 rows: 3 embedded"
 
-    def fake_run(argv):
-        calls.append(argv)
+    def fake_run(options, pipeline=None):
+        calls.append(options)
         return Summary()
 
-    monkeypatch.setattr(embed, "run", fake_run)
+    monkeypatch.setattr(pipelines.embed, "run", fake_run)
     path = DEPLOY / "spark" / "embed-portable.yaml"
     assert submit.main([str(path)]) == 0
-    assert calls == [config_to_argv(load_job_config(path))]
+    config = load_job_config(path)
+    assert calls == [job_options(config).replace(beam_options=tuple(beam_argv(config)))]
     assert capsys.readouterr().out.strip() == "read 3 rows: 3 embedded"
 
 
@@ -398,7 +403,7 @@ def load_launcher():
 
 def test_flex_template_parameters_are_job_options() -> None:
     parameters = json.loads(METADATA.read_text(encoding="utf-8"))["parameters"]
-    actions = option_actions(embed.build_parser())
+    actions = stage_parser("embed").actions
     names = [parameter["name"] for parameter in parameters]
     assert len(names) == len(set(names))
     unknown = [name for name in names if f"--{name}" not in actions]
@@ -437,7 +442,7 @@ def test_flex_template_launcher_turns_true_false_into_flags() -> None:
         "--project=my-project",
         f"--dataflow_service_options={ACCELERATOR}",
     ]
-    args, rest = embed.build_parser().parse_known_args(argv)
+    args, rest = stage_parser("embed").parse_known_args(argv)
     assert (args.keep_text, args.overwrite) == (True, False)
     assert rest == ["--project=my-project", f"--dataflow_service_options={ACCELERATOR}"]
     with pytest.raises(ValueError, match="--keep-text is an on/off option"):
@@ -511,9 +516,8 @@ def example_plans(deploy_env, tmp_path):
     return config, PipelineOptions(beam_args), plans
 
 
-def accelerator_of(argv) -> str | None:
-    found = [a.split("=", 1)[1] for a in argv if a.startswith("--accelerator=")]
-    return found[0] if found else None
+def accelerator_of(plan) -> str | None:
+    return getattr(plan.options, "accelerator", None)
 
 
 def test_dataflow_example_puts_gpus_on_the_embed_step_only(deploy_env, tmp_path) -> None:
@@ -523,22 +527,27 @@ def test_dataflow_example_puts_gpus_on_the_embed_step_only(deploy_env, tmp_path)
     assert not options.view_as(GoogleCloudOptions).dataflow_service_options
     assert "accelerator" not in " ".join(config.beam)
     # The embed stage's Embed step asks for an L4 with a pinned driver; no other stage does.
-    hint = accelerator_of(plans["embed"].argv)
+    hint = accelerator_of(plans["embed"])
     assert hint is not None and "type:nvidia-l4" in hint and "count:1" in hint
     assert "machine_type:g2-standard-8" in hint
     assert PINNED_DRIVER.search(hint), hint
-    assert [name for name, plan in plans.items() if accelerator_of(plan.argv)] == ["embed"]
-    args = embed.build_parser().parse_args(list(plans["embed"].argv))
-    assert (args.device, args.compute_dtype, args.dtype) == ("cuda", "float16", "float32")
+    assert [name for name, plan in plans.items() if accelerator_of(plan)] == ["embed"]
+    embed_options = plans["embed"].options
+    assert (embed_options.device, embed_options.compute_dtype, embed_options.dtype) == (
+        "cuda",
+        "float16",
+        "float32",
+    )
 
 
 def test_dataflow_example_worker_counts_match_its_comments(deploy_env, tmp_path) -> None:
-    config, options, _ = example_plans(deploy_env, tmp_path)
+    _, options, plans = example_plans(deploy_env, tmp_path)
     workers = options.view_as(WorkerOptions).max_num_workers
     comments = [line for line in EXAMPLE.read_text().splitlines() if "#" in line]
     stated = [int(n) for line in comments for n in re.findall(r"(\d+) (?:Dataflow )?workers", line)]
     assert stated and set(stated) == {workers}
-    assert config.index.shards == workers  # "the 16 index shards ... filled in parallel"
+    # "the 16 index shards ... filled in parallel"
+    assert plans["index"].options.shards == workers
 
 
 @pytest.mark.parametrize(
@@ -560,7 +569,7 @@ def test_the_accelerator_hint_reaches_the_embed_transforms_only(tmp_path, tiny_s
         runner="FnApiRunner", is_integration_test=False, blocking=True
     )
     argv = ["--input", str(corpus), "--output", str(tmp_path / "out"), "--model", str(tiny_st_dir)]
-    summary = embed.run([*argv, "--accelerator", hint], test_pipeline=pipeline)
+    summary = embed([*argv, "--accelerator", hint], test_pipeline=pipeline)
     assert summary.embedded == 2
     proto = pipeline.to_runner_api()
     hinted = set()

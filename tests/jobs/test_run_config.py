@@ -11,28 +11,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs import cluster, dedup, embed, index, pairs
 from jobs.run import main as run_main
 from jobs.run_config import (
     DEFAULT_STAGES,
     STAGE_ORDER,
-    RunConfig,
     config_as_dict,
     load_run_config,
+    stage_options,
 )
 from jobs.run_inputs import check_inputs
 from jobs.run_stages import plan_stages
+from jobs.stage_cli import parse
+from pipelines import cluster, dedup, index
+from pipelines.stage_api.options import defaults
 from sbert_core.errors import ModelLoadError
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
-STAGE_PARSERS = {
-    "embed": embed.build_parser,
-    "index": index.build_parser,
-    "cluster": cluster.build_parser,
-    "pairs": pairs.build_parser,
-    "dedup": dedup.build_parser,
-}
 
 
 @pytest.fixture
@@ -61,7 +56,7 @@ def test_quickstart_config_is_valid_and_runs_every_stage() -> None:
     assert config.ordered_stages() == list(DEFAULT_STAGES)
     assert config.model == "all-MiniLM-L6-v2" and config.is_local
     assert config.input.path == "examples/sample_corpus.jsonl"
-    assert config.dedup.threshold >= config.pairs.threshold
+    assert stage_options(config, "dedup").threshold >= stage_options(config, "pairs").threshold
 
 
 def test_defaults_and_print_config_round_trip(tmp_path, corpus, capsys) -> None:
@@ -85,14 +80,14 @@ def test_set_overrides_values_lists_and_nested_keys(tmp_path, corpus) -> None:
             "stages=[embed, cluster]",
             "beam.direct_num_workers=2",
             "input.keep_fields=source,lang",
-            "embed.options.max-batch-size=1024",
+            "embed.options.max-batch-size=8192",
         ],
     )
-    assert config.dedup.threshold == 0.95
+    assert stage_options(config, "dedup").threshold == 0.95
     assert config.ordered_stages() == ["embed", "cluster"]
     assert config.beam == {"direct_num_workers": 2}
     assert config.input.keep_fields == ["source", "lang"]
-    assert config.embed.options == {"max-batch-size": 1024}
+    assert stage_options(config, "embed").max_batch_size == 8192
 
 
 def test_stages_run_in_pipeline_order_whatever_the_list_order(tmp_path, corpus) -> None:
@@ -116,13 +111,14 @@ def test_environment_variables_are_expanded(tmp_path, corpus, monkeypatch) -> No
     ("extra", "message"),
     [
         ("clusterr: {k: 3}\n", r"unknown config key\(s\) 'clusterr'; valid keys: job_dir, input"),
-        ("dedup: {treshold: 0.9}\n", r"'dedup.treshold'; valid keys in dedup: threshold, keep"),
+        ("dedup: {treshold: 0.9}\n", r"dedup.treshold: not an option of dedup; did you mean"),
         ("stages: [embed, dedupe]\n", r"stages\[1\]: 'dedupe' is not one of: finetune, embed"),
         ("dedup: {threshold: high}\n", r"dedup.threshold: expected a number, got 'high'"),
         ("pairs: {k: 2.5}\n", r"pairs.k: expected an integer, got 2.5"),
         ("input: {path: x, keep_text: maybe}\n", r"input.keep_text: expected true or false"),
-        ("index: {metric: cos}\n", r"index.metric: 'cos' is not one of: ip, l2"),
-        ("embed: {compute_dtype: fp8}\n", r"embed.compute_dtype: 'fp8' is not one of: float32"),
+        ("index: {metric: cos}\n", r"index.metric: expected one of 'ip', 'l2', got 'cos'"),
+        ("embed: {compute_dtype: fp8}\n", r"embed.compute_dtype: expected one of 'float32'"),
+        ("index: {output: /elsewhere}\n", r"index.output: set by sbert run, not by the config"),
         ("stages: [index]\n", r"stages: index reads the output of embed; add it to stages"),
         ("stages: [embed, dedup]\n", r"stages: dedup reads the output of pairs"),
         ("stages: []\n", r"stages: list at least one of"),
@@ -131,8 +127,8 @@ def test_environment_variables_are_expanded(tmp_path, corpus, monkeypatch) -> No
         ("pairs: {threshold: 1.5}\n", r"pairs.threshold: must be in \[-1, 1\], got 1.5"),
         ("index: {target_recall: 0}\n", r"index.target_recall: must be in \(0, 1\]"),
         ("index: {memory_budget: lots}\n", r"index.memory_budget: cannot read the size 'lots'"),
-        ("cluster: {k: null}\n", r"cluster.k: required with cluster.method kmeans"),
-        ("cluster: {method: communities, k: 3}\n", r"cluster.k: applies to method kmeans only"),
+        ("cluster: {k: null}\n", r"cluster.k: required with --method kmeans"),
+        ("cluster: {method: communities, k: 3}\n", r"cluster.k: applies to --method kmeans"),
         ("model: finetune\n", r"model: 'finetune' means the model the finetune stage writes"),
         ("stages: [finetune, embed]\n", r"finetune.config: required with the finetune stage"),
         ("beam: {runner: DataflowRunner}\n", r"beam.runner: set the runner with the top-level"),
@@ -179,49 +175,39 @@ def plans_for(tmp_path, corpus, model, extra: str = "", overrides=()) -> dict:
     return {plan.name: plan for plan in plan_stages(config, check_inputs(config), [])}
 
 
-def test_stage_command_lines_come_from_the_sections(tmp_path, corpus, tiny_st_dir) -> None:
+def test_stage_options_come_from_the_sections_and_the_job(tmp_path, corpus, tiny_st_dir) -> None:
     plans = plans_for(
         tmp_path,
         corpus,
         tiny_st_dir,
-        "embed: {normalize: false, options: {max-batch-size: 512}}\n"
+        "embed: {normalize: false, options: {max-batch-size: 8192}}\n"
         "index: {shards: 2}\ndedup: {threshold: 0.95, keep: longest, apply: true}\n",
     )
     job = tmp_path / "job"
-    embed_argv = plans["embed"].argv
-    model = str(tiny_st_dir)
-    assert embed_argv[:6] == (
-        "--input",
-        str(corpus),
-        "--output",
+    embed_options = plans["embed"].options
+    assert (embed_options.input, embed_options.output) == (str(corpus), f"{job}/embeddings")
+    assert embed_options.model == str(tiny_st_dir)
+    assert embed_options.id_field == "id" and embed_options.keep_text is True
+    assert embed_options.normalize is False and embed_options.max_batch_size == 8192
+    index_options = plans["index"].options
+    assert (index_options.embeddings, index_options.output) == (
         f"{job}/embeddings",
-        "--model",
-        model,
-    )
-    assert "--id-field=id" in embed_argv and "--keep-text" in embed_argv
-    assert "--no-normalize" in embed_argv and "--max-batch-size=512" in embed_argv
-    assert plans["index"].argv[:4] == (
-        "--embeddings",
-        f"{job}/embeddings",
-        "--output",
         f"{job}/index",
     )
-    assert "--shards=2" in plans["index"].argv
-    dedup_argv = plans["dedup"].argv
-    assert dedup_argv[:6] == (
-        "--pairs",
+    assert index_options.shards == 2
+    dedup_options = plans["dedup"].options
+    assert (dedup_options.pairs, dedup_options.output, dedup_options.corpus) == (
         f"{job}/pairs",
-        "--output",
         f"{job}/dedup",
-        "--corpus",
         str(corpus),
     )
-    assert {"--threshold=0.95", "--keep=longest", "--apply"} <= set(dedup_argv)
-    # Every command line is one its own stage accepts, with nothing left over for Beam.
-    for name, plan in plans.items():
-        args, rest = STAGE_PARSERS[name]().parse_known_args(list(plan.argv))
-        assert rest == [], (name, rest)
-    assert args.threshold == 0.95 and args.keep == "longest"
+    assert dedup_options.threshold == 0.95 and dedup_options.apply is True
+    assert (
+        dedup_options.keep
+        == parse(
+            "dedup", ["--pairs", "p", "--output", "o", "--threshold", "0.95", "--keep", "longest"]
+        ).keep
+    )
 
 
 def test_beam_options_go_only_to_stages_that_run_pipelines(tmp_path, corpus, tiny_st_dir):
@@ -229,7 +215,8 @@ def test_beam_options_go_only_to_stages_that_run_pipelines(tmp_path, corpus, tin
     beam = ["--direct_num_workers=2"]
     plans = {plan.name: plan for plan in plan_stages(config, check_inputs(config), beam)}
     assert {name for name, plan in plans.items() if plan.beam_argv} == {"embed", "cluster", "pairs"}
-    assert plans["embed"].command(overwrite=True)[-2:] == ["--overwrite", "--direct_num_workers=2"]
+    options = plans["embed"].run_options(overwrite=True)
+    assert options.overwrite is True and options.beam_options == ("--direct_num_workers=2",)
 
 
 @pytest.mark.parametrize(
@@ -237,16 +224,13 @@ def test_beam_options_go_only_to_stages_that_run_pipelines(tmp_path, corpus, tin
     [
         (
             "embed: {options: {no-such-flag: 1}}\n",
-            r"embed.options.no-such-flag: --no-such-flag is not",
+            r"embed.no_such_flag: not an option of embed",
         ),
-        (
-            "embed: {options: {output: /elsewhere}}\n",
-            r"embed.options.output: --output is set by sbert",
-        ),
+        ("embed: {options: {output: /elsewhere}}\n", r"embed.output: set by sbert run"),
         ("cluster: {k: 2, options: {k: 3}}\n", r"cluster.options.k: set it as cluster.k"),
-        ("index: {options: {batch-size: many}}\n", r"index: argument --batch-size: invalid int"),
-        ("pairs: {options: {precision: float8}}\n", r"pairs: argument --precision: invalid choice"),
-        ("dedup: {options: {dry-run: true}}\n", r"dedup.options.dry-run: --dry-run is set by"),
+        ("index: {options: {batch-size: many}}\n", r"index.batch_size: expected an integer"),
+        ("pairs: {options: {precision: float8}}\n", r"pairs.precision: expected one of"),
+        ("dedup: {options: {overwrite: true}}\n", r"dedup.overwrite: set by sbert run"),
     ],
 )
 def test_stage_options_are_checked_against_the_stage(tmp_path, corpus, tiny_st_dir, extra, message):
@@ -306,29 +290,6 @@ def test_remote_runner_with_remote_paths_is_accepted(tmp_path) -> None:
     assert not config.is_local and config.beam["project"] == "p"
 
 
-def test_every_section_field_is_an_option_of_its_stage() -> None:
-    """Guards the config against a stage renaming an option."""
-    from dataclasses import fields
-
-    from jobs.submit import option_actions
-
-    sections = {
-        "embed": ["input", "embed"],
-        "index": ["index"],
-        "cluster": ["cluster"],
-        "pairs": ["pairs"],
-        "dedup": ["dedup"],
-    }
-    config = RunConfig()
-    for stage, names in sections.items():
-        actions = option_actions(STAGE_PARSERS[stage]())
-        for name in names:
-            for item in fields(getattr(config, name)):
-                if item.name in {"options", "path"}:
-                    continue
-                assert f"--{item.name.replace('_', '-')}" in actions, (stage, item.name)
-
-
 REMOTE_ENV = {
     "GCP_PROJECT": "my-project",
     "GCP_REGION": "us-central1",
@@ -367,58 +328,44 @@ def test_cluster_job_configs_give_options_beam_knows(monkeypatch, name, runner) 
         assert portable.environment_config == REMOTE_ENV["WORKER_IMAGE"]
     else:
         assert "--sdk_container_image=" + REMOTE_ENV["WORKER_IMAGE"] in argv
-        assert config.embed.device == "cuda"
+        assert stage_options(config, "embed").device == "cuda"
 
 
 def test_the_stage_table_describes_every_stage_once() -> None:
-    from typing import get_args
+    from jobs.run_table import STAGES, stage_package
 
-    from jobs.run_config import StageName
-    from jobs.run_table import STAGES
-
-    assert get_args(StageName) == tuple(spec.name for spec in STAGES) == STAGE_ORDER
+    assert tuple(spec.name for spec in STAGES) == STAGE_ORDER
     assert len({spec.folder for spec in STAGES}) == len(STAGES)
-    config = RunConfig()
     for position, spec in enumerate(STAGES):
-        assert hasattr(config, spec.name), spec.name  # its config section
         assert all(STAGE_ORDER.index(need) < position for need in spec.inputs), spec.name
-        assert spec.load().build_parser().prog == f"sbert {spec.name}"
+        package = stage_package(spec.name)
+        assert callable(package.run) and hasattr(package, "Options"), spec.name
 
 
-def test_section_defaults_are_the_commands_own(tmp_path, corpus, capsys, monkeypatch) -> None:
-    from jobs.run_config import ClusterConfig, DedupConfig, IndexConfig, PairsConfig
-
-    # The config holds no copy of a command's defaults (the job's own thresholds aside) ...
-    for section in (IndexConfig(), ClusterConfig(), PairsConfig(), DedupConfig()):
-        values = {k: v for k, v in vars(section).items() if k not in {"options", "threshold"}}
-        assert set(values.values()) == {None}, values
-    # ... so --print-config shows what the command's parser says, whatever that is.
-    build = index.build_parser
-
-    def changed_default():
-        parser = build()
-        parser.set_defaults(queries=77)
-        return parser
-
-    monkeypatch.setattr(index, "build_parser", changed_default)
+def test_section_defaults_are_the_stages_own(tmp_path, corpus, capsys) -> None:
+    # --print-config shows each stage's own defaults (the job's thresholds aside) ...
     assert run_main([str(minimal(tmp_path, corpus, "all-MiniLM-L6-v2")), "--print-config"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["index"]["queries"] == 77
-    assert printed["cluster"]["iterations"] == cluster.build_parser().get_default("iterations")
-    assert printed["dedup"]["keep"] == dedup.build_parser().get_default("keep")
+    assert printed["index"]["queries"] == defaults(index.Options)["queries"]
+    assert printed["cluster"]["iterations"] == defaults(cluster.Options)["iterations"]
+    assert printed["dedup"]["keep"] == defaults(dedup.Options)["keep"]
+    assert printed["pairs"]["threshold"] == 0.8 and printed["dedup"]["threshold"] == 0.9
+    # ... and none of what the job sets itself.
+    assert "output" not in printed["index"] and "embeddings" not in printed["pairs"]
+    assert "overwrite" not in printed["dedup"] and "beam_options" not in printed["embed"]
 
 
 def test_set_keeps_scalars_as_written_as_sbert_submit_does(tmp_path, corpus, tiny_st_dir):
     plans = plans_for(tmp_path, corpus, tiny_st_dir, overrides=["input.text_field=1.20"])
-    assert "--text-field=1.20" in plans["embed"].argv  # YAML would have read 1.2
+    assert plans["embed"].options.text_field == "1.20"  # YAML would have read 1.2
 
 
 def test_run_modules_import_each_other_without_cycles() -> None:
     """Every import counts, inside functions and under TYPE_CHECKING too."""
     import ast
 
-    names = ["run", "run_report", "run_sections", "run_stages", "run_table", "run_config"]
-    names += ["argv", "submit"]
+    names = ["run", "run_report", "run_stages", "run_table", "run_config", "run_inputs"]
+    names += ["submit", "stage_cli", "options_cli"]
     edges: dict[str, set[str]] = {}
     for name in names:
         tree = ast.parse((ROOT / "jobs" / f"{name}.py").read_text(encoding="utf-8"))

@@ -13,13 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.run_sections import _cluster_sizes, _similarity
 from pipelines.cluster.cluster_summaries import ClusterProfile
 from pipelines.cluster.cluster_summaries import report_html as cluster_report
+from pipelines.cluster.report_section import _cluster_sizes
 from pipelines.dedup.groups import similarity_histogram
 from pipelines.dedup.report import report_html as dedup_report
 from pipelines.io.html import SIMILARITY_AXIS, SIZE_AXIS, Bins, histogram_svg
 from pipelines.io.ticks import FONT_PX, text_px
+from pipelines.pairs.report_section import _similarity
 
 SVG = "{http://www.w3.org/2000/svg}"
 

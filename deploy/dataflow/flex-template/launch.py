@@ -3,8 +3,8 @@
 The template launcher runs this file with every template parameter as ``--name=value``
 (``metadata.json`` declares the job's own ones; pipeline options such as
 ``sdk_container_image`` ride along). On/off job options arrive as ``--keep-text=true``, which
-argparse refuses for a flag, so they are rewritten to the bare flag before ``jobs.embed.run``
-splits job options from Beam's.
+argparse refuses for a flag, so they are rewritten to the bare flag before the embed stage's
+generated parser splits its options from Beam's.
 
 A flex template's launcher must not wait for the job it submits, so it runs with Beam's
 ``--no_wait_until_finish``: it checks the options, the model and the input, builds the graph,
@@ -18,8 +18,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from jobs import embed
-from jobs.submit import option_actions
+from jobs import stage_cli
+from jobs.options_cli import switch_flags
 
 NO_WAIT = "--no_wait_until_finish"
 
@@ -30,18 +30,17 @@ def template_argv(argv: Sequence[str]) -> list[str]:
     Raises:
         ValueError: an on/off option with a value other than true or false.
     """
-    actions = option_actions(embed.build_parser())
+    switches = switch_flags(stage_cli.stage_package("embed").Options)
     result: list[str] = []
     for arg in argv:
         flag, has_value, value = arg.partition("=")
-        action = actions.get(flag)
-        if not has_value or action is None or action.nargs != 0:
+        if not has_value or flag not in switches:
             result.append(arg)
         elif value.lower() == "true":
             result.append(flag)
         elif value.lower() == "false":
-            negative = f"--no-{flag.removeprefix('--')}"
-            result.extend([negative] if negative in actions else [])
+            negative = switches[flag]
+            result.extend([negative] if negative else [])
         else:
             raise ValueError(f"{flag} is an on/off option: use true or false, not {value!r}")
     return result
@@ -57,7 +56,7 @@ def launcher_argv(argv: Sequence[str]) -> list[str]:
 def main() -> None:
     """Submit the job with this process's arguments and log what was submitted."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    submitted = embed.run(launcher_argv(sys.argv[1:]))
+    submitted = stage_cli.run_command("embed", launcher_argv(sys.argv[1:]))
     logging.info("%s", submitted.line())
 
 

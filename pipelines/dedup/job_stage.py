@@ -1,0 +1,55 @@
+"""The dedup stage in ``sbert run``: ``JOB_STAGE`` (see ``pipelines/stage_api/job_stage.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines.stage_api.job_stage import JobContext, JobStage, ReportContext
+
+# The dedup fact "how many known duplicate pairs ended in one group".
+KNOWN_FACT = "known duplicates found"
+
+
+def _wire(context: JobContext) -> dict[str, Any]:
+    # The corpus gives dedup the corpus order (keep: first), texts for the report and, with
+    # apply, the rows to write.
+    return {
+        "pairs": context.folders["pairs"],
+        "output": context.folders["dedup"],
+        "corpus": context.corpus["path"],
+        "verify": context.verify,
+        "dry_run": False,
+    }
+
+
+def _facts(manifest: dict) -> dict:
+    counts = manifest.get("counts", {})
+    facts = {key: counts.get(key) for key in ("groups", "removed", "kept")}
+    known = manifest.get("known_duplicates")
+    if known:  # the corpus names its duplicates (duplicate_of) or dedup had labels
+        facts[KNOWN_FACT] = f"{known['at_threshold']['found']} of {known['pairs']}"
+    return facts
+
+
+def _report(context: ReportContext) -> list[str]:
+    from pipelines.dedup.report_section import dedup_sections
+
+    return dedup_sections(context)
+
+
+JOB_STAGE = JobStage(
+    name="dedup",
+    folder="dedup",
+    inputs=("pairs",),
+    wire=_wire,
+    job_defaults={"threshold": 0.9},  # the command requires one
+    runs_pipelines=lambda options: False,  # dedup runs in this process
+    facts=_facts,
+    headline=(
+        ("groups", "duplicate groups"),
+        ("removed", "removed"),
+        ("kept", "kept"),
+        (KNOWN_FACT, "known duplicate pairs in one group"),
+    ),
+    report=_report,
+)

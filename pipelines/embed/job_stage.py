@@ -1,0 +1,50 @@
+"""The embed stage in ``sbert run``: ``JOB_STAGE`` (see ``pipelines/stage_api/job_stage.py``).
+
+The corpus options come from the job's ``input:`` section (cluster and dedup read the corpus
+too), the model from its ``model:``; the ``embed:`` section holds the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines.stage_api.job_stage import JobContext, JobStage
+
+
+def _wire(context: JobContext) -> dict[str, Any]:
+    corpus = context.corpus
+    read = {
+        "format": corpus["format"],
+        "text_field": corpus["text_field"],
+        "id_field": corpus["id_field"],
+        "keep_fields": tuple(corpus["keep_fields"]),
+        "keep_text": corpus["keep_text"],
+        "max_record_bytes": corpus["max_record_bytes"],
+    }
+    return {
+        "input": corpus["path"],
+        "output": context.folders["embed"],
+        "model": context.folders["finetune"] if context.from_finetune else context.model,
+        # An input: key left out (None) is the stage's own default.
+        **{key: value for key, value in read.items() if value is not None},
+    }
+
+
+def _reads(stage: JobStage, context: JobContext) -> tuple[str, ...]:
+    return ("finetune",) if context.from_finetune else ()
+
+
+def _facts(manifest: dict) -> dict:
+    counts = manifest.get("counts", {})
+    return {key: counts.get(key) for key in ("read", "embedded", "rejected")}
+
+
+JOB_STAGE = JobStage(
+    name="embed",
+    folder="embeddings",
+    inputs=(),
+    wire=_wire,
+    reads=_reads,
+    facts=_facts,
+    headline=(("read", "rows read"), ("embedded", "embedded"), ("rejected", "rejected")),
+)
