@@ -13,7 +13,8 @@ Rules (each test names the one it checks):
 - R4 pipelines.vectors imports no other pipelines package and no apache_beam.
 - R5 pipelines.io imports only pipelines.io/vectors, and of Beam only its FileSystems.
 - R6 a stage package imports only pipelines.io, pipelines.vectors, pipelines.stage_api and
-  itself; pipelines.stage_api imports only pipelines.io, pipelines.vectors and itself.
+  itself, plus the other stages :data:`STAGE_READS` names with the reason; pipelines.stage_api
+  imports only pipelines.io, pipelines.vectors and itself.
 - R7 no import cycle among the sbert_core, pipelines and jobs modules.
 - R8 no module outside tests is over :data:`MAX_LINES` lines, but those in :data:`OVERSIZED`.
 - R9 a module whose docstring says it is Beam-free imports nothing of ``apache_beam``.
@@ -32,6 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("sbert_core", "pipelines", "jobs")
 STAGES = {"embed", "index", "cluster", "pairs", "dedup", "search", "finetune"}
 PACKAGES = {"io", "vectors", "stage_api", *STAGES}
+# The few stages that use another stage's code, with the reason. Any other import between
+# stage packages fails R6.
+STAGE_READS: dict[str, dict[str, str]] = {
+    "search": {"index": "it searches the index/ folder, through the index stage's reader"},
+    "finetune": {
+        "dedup": "its dedup test groups held-out questions with the dedup stage's methods"
+    },
+}
 FILESYSTEMS = {"apache_beam.io.filesystems", "apache_beam.io.filesystem"}
 MAX_LINES = 500
 # Modules allowed over MAX_LINES, with the reason. A module listed here that is back under the
@@ -173,7 +182,7 @@ def test_r5_io_imports_only_io_vectors_and_beam_filesystems():
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_r6_a_stage_imports_only_io_vectors_stage_api_and_itself(stage):
-    allowed = {None, "io", "vectors", "stage_api", stage}
+    allowed = {None, "io", "vectors", "stage_api", stage, *STAGE_READS.get(stage, {})}
     assert _violations(stage, allowed, beam=lambda module: True) == []
 
 

@@ -301,7 +301,11 @@ beam:
 @pytest.mark.parametrize(
     ("section", "line", "message"),
     [
-        ("args", "text-feld: body", r"args.text_feld: not an option of args; did you mean 'text_field'"),
+        (
+            "args",
+            "text-feld: body",
+            r"args.text_feld: not an option of args; did you mean 'text_field'",
+        ),
         ("beam", "machine_typ: n2", r"unknown option --machine_typ; did you mean '--machine_type'"),
         ("args", "model: true", "args.model: expected a string, got True"),
         ("args", "keep-text: yes please", "args.keep_text: expected true or false"),
@@ -331,7 +335,11 @@ def test_missing_required_job_option_is_an_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "error", "message"),
     [
-        ("job: finetune\nargs: {}\n", ValueError, "unknown job 'finetune'; known jobs: cluster, embed, index, pairs"),
+        (
+            "job: finetune\nargs: {}\n",
+            ValueError,
+            "unknown job 'finetune'; known jobs: cluster, embed, index, pairs",
+        ),
         ("args: {}\n", ValueError, "'job' must name a job"),
         ("job: embed\nrunner: DataflowRunner\n", ValueError, "unknown top-level key.* runner"),
         ("job: embed\nargs: [input]\n", ValueError, "'args' must be a mapping"),
