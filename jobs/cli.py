@@ -1,9 +1,10 @@
 """The ``sbert`` command line: one entry point, one sub-command per job.
 
-A command's options are parsed and checked with its parser from ``jobs/parsers/`` (no torch,
-no Beam), so ``sbert --help``, ``sbert CMD --help`` and a mistyped option answer at once; the
-job module, and with it torch and Beam, is imported only when the command runs, after logging
-is set up (import-time chatter from optional Beam I/O modules is filtered).
+A command's options are parsed and checked with its parser (generated from the stage's
+``Options``, or ``jobs/parsers/`` for run and submit; no torch, no Beam), so ``sbert --help``,
+``sbert CMD --help`` and a mistyped option answer at once; the stage's modules, and with them
+torch and Beam, are imported only when the command runs, after logging is set up (import-time
+chatter from optional Beam I/O modules is filtered).
 
 Exit statuses: 0 done; 1 the job failed (rows lost, too many rejected), the disk filled up or
 the output is on a read-only file system; 2 a mistake the message names (an option, a missing
@@ -35,8 +36,9 @@ from pipelines.stage_api.stops import JobFailedError, Terminated, note_stop
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
 
-# Commands with a module of their own: jobs.<name> runs them (main(argv)) and
-# jobs.parsers.<name> holds their options; each summary is its line in `sbert --help`.
+# The commands, each summary its line in `sbert --help`. A stage's command is generated from
+# its package's Options (jobs/stage_cli.py); run and submit are jobs.<name> (main(argv)), their
+# options in jobs.parsers.<name>.
 JOB_COMMANDS = {
     "cluster": "cluster embeddings: k-means or communities, with summaries",
     "dedup": "duplicate groups from similar pairs, with a report",
@@ -71,8 +73,8 @@ _RESEND_DELAY_S = 0.05
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``sbert`` parser with every sub-command registered (the job commands' own options
-    are parsed by their parsers in ``jobs/parsers/``)."""
+    """The ``sbert`` parser with every sub-command registered (the commands' own options are
+    parsed by their own parsers)."""
     from jobs import encode_file, eval_pairs, eval_sts
 
     parser = argparse.ArgumentParser(
