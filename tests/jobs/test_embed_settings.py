@@ -18,12 +18,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import embed, search
+from jobs import stage_cli
 from jobs.cli import build_parser as cli_parser
-from jobs.model_options import encoder_settings, query_encoder_settings
-from jobs.run_config import embed_encoder_settings, load_run_config
+from jobs.model_options import encoder_settings
+from jobs.run_config import load_run_config, stage_options
+from pipelines.stage_api.model_options import query_encoder_settings
 from sbert_core import SentenceEncoder
 from sbert_core.encoder_settings import EncoderSettings
+from tests.stage_commands import embed
 
 TEXTS = [
     "a man plays the guitar",
@@ -41,7 +43,7 @@ def _embed(tmp_path: Path, model: Path, *flags: str) -> tuple[dict, dict[str, np
     corpus.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "embeddings"
     argv = ["--input", str(corpus), "--output", str(out), "--model", str(model)]
-    summary = embed.run([*argv, "--keep-text", "--device", "cpu", *flags])
+    summary = embed([*argv, "--keep-text", "--device", "cpu", *flags])
     assert (summary.read, summary.embedded, summary.rejected) == (len(TEXTS), len(TEXTS), 0)
     manifest = json.loads((out / "_manifest.json").read_text(encoding="utf-8"))
     table = pq.read_table(sorted(out.glob("part-*.parquet")))
@@ -78,7 +80,7 @@ def test_embed_batch_size_reaches_the_encoder(tmp_path, tiny_st_dir, monkeypatch
 
 
 def test_embed_refuses_a_batch_size_below_one_before_touching_the_output(tmp_path, tiny_st_dir):
-    with pytest.raises(ValueError, match="--batch-size must be at least 1, got 0"):
+    with pytest.raises(ValueError, match="--batch-size: must be at least 1, got 0"):
         _embed(tmp_path, tiny_st_dir, "--batch-size", "0")
     assert not (tmp_path / "embeddings").exists()
 
@@ -104,8 +106,9 @@ EXPECTED = EncoderSettings(
 
 def _embed_settings(argv: list[str]) -> EncoderSettings:
     """The settings ``sbert embed`` runs with for ``argv`` (validated, as the job does)."""
-    args, _ = embed.build_parser().parse_known_args(argv)
-    return embed._checked(args)[1]
+    settings = stage_cli.parse("embed", argv).encoder_settings()
+    settings.validate()
+    return settings
 
 
 def test_every_command_builds_the_same_settings_from_the_same_flags():
@@ -123,11 +126,11 @@ def test_every_command_builds_the_same_settings_from_the_same_flags():
     manifest = {"model_id": "indexed/model", "pooling": "cls", "normalized": False}
     manifest["max_seq_length"] = 16
     query_flags = ["--model", MODEL, "--device", "cpu", "--threads", "1", "--allow-pickle"]
-    args = search.build_parser().parse_args(["--index", "idx", "q", *query_flags])
-    assert query_encoder_settings(args, manifest) == replace(
+    options = stage_cli.parse("search", ["--index", "idx", "q", *query_flags])
+    assert query_encoder_settings(options, manifest) == replace(
         EXPECTED, dtype="float32", batch_size=None, token_budget=None
     )
-    default_model = search.build_parser().parse_args(["--index", "idx", "q"])
+    default_model = stage_cli.parse("search", ["--index", "idx", "q"])
     assert query_encoder_settings(default_model, manifest).model == "indexed/model"
 
 
@@ -150,8 +153,8 @@ def test_sbert_run_embeds_with_the_settings_it_checked(tmp_path, tiny_st_dir):
     checked = check_inputs(config)
     (plan,) = plan_stages(config, checked, [])
     expected = replace(EXPECTED, model=str(tiny_st_dir), task="document")
-    assert embed_encoder_settings(config.model, config.embed) == expected
-    assert _embed_settings(list(plan.argv)) == expected
+    assert stage_options(config, "embed").encoder_settings() == expected
+    assert plan.options.encoder_settings() == expected
     # What run checked is what the embed manifest will record: the cls pooling.
     assert checked.model["pooling"] == "cls" and checked.model["max_seq_length"] == 16
 
@@ -187,16 +190,14 @@ def test_sbert_run_takes_the_cpu_backend_as_a_typed_key(tmp_path, tiny_st_dir):
     from jobs.run_stages import plan_stages
 
     config = _run_config(tmp_path, tiny_st_dir, "{cpu_backend: openvino, device: cpu}")
-    assert embed_encoder_settings(config.model, config.embed).backend == "openvino"
+    assert stage_options(config, "embed").encoder_settings().backend == "openvino"
     checked = check_inputs(config)
     (plan,) = plan_stages(config, checked, [])
-    assert _embed_settings(list(plan.argv)).backend == "openvino"
+    assert plan.options.encoder_settings().backend == "openvino"
     assert checked.model["compute"]["backend"] == "openvino"
-    # Left out, the stage's flags are the command's default (torch), with no flag written, so
-    # a job planned before the key existed keeps its fingerprint.
+    # Left out, the stage's option is the command's default (torch).
     (default,) = plan_stages(_run_config(tmp_path, tiny_st_dir, "{device: cpu}"), checked, [])
-    assert "--cpu-backend" not in default.argv
-    assert _embed_settings(list(default.argv)).backend == "torch"
+    assert default.options.encoder_settings().backend == "torch"
 
 
 def test_sbert_run_refuses_an_unknown_cpu_backend_or_the_untyped_spelling(tmp_path, tiny_st_dir):
@@ -204,7 +205,8 @@ def test_sbert_run_refuses_an_unknown_cpu_backend_or_the_untyped_spelling(tmp_pa
     from jobs.run_stages import plan_stages
 
     with pytest.raises(
-        ValueError, match=re.escape("embed.cpu_backend: 'onnx' is not one of: torch, openvino")
+        ValueError,
+        match=re.escape("embed.cpu_backend: expected one of 'torch', 'openvino', got 'onnx'"),
     ):
         _run_config(tmp_path, tiny_st_dir, "{cpu_backend: onnx}")
     config = _run_config(tmp_path, tiny_st_dir, "{options: {cpu-backend: openvino}}")

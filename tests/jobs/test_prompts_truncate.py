@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import embed, index, pairs
 from jobs import run as run_job
+from jobs import stage_cli
 from jobs.cli import main as cli_main
 from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
-from tests.stage_commands import search
+from tests.stage_commands import embed, index, pairs, search
 
 PROMPTS = {"query": "query: ", "document": "passage: "}
 FULL_DIM = 24  # the Dense layer's output
@@ -74,7 +74,7 @@ def run_embed(root: Path, model: Path, name: str, *flags: str) -> Path:
         )
     out = root / name
     argv = ["--input", str(corpus), "--output", str(out), "--model", str(model), "--device", "cpu"]
-    summary = embed.run([*argv, "--id-field", "id", "--keep-text", *flags])
+    summary = embed([*argv, "--id-field", "id", "--keep-text", *flags])
     assert (summary.read, summary.embedded, summary.rejected) == (len(TEXTS), len(TEXTS), 0)
     return out
 
@@ -135,7 +135,7 @@ def test_search_embeds_queries_with_the_query_prompt_at_the_index_dim(
     document_16, prompt_model, tmp_path
 ):
     built = tmp_path / "index"
-    index.run(["--embeddings", str(document_16), "--output", str(built)])
+    index(["--embeddings", str(document_16), "--output", str(built)])
     st = sentence_transformer(prompt_model)
     corpus = st.encode(TEXTS, prompt_name="document", truncate_dim=DIM)
     with_query_prompt = _cosines(corpus, st.encode(QUERY, prompt_name="query", truncate_dim=DIM))
@@ -169,12 +169,12 @@ def test_mixing_prompts_or_dimensions_is_refused_naming_the_difference(
     assert manifest_of(document_full)["dim"] == FULL_DIM
     out = str(tmp_path / "pairs")
     with pytest.raises(IncompatibleEmbeddingsError, match=r"prompt: 'passage: ' vs 'query: '"):
-        pairs.run(["--embeddings", str(document_16), str(query_16), "--output", out])
+        pairs(["--embeddings", str(document_16), str(query_16), "--output", out])
     with pytest.raises(IncompatibleEmbeddingsError, match=r"dim: 16 vs 24"):
-        pairs.run(["--embeddings", str(document_16), str(document_full), "--output", out])
+        pairs(["--embeddings", str(document_16), str(document_full), "--output", out])
     assert not Path(out).exists()
     # Pairs of one such folder record its prompt and dimensions with the model.
-    pairs.run(["--embeddings", str(document_16), "--output", out, "--k", "2"])
+    pairs(["--embeddings", str(document_16), "--output", out, "--k", "2"])
     recorded = manifest_of(Path(out))
     assert (recorded["prompt"], recorded["dim"], recorded["truncate_dim"]) == ("passage: ", 16, 16)
 
@@ -254,8 +254,9 @@ def test_every_command_takes_the_prompt_and_truncate_dim_flags():
     from jobs.model_options import encoder_settings
 
     flags = ["--model", "m", "--prompt-name", "query", "--truncate-dim", "16"]
-    args, _ = embed.build_parser().parse_known_args(["--input", "c", "--output", "o", *flags])
-    settings = embed._checked(args)[1]
+    settings = stage_cli.parse(
+        "embed", ["--input", "c", "--output", "o", *flags]
+    ).encoder_settings()
     assert (settings.prompt_name, settings.prompt, settings.truncate_dim) == ("query", None, 16)
     # embed encodes a corpus as documents; an explicit prompt name still wins over the task
     assert settings.encode_kwargs() == {"prompt_name": "query", "task": "document"}
@@ -268,8 +269,5 @@ def test_every_command_takes_the_prompt_and_truncate_dim_flags():
     assert text.encode_kwargs() == {"prompt": "q: "}
     with pytest.raises(SystemExit):  # argparse: not allowed with --prompt-name
         build_parser().parse_args([*commands[0], *flags, "--prompt", "q: "])
-    args, _ = embed.build_parser().parse_known_args(
-        ["--input", "c", "--output", "o", "--truncate-dim", "0"]
-    )
-    with pytest.raises(ValueError, match="--truncate-dim must be at least 1, got 0"):
-        embed._checked(args)
+    with pytest.raises(ValueError, match="--truncate-dim: must be at least 1, got 0"):
+        stage_cli.parse("embed", ["--input", "c", "--output", "o", "--truncate-dim", "0"])
