@@ -13,8 +13,9 @@ Data (seeded, generated in chunks, written once as an ``embeddings/`` dataset un
   sqrt(d))`` (cosine ~0.99); their ids go to ``known_pairs.parquet``, which the job is given
   with ``--known-pairs``, so that its manifest records the planted-pair recall.
 
-The job runs in a child process (``jobs.pairs.run``, the local FnApiRunner), so the reported
-peak RSS (``ru_maxrss`` of the child) is the job's own: launcher, Beam runner and workers.
+The job runs in a child process (``sbert pairs`` through ``jobs.stage_cli``, the local
+FnApiRunner), so the reported peak RSS (``ru_maxrss`` of the child) is the job's own:
+launcher, Beam runner and workers.
 There is no competitor for the clustered mode at 1M on this machine: exact search of 1M x 1M
 would take hours on two cores. The job itself compares with exact search on a random sample
 of ``--recall-sample`` queries (the manifest's ``recall_at_k``); ``--extrapolate-exact`` also
@@ -120,14 +121,13 @@ def write_planted(directory: Path, n: int, dim: int, topics: int, pairs: int, se
 
 
 def _run_job(argv: list[str], queue) -> None:
-    from jobs.pairs import run
+    from jobs.stage_cli import run_command
 
-    summary = run(argv)
-    queue.put(summary.line())
+    queue.put(run_command("pairs", argv).line())
 
 
 def run_job(argv: list[str]) -> tuple[str, float, int]:
-    """``jobs.pairs.run(argv)`` in a child process: (summary line, seconds, peak RSS bytes)."""
+    """``sbert pairs ARGV`` in a child process: (summary line, seconds, peak RSS bytes)."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     child = context.Process(target=_run_job, args=(argv, queue))

@@ -1,5 +1,5 @@
 """The ``pairs/`` output folder as the later stages read it (one reader; the pairs stage's
-writers are in :mod:`pipelines.pairs.files`).
+writers are in :mod:`pipelines.pairs.output_tables`).
 
 A complete folder (docs/architecture.md, folder contracts) holds ``_manifest.json``
 (``kind: pairs``, ``method``, ``k``, ``threshold``: the score down to which ``pairs/`` is

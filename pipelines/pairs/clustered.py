@@ -14,10 +14,11 @@ import numpy as np
 from pipelines.io.centroids import CENTROIDS, save_centroids
 from pipelines.io.output_dir import join
 from pipelines.io.pairs_output import read_neighbors
+from pipelines.pairs.defaults import ROWS_PER_SHARD
 from pipelines.pairs.exact import FinishedRun, RunTransform
-from pipelines.pairs.files import Scan
-from pipelines.pairs.plan import MIN_GROUPS, ROWS_PER_SHARD, Blocking
+from pipelines.pairs.plan import MIN_GROUPS, Blocking
 from pipelines.pairs.transforms import ClusterBlockedPairs, PairsSettings, read_reports
+from pipelines.pairs.vector_reader import Scan
 from pipelines.vectors.block_plan import BlockPlan, ProbeTuning, group_blocks, plan_blocks
 from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 import pyarrow as pa
 
+from pipelines.pairs.defaults import ROWS_PER_RANGE
 from pipelines.pairs.exact_search import plan_ranges, search_all
 from pipelines.pairs.plan import (
-    ROWS_PER_RANGE,
     exact_path,
     exact_worker_bytes,
     whole_matrix_bytes,

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.files import neighbors_table, pairs_table, part_path
+from pipelines.pairs.output_tables import neighbors_table, pairs_table, part_path
 from pipelines.pairs.settings import PairsSettings, write_parquet
 from pipelines.vectors.block_search import BlockResult, search_block
 

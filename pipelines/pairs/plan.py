@@ -12,28 +12,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.io.sizes import format_size
+from pipelines.pairs.defaults import DEFAULT_MAX_BLOCK, MIN_SAMPLE, SAMPLE_PER_CLUSTER
 from pipelines.vectors.sampling import sample_rows, sample_size
 
 # auto: exact search up to this many vectors. Exact work grows as n^2: 100k x 384 took 98 s
 # here (two shared cores; clustered 72 s at recall 0.98), so 200k is about 6.5 minutes, and 1M
 # would be hours, where the clustered mode's work grows about as n^1.5.
 EXACT_MAX_ROWS = 200_000
-# Queries whose exact neighbours choose nprobe (the recall sample is kept apart from them, so
-# the measured recall is not the one the choice was made on).
-TUNE_SAMPLE = 500
-# The largest block one worker searches by default: a 100k x 384 block is as much work as the
-# exact search of 100k vectors (98 s here) and 150 MB of vectors, so no task runs for long.
-DEFAULT_MAX_BLOCK = 100_000
-# k-means sample: 32 rows per centroid, at least 20,000; blocking needs centroids that cover the
-# data, not the cluster quality ``sbert cluster`` aims for (64 per centroid).
-SAMPLE_PER_CLUSTER = 32
-MIN_SAMPLE = 20_000
 # Block groups at least (when there are as many blocks): one Beam element each, so that
 # several workers share the search.
 MIN_GROUPS = 16
-# Query rows per exact range and items per clustered output shard.
-ROWS_PER_RANGE = 10_000
-ROWS_PER_SHARD = 100_000
 # Fixed memory of a worker besides the vectors: the similarity tile of 2^26 scores and its masks
 # (about 1 GiB) and Python, Beam and torch themselves.
 WORKER_OVERHEAD = 1536 * 1024**2

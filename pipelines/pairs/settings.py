@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from pipelines.io.atomic import write_parquet_replacing
-from pipelines.pairs.files import VectorReader
+from pipelines.pairs.vector_reader import VectorReader
 from pipelines.vectors.precision import Precision
 
 METRICS_NAMESPACE = "sbert_pairs"

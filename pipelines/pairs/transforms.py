@@ -46,12 +46,8 @@ from pipelines.io.output_dir import join, write_json
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.io.shards import stable_bucket
-from pipelines.pairs.files import (
-    neighbors_table,
-    pairs_table,
-    part_path,
-)
 from pipelines.pairs.merge import merge_neighbors, merge_pairs
+from pipelines.pairs.output_tables import neighbors_table, pairs_table, part_path
 from pipelines.pairs.settings import METRICS_NAMESPACE, WORK_DIR, PairsSettings, write_parquet
 from pipelines.vectors.block_plan import nearest_centroids
 from pipelines.vectors.block_search import search_block

@@ -18,9 +18,9 @@ from pipelines.io.output_dir import OutputExistsError
 from pipelines.io.pairs_output import open_pairs_output, read_neighbors, read_pairs
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.pairs.exact import run_exact
-from pipelines.pairs.files import VectorReader, needs_normalizing
 from pipelines.pairs.plan import exact_path, exact_worker_bytes, whole_matrix_bytes
 from pipelines.pairs.transforms import PairsSettings
+from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
 from tests.stage_commands import pairs as run
 
 K, THRESHOLD, DIM = 10, 0.9, 24
@@ -279,11 +279,11 @@ def small(tmp_path):
     ("extra", "message"),
     [
         (["--k", "20"], "more neighbours than the 20 embeddings"),
-        (["--k", "0"], "--k must be at least 1"),
+        (["--k", "0"], "--k: must be at least 1"),
         (["--threshold", "1.5"], r"in \[-1, 1\]"),
         (["--threshold", "-1.01"], r"in \[-1, 1\]"),
         (["--method", "exact", "--worker-memory", "1MB"], "use --method clustered"),
-        (["--method", "exact", "--clusters", "3"], "--clusters apply to --method clustered"),
+        (["--method", "exact", "--clusters", "3"], "--clusters: applies to --method clustered"),
         (["--method", "clustered", "--k", "2", "--clusters", "21"], "more than the 20"),
         (["--method", "clustered", "--k", "2", "--clusters", "3", "--nprobe", "4"], "--nprobe 4"),
         (["--method", "clustered", "--max-block", "5"], "must exceed --k"),

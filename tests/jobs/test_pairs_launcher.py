@@ -14,7 +14,7 @@ from planted import unit_rows
 from planted_vectors import write_embeddings_dir
 
 from pipelines.io.embeddings import EmbeddingsDataset, all_shards, parquet_source
-from pipelines.pairs.files import VectorReader, needs_normalizing
+from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def _alone(code: str) -> str:
 def test_the_launcher_and_its_vector_reader_load_no_torch():
     loaded = _alone(
         "import sys\n"
-        "import jobs.pairs, pipelines.pairs.files, pipelines.io.embeddings\n"
+        "import pipelines.pairs.stage, pipelines.pairs.vector_reader, pipelines.io.embeddings\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numba'}))"
     )
     assert loaded == "[]"

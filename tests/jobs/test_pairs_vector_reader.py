@@ -8,7 +8,7 @@ from planted import unit_rows
 from planted_vectors import write_embeddings_dir
 
 from pipelines.io.embeddings import EmbeddingsDataset, all_shards, embedding_matrix
-from pipelines.pairs.files import VectorReader, _embedding_view
+from pipelines.pairs.vector_reader import VectorReader, _embedding_view
 
 DIM = 6
 

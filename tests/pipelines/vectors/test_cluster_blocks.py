@@ -6,8 +6,8 @@ import pytest
 from planted import gaussian_mixture, unit_rows
 
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.files import neighbors_table, pairs_table
 from pipelines.pairs.merge import merge_neighbors, merge_pairs
+from pipelines.pairs.output_tables import neighbors_table, pairs_table
 from pipelines.vectors.block_plan import (
     ProbeTuning,
     choose_nprobe,

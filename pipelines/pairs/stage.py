@@ -1,4 +1,6 @@
-"""``sbert pairs``: every item's k most similar items, and every similar pair, from embeddings.
+"""The pairs stage: every item's k most similar items, and every similar pair, from embeddings.
+
+Run from Python as ``pairs.run(pairs.Options(embeddings=[...], output=...))``, or as
 
     sbert pairs --embeddings DIR [DIR ...] --output DIR [--k 10] [--threshold T]
         [--method auto|exact|clustered] [--clusters C] [--nprobe P | --target-recall R]
@@ -15,7 +17,7 @@ matrix once, in one Beam step, or in the launcher on a local runner, reusing the
 check read (without Beam options the runner is the local one, and such a run never imports Beam:
 its files go through ``pipelines.io.filesystems``); else query rows are cut into ranges
 searched by Beam workers, each holding all vectors, ``n * d * 4`` bytes (twice that while
-loading), and the job refuses exact mode when that does not fit ``--worker-memory``. Either
+loading), and the stage refuses exact mode when that does not fit ``--worker-memory``. Either
 way the output has one shard per ``--ranges`` range, with the same lists and pairs (the
 manifest's ``exact.path`` says which ran).
 
@@ -44,16 +46,11 @@ empty input gives empty outputs and a manifest.
 
 from __future__ import annotations
 
-import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jobs.job_options import (
-    job_output,
-)
-from jobs.parsers.pairs import build_parser
 from pipelines.io.atomic import write_table
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.content_checks import content_checks
@@ -64,21 +61,14 @@ from pipelines.io.manifest_fields import created_now, model_fields, software_ver
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.io.sizes import parse_size
-from pipelines.pairs.files import (
-    VectorReader,
-    needs_normalizing,
-    part_path,
-)
 from pipelines.pairs.known_pairs import known_pairs_recall
-from pipelines.pairs.plan import (
-    BlockingRequest,
-    choose_method,
-    exact_path,
-    plan_blocking,
-)
+from pipelines.pairs.options import Options
+from pipelines.pairs.output_tables import part_path
+from pipelines.pairs.plan import BlockingRequest, choose_method, exact_path, plan_blocking
+from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
+from pipelines.stage_api.outputs import stage_output
+from pipelines.stage_api.result import Result
 from pipelines.stage_api.stops import JobFailedError
-from pipelines.vectors.checks import check_cosine
 from pipelines.vectors.progress import show_progress_unless_quiet
 
 if TYPE_CHECKING:
@@ -93,7 +83,7 @@ LAYOUT = OutputLayout(datasets=(NEIGHBORS, PAIRS), files=(CENTROIDS,))
 
 @dataclass(frozen=True)
 class PairsSummary:
-    """What a finished pairs job reports."""
+    """What a finished pairs run reports."""
 
     output: str
     method: str
@@ -119,55 +109,51 @@ class PairsSummary:
         )
 
 
-def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> PairsSummary:
-    """Search the embeddings and write the outputs; returns after the manifest is written.
+def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
+    """Search the embeddings and write the outputs; returns once the manifest is published.
 
     Args:
-        argv: job options followed by any Beam options.
-        test_pipeline: a pipeline to build the search into (tests pass a ``TestPipeline``).
+        options: the stage's options (checked when they were built).
+        pipeline: a pipeline to build the search into (tests pass a ``TestPipeline``).
 
     Raises:
         ValueError, FileNotFoundError, IncompatibleEmbeddingsError, OutputExistsError: bad
-            options or inputs (incl. duplicate ids, non-finite vectors, k > N - 1), before any
-            output is written.
+            inputs (incl. duplicate ids, non-finite vectors, k > N - 1), before any output is
+            written.
         JobFailedError: the pipeline lost rows; no manifest is written.
     """
-    args, beam_args = build_parser().parse_known_args(argv)
-    with content_checks(args.verify):
-        return _run(args, beam_args, argv, test_pipeline)
+    with content_checks(options.verify):
+        return _run(options, pipeline)
 
 
-def _run(
-    args, beam_args: list[str], argv: list[str] | None, test_pipeline: beam.Pipeline | None
-) -> PairsSummary:
-    """:func:`run` once the options are parsed."""
-    _check_options(args)
-    datasets = open_inputs(args.embeddings, ExternalColumns.from_args(args))
+def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
+    """:func:`run` inside the content checks."""
+    datasets = open_inputs(options.embeddings, ExternalColumns.from_args(options))
     dim = datasets[0].dim
     n = sum(dataset.count for dataset in datasets)
-    if n and n - 1 < args.k:
+    if n and n - 1 < options.k:
         raise ValueError(
-            f"--k {args.k} asks for more neighbours than the {n} embeddings have "
+            f"--k {options.k} asks for more neighbours than the {n} embeddings have "
             f"(each item has {n - 1} others); use --k {max(n - 1, 1)} or less"
             if n > 1
-            else f"{', '.join(args.embeddings)}: 1 embedding, no other item to pair it with"
+            else f"{', '.join(options.embeddings)}: 1 embedding, no other item to pair it with"
         )
-    budget = parse_size(args.worker_memory)
-    method = choose_method(args.method, n, dim, budget, args.worker_memory)
+    budget = options.worker_memory_bytes()
+    method = choose_method(options.method, n, dim, budget, options.worker_memory)
     reader = VectorReader(tuple(all_shards(datasets)), dim, needs_normalizing(datasets[0].manifest))
     blocking = None
     if method == "clustered" and n:
-        blocking = plan_blocking(_blocking_request(args), n, dim, budget)
-    options = _beam_options(beam_args, test_pipeline)
-    local = options is None or _is_local(options)
+        blocking = plan_blocking(_blocking_request(options), n, dim, budget)
+    beam_options = _beam_options(options, pipeline)
+    local = beam_options is None or _is_local(beam_options)
     # A local exact run that fits one worker searches the vectors of the scan itself.
     in_process = (
         method == "exact"
         and n > 0
         and local
-        and exact_path(n, dim, args.k, args.threshold is not None, budget) == "whole"
+        and exact_path(n, dim, options.k, options.threshold is not None, budget) == "whole"
     )
-    job_start = time.perf_counter()
+    start = time.perf_counter()
     # Unique ids and finite values are checked here, before any output exists. Arrow decodes
     # the shards on the scan's thread, without Python's lock, so the search modules (torch and
     # numba: seconds of imports) load meanwhile; "scan" is the time until both are done.
@@ -181,88 +167,90 @@ def _run(
         if method == "clustered":  # its transforms load Beam
             from pipelines.pairs.clustered import ClusteredOptions, run_clustered
         if in_process:
-            warm_up(dim, args.k, args.precision)
+            warm_up(dim, options.k, options.precision)
         scan = scanning.result()
-    seconds = {"scan": time.perf_counter() - job_start}
-    out = job_output("pairs", args.output, args.overwrite, argv, LAYOUT)
+    seconds = {"scan": time.perf_counter() - start}
+    out = stage_output("pairs", options, LAYOUT)
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
-    final, args.output = args.output, out.attempt
+    attempt = out.attempt
     with out:
         show_progress_unless_quiet(here=local)
 
-        settings = PairsSettings(args.output, reader, args.k, args.threshold, args.precision)
-        run_transform = _transform_runner(options, test_pipeline)
+        settings = PairsSettings(attempt, reader, options.k, options.threshold, options.precision)
+        run_transform = _transform_runner(beam_options, pipeline)
         details: dict = {}
         recall = 1.0 if method == "exact" else None
         if n == 0:
-            write_table(part_path(args.output, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
+            write_table(part_path(attempt, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
             runner = "launcher"
         elif method == "exact":
             details["exact"], finished = run_exact(
-                settings, n, dim, args.ranges, run_transform, budget, loaded=scan.loaded
+                settings, n, dim, options.ranges, run_transform, budget, loaded=scan.loaded
             )
             del scan
             runner, seconds["pipeline"] = finished.runner, finished.seconds
         else:
             clustered = ClusteredOptions(
-                args.target_recall, args.iterations, args.seed, args.shards, args.sample
+                options.target_recall,
+                options.iterations,
+                options.seed,
+                options.shards,
+                options.sample,
             )
             details["clustered"], finished, recall = run_clustered(
                 settings, blocking, scan, clustered, run_transform, seconds
             )
             runner = finished.runner
-        if args.threshold is None or n == 0:
-            write_table(part_path(args.output, PAIRS, 0, 1), PAIRS_SCHEMA.empty_table())
+        if options.threshold is None or n == 0:
+            write_table(part_path(attempt, PAIRS, 0, 1), PAIRS_SCHEMA.empty_table())
 
-        rows = count_rows(shard_paths(join(args.output, NEIGHBORS)))
+        rows = count_rows(shard_paths(join(attempt, NEIGHBORS)))
         if rows != n:
             raise JobFailedError(
                 f"the search wrote neighbour lists for {rows} of {n} items; "
-                f"nothing was published and the previous content of {final} is unchanged"
+                f"nothing was published and the previous content of {options.output} is "
+                "unchanged"
             )
-        pairs = count_rows(shard_paths(join(args.output, PAIRS)))
-        if args.known_pairs:
+        pairs = count_rows(shard_paths(join(attempt, PAIRS)))
+        if options.known_pairs:
             details["known_pairs"] = known_pairs_recall(
-                args.known_pairs, args.output, args.threshold
+                options.known_pairs, attempt, options.threshold
             )
         summary = PairsSummary(
-            final,
+            options.output,
             method,
             n,
-            args.k,
-            args.threshold,
+            options.k,
+            options.threshold,
             pairs,
             recall,
-            time.perf_counter() - job_start,
+            time.perf_counter() - start,
         )
-        manifest = _manifest(args, datasets, summary, reader, budget, details, runner, seconds)
-        if FileSystems.exists(join(args.output, WORK_DIR)):
-            FileSystems.delete([join(args.output, WORK_DIR)])
-        out.commit(manifest)
-        return summary
+        manifest = _manifest(options, datasets, summary, reader, budget, details, runner, seconds)
+        if FileSystems.exists(join(attempt, WORK_DIR)):
+            FileSystems.delete([join(attempt, WORK_DIR)])
+        return Result(options.output, out.commit(manifest), summary)
 
 
-def _beam_options(
-    beam_args: list[str], test_pipeline: beam.Pipeline | None
-) -> PipelineOptions | None:
+def _beam_options(options: Options, pipeline: beam.Pipeline | None) -> PipelineOptions | None:
     """The run's Beam options, or None where none were given (and no test pipeline): then the
     runner is the local one (``beam_options.pipeline_options([])``), known without
     loading Beam, which the launcher's own search never needs."""
-    if test_pipeline is None and not beam_args:
+    if pipeline is None and not options.beam_options:
         return None
     from pipelines.stage_api.beam_run import options_for
 
-    return options_for(beam_args, test_pipeline)
+    return options_for(options.beam_options, pipeline)
 
 
-def _is_local(options: PipelineOptions) -> bool:
+def _is_local(beam_options: PipelineOptions) -> bool:
     from pipelines.stage_api.beam_options import is_local
 
-    return is_local(options)
+    return is_local(beam_options)
 
 
 def _transform_runner(
-    options: PipelineOptions | None, test_pipeline: beam.Pipeline | None
+    beam_options: PipelineOptions | None, pipeline: beam.Pipeline | None
 ) -> RunTransform:
     """What runs one transform as a pipeline (``beam_run.transform_runner``), Beam loaded on its
     first call: the launcher's own search never makes one."""
@@ -271,84 +259,43 @@ def _transform_runner(
         from pipelines.stage_api.beam_options import pipeline_options
         from pipelines.stage_api.beam_run import transform_runner
 
-        chosen = options if options is not None else pipeline_options([])
-        return transform_runner(chosen, test_pipeline)(label, transform)
+        chosen = beam_options if beam_options is not None else pipeline_options([])
+        return transform_runner(chosen, pipeline)(label, transform)
 
     return run
 
 
-def check_options(argv: list[str]) -> None:
-    """The option values, ``--worker-memory`` and the ``--known-pairs`` file, checked before
-    ``sbert run`` starts any stage (no embeddings are read, no output touched); ValueError or
-    FileNotFoundError names the option."""
-    args, _ = build_parser().parse_known_args(argv)
-    _check_options(args)
-    parse_size(args.worker_memory)
-
-
-def _check_options(args) -> None:
-    """Refuse option values that cannot work, naming the option."""
-    if args.k < 1:
-        raise ValueError(f"--k must be at least 1, got {args.k}")
-    if args.threshold is not None:
-        check_cosine(args.threshold, "--threshold")
-    for name in ("clusters", "nprobe", "max_block", "sample", "ranges", "shards"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    if args.iterations < 1:
-        raise ValueError(f"--iterations must be at least 1, got {args.iterations}")
-    if args.recall_sample < 0 or args.tune_sample < 0:
-        raise ValueError("--recall-sample and --tune-sample must be >= 0")
-    if not 0.0 < args.target_recall <= 1.0:
-        raise ValueError(f"--target-recall must be in (0, 1], got {args.target_recall}")
-    if args.nprobe is None and args.tune_sample == 0 and args.method != "exact":
-        raise ValueError("--tune-sample 0 leaves nothing to choose --nprobe with; give --nprobe")
-    if args.method == "exact":
-        clustered_only = [
-            f"--{name.replace('_', '-')}"
-            for name in ("clusters", "nprobe", "max_block", "sample", "shards")
-            if getattr(args, name) is not None
-        ]
-        if clustered_only:
-            raise ValueError(f"{', '.join(clustered_only)} apply to --method clustered")
-    if args.method == "clustered" and args.ranges is not None:
-        raise ValueError("--ranges applies to --method exact")
-    if args.known_pairs is not None and not FileSystems.exists(args.known_pairs):
-        raise FileNotFoundError(f"--known-pairs {args.known_pairs}: no such file")
-
-
-def _blocking_request(args: argparse.Namespace) -> BlockingRequest:
-    """The clustered-mode options of the command line."""
+def _blocking_request(options: Options) -> BlockingRequest:
+    """The clustered-mode options as the plan takes them."""
     return BlockingRequest(
-        k=args.k,
-        clusters=args.clusters,
-        nprobe=args.nprobe,
-        max_block=args.max_block,
-        sample=args.sample,
-        tune_sample=args.tune_sample,
-        recall_sample=args.recall_sample,
-        seed=args.seed,
-        worker_memory=args.worker_memory,
+        k=options.k,
+        clusters=options.clusters,
+        nprobe=options.nprobe,
+        max_block=options.max_block,
+        sample=options.sample,
+        tune_sample=options.tune_sample,
+        recall_sample=options.recall_sample,
+        seed=options.seed,
+        worker_memory=options.worker_memory,
     )
 
 
-def _manifest(args, datasets, summary, reader, budget, details, runner, seconds) -> dict:
+def _manifest(options: Options, datasets, summary, reader, budget, details, runner, seconds):
     """The ``_manifest.json`` of a finished run (model fields first, for later stages' checks)."""
     first = datasets[0].manifest
     clustered = summary.method == "clustered"
     if summary.method == "exact":
         recall = {"measured": False, "why": "exact search: every list is the exact top-k"}
     else:
-        queries = min(args.recall_sample, summary.items)
+        queries = min(options.recall_sample, summary.items)
         recall = {
             "measured": summary.recall is not None,
             "queries": queries,
-            "seed": args.seed,
+            "seed": options.seed,
             "definition": "mean over random queries of |found neighbours that are among the "
             "exact top-k (or tie with its k-th score)| / k; exact = fp32 search of all vectors",
         }
-    if args.threshold is None:
+    if options.threshold is None:
         completeness = None
     elif clustered:
         completeness = "every pair >= threshold that shares a cluster block (see recall_at_k)"
@@ -358,12 +305,12 @@ def _manifest(args, datasets, summary, reader, budget, details, runner, seconds)
         "kind": "pairs",
         **model_fields(first),
         "method": summary.method,
-        "method_requested": args.method,
-        "k": args.k,
-        "threshold": args.threshold,
+        "method_requested": options.method,
+        "k": options.k,
+        "threshold": options.threshold,
         "recall_at_k": None if summary.recall is None else round(summary.recall, 6),
         "recall": recall,
-        "pairs": {"count": summary.pairs, "threshold": args.threshold, "complete": completeness},
+        "pairs": {"count": summary.pairs, "threshold": options.threshold, "complete": completeness},
         "counts": {
             "items": summary.items,
             "neighbor_rows": summary.items,
@@ -373,8 +320,8 @@ def _manifest(args, datasets, summary, reader, budget, details, runner, seconds)
         "normalized_here": reader.normalize,
         "worker_memory_bytes": budget,
         **details,
-        "precision": args.precision,
-        "seed": args.seed,
+        "precision": options.precision,
+        "seed": options.seed,
         "embeddings": [
             {"directory": dataset.directory, "manifest": dataset.manifest} for dataset in datasets
         ],
@@ -384,10 +331,3 @@ def _manifest(args, datasets, summary, reader, budget, details, runner, seconds)
         "seconds_parts": {name: round(value, 3) for name, value in seconds.items()},
         "created": created_now(),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry: run and print the summary."""
-    summary = run(argv)
-    print(summary.line())
-    return 0

@@ -1,20 +1,9 @@
-"""The pairs stage's files: ``neighbors/`` and ``pairs/`` Parquet, and the vectors it reads.
-
-Output (docs/architecture.md, ``pairs/``), each folder a set of Parquet shards:
-
-- ``neighbors/``: ``id``, ``neighbor_ids`` (list of ids, most similar first, equal scores by id),
-  ``scores`` (their cosine similarities, float32); one row per embedded item.
-- ``pairs/``: ``id_a < id_b`` (ids compared as strings, i.e. by code point), ``score``; each
-  pair once.
-
-Ids are the embeddings' ids, never positions. The reading side, for later stages and for
-this stage's recall checks, is :mod:`pipelines.io.pairs_output`.
-
-Vectors: :class:`VectorReader` streams the embeddings shards (L2-normalising when the
-embeddings manifest does not promise unit float32 rows), :meth:`VectorReader.scan` checks the
-launcher's preconditions in one pass (ids unique, values finite) and picks sample rows on the
-way, and :meth:`VectorReader.load_sorted` is what an exact-mode worker holds: every vector, in
-id order, so that "ties by index" in the maths is "ties by id" in the output.
+"""The vectors the pairs stage reads: :class:`VectorReader` streams the embeddings shards
+(L2-normalising when the embeddings manifest does not promise unit float32 rows),
+:meth:`VectorReader.scan` checks the launcher's preconditions in one pass (ids unique, values
+finite) and picks sample rows on the way, and :meth:`VectorReader.load_sorted` is what an
+exact-mode worker holds: every vector, in id order, so that "ties by index" in the maths is
+"ties by id" in the output. Loads no torch (the launcher reads while the search modules import).
 """
 
 from __future__ import annotations
@@ -28,53 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.io.embeddings import embedding_matrix, parquet_source
-from pipelines.io.output_dir import join
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.vectors.checks import require_finite
-from pipelines.vectors.cosine_range import clamp_cosines
 from pipelines.vectors.precision import normalize_rows
-
-
-def part_path(output: str, folder: str, index: int, count: int) -> str:
-    """``OUTPUT/folder/part-SSSSS-of-NNNNN.parquet``."""
-    return join(output, folder, f"part-{index:05d}-of-{count:05d}.parquet")
-
-
-def neighbors_table(
-    ids: pa.Array, rows: np.ndarray, indices: np.ndarray, scores: np.ndarray
-) -> pa.Table:
-    """A ``neighbors/`` table from positions: row ``rows[i]`` has neighbours ``indices[i]``.
-
-    Args:
-        ids: the id of every position (of the block or of all vectors).
-        rows: ``(m,)`` positions of the items.
-        indices: ``(m, k)`` neighbour positions (``k`` may be 0).
-        scores: ``(m, k)`` float32.
-    """
-    m, k = indices.shape
-    offsets = pa.array(np.arange(m + 1, dtype=np.int32) * np.int32(k))
-    neighbor_ids = pa.ListArray.from_arrays(offsets, ids.take(pa.array(indices.reshape(-1))))
-    values = pa.array(np.ascontiguousarray(clamp_cosines(scores)).reshape(-1), pa.float32())
-    return pa.Table.from_arrays(
-        [
-            ids.take(pa.array(np.asarray(rows, np.int64))),
-            neighbor_ids,
-            pa.ListArray.from_arrays(offsets, values),
-        ],
-        schema=NEIGHBORS_SCHEMA,
-    )
-
-
-def pairs_table(ids: pa.Array, a: np.ndarray, b: np.ndarray, scores: np.ndarray) -> pa.Table:
-    """A ``pairs/`` table from positions ``a < b`` into ascending ids (so ``id_a < id_b``)."""
-    return pa.Table.from_arrays(
-        [
-            ids.take(pa.array(np.asarray(a, np.int64))),
-            ids.take(pa.array(np.asarray(b, np.int64))),
-            pa.array(clamp_cosines(scores), pa.float32()),
-        ],
-        schema=PAIRS_SCHEMA,
-    )
 
 
 def needs_normalizing(manifest: dict) -> bool:
