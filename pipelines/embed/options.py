@@ -118,8 +118,8 @@ class Options(ModelOptions):
         if self.min_batch_size < 1 or self.max_batch_size < self.min_batch_size:
             raise OptionError(
                 "min_batch_size",
-                f"({self.min_batch_size}) must be at least 1 and at most --max-batch-size "
-                f"({self.max_batch_size})",
+                f"must be at least 1 and at most --max-batch-size ({self.max_batch_size}), "
+                f"got {self.min_batch_size}",
             )
 
     def corpus_spec(self) -> CorpusSpec:
