@@ -3,14 +3,16 @@
 Items are the rows ``0 .. n-1`` of an id list; pairs are :class:`IndexedPairs` over those rows.
 At a threshold ``T`` the *duplicate groups* are the connected components of the graph whose
 edges are the pairs with ``score >= T``; an item without such a pair is a singleton and not a
-group. Every group keeps one representative, chosen by a policy (:data:`KeepPolicy`):
+group. Every group keeps one representative, chosen by a policy (``--keep``):
 
 * ``first``: the member that comes first in the items' *order rank* (see :func:`corpus_ranks`,
   :func:`derived_id_ranks` and :func:`id_ranks`: corpus order when it is known, else id order);
 * ``longest``: the member with the longest text (in characters), ties to the first;
 * ``central``: the member with the highest mean similarity to the other members, where the
   similarity of two members is their pair's score if that pair is at or above ``T`` and 0
-  otherwise (the scores of pairs under ``T`` are not known from the pairs); ties to the first.
+  otherwise (the scores of pairs under ``T`` are not known from the pairs); ties to the first;
+* any other ``--keep`` value (``random``, ``column:NAME``): the member ranked first by that
+  ranking (:func:`pipelines.dedup.ranking.rank_items`), given as ``preference``.
 
 So ``removed = sum over groups of (size - 1) = n - components``, which equals the number of
 unions that merge two components: the threshold sweep (:func:`threshold_sweep`) gets the
@@ -38,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.dedup.choices import KEEP_POLICIES, KeepPolicy
+from pipelines.dedup.choices import KEEP_POLICIES
 from pipelines.vectors.checks import check_cosine
 from pipelines.vectors.components import merge_counts, smallest_member_labels
 from pipelines.vectors.records import field_record
@@ -192,10 +194,11 @@ def deduplicate(
     n: int,
     pairs: IndexedPairs,
     threshold: float,
-    policy: KeepPolicy = "first",
+    policy: str = "first",
     *,
     rank: np.ndarray | None = None,
     text_lengths: np.ndarray | None = None,
+    preference: np.ndarray | None = None,
 ) -> DuplicateGroups:
     """Duplicate groups of ``n`` items at ``threshold`` and one representative per group.
 
@@ -208,13 +211,18 @@ def deduplicate(
             (default: row order).
         text_lengths: ``(n,)`` text length in characters, negative where unknown; required by
             ``longest`` for every grouped item.
+        preference: ``(n,)`` distinct ranks, 0 the most preferred (a ranking of
+            :func:`pipelines.dedup.ranking.rank_items`); required by a policy other than
+            :data:`KEEP_POLICIES`, whose name it is.
 
     Raises:
-        ValueError: an unknown policy, or ``longest`` without the length of a grouped item.
+        ValueError: a policy other than :data:`KEEP_POLICIES` without ``preference``, or
+            ``longest`` without the length of a grouped item.
     """
-    if policy not in KEEP_POLICIES:
+    if policy not in KEEP_POLICIES and preference is None:
         raise ValueError(
-            f"unknown keep policy {policy!r}; choose one of {', '.join(KEEP_POLICIES)}"
+            f"unknown keep policy {policy!r}; choose one of {', '.join(KEEP_POLICIES)}, or "
+            "give the ranking of another (preference)"
         )
     rank = np.arange(n, dtype=np.int64) if rank is None else np.asarray(rank, np.int64)
     used = pairs.above(threshold)
@@ -233,7 +241,10 @@ def deduplicate(
     group[grouped] = number[inverse]
     sizes = component_size[group_roots][by_size].astype(np.int64)
 
-    preference = _preference(policy, grouped, group, sizes, used, n, text_lengths)
+    if policy in KEEP_POLICIES:
+        preference = _preference(policy, grouped, group, sizes, used, n, text_lengths)
+    else:
+        preference = np.asarray(preference, np.int64)[grouped]
     order = grouped[np.lexsort((rank[grouped], preference, group[grouped]))]
     representative = np.zeros(n, bool)
     if len(order):

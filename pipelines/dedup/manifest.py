@@ -60,13 +60,12 @@ def dedup_manifest(
         "method": summary.method,
         "keep": summary.keep,
         "settings": {
-            "rank": settings.rank if summary.method != "components" else None,
             "radius": summary.radius,
             "radius_gap": settings.radius_gap,
             "mutual_k": settings.k,
             "missing_score": settings.missing_score,
             "seed": settings.seed,
-            "sweep_rank": settings.rank,  # the other methods of the sweep rank by this
+            "sweep_keep": settings.keep,  # the other methods of the sweep keep by this
         },
         "counts": {
             "rows_in": summary.rows_in,

@@ -9,20 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipelines.dedup.choices import (
+    DEFAULT_COMPONENTS_KEEP,
+    DEFAULT_KEEP,
     DEFAULT_METHOD,
     DEFAULT_MUTUAL_K,
     DEFAULT_RADIUS_GAP,
-    DEFAULT_RANK,
-    KEEP_AS_RANK,
+    KEEP_CHOICES,
     KNOWN_FIELD,
     LABEL_COLUMN,
     LABEL_ID_A,
     LABEL_ID_B,
     NO_KNOWN_FIELD,
-    RANKINGS,
-    KeepPolicy,
     Method,
-    is_ranking,
+    canonical_keep,
+    default_keep,
+    is_keep,
 )
 from pipelines.stage_api.options import OptionError, StageOptions, at_least, in_range, option
 from pipelines.stage_api.shared_options import overwrite_option, seed_option, verify_option
@@ -42,15 +43,19 @@ class Options(StageOptions):
         f"how pairs become groups (default: {DEFAULT_METHOD}: it does not chain; components "
         "chains as corpora grow, see the description above)",
     )
-    keep: KeepPolicy | None = option(
-        help="components: which member of a group is kept (default: first); the other methods "
-        "read it as --rank (first: corpus)"
+    keep: str | None = option(
+        help=f"which member of a group is kept, with every method: {', '.join(KEEP_CHOICES)} "
+        "(first: first in the corpus; central: the member most like the most others; random: "
+        "by --seed; column:NAME: a numeric corpus field, largest first, needs --corpus). "
+        f"Default: {DEFAULT_COMPONENTS_KEEP} with components, {DEFAULT_KEEP} with the other "
+        "methods. Old spellings: --rank, and corpus for first",
+        aliases=("--rank",),
+        metavar="POLICY",
     )
-    rank: str | None = option(
-        help=f"the other methods: which member is kept, one of {', '.join(RANKINGS)} "
-        f"(default: {DEFAULT_RANK})"
-    )
-    seed: int = seed_option("seed of --rank random")
+    # The old name of ``keep`` (it applied to the methods other than components), so configs
+    # and calls written with it still run; the command line spells it --rank, an alias of --keep.
+    rank: str | None = option(help="old name of keep", in_cli=False)
+    seed: int = seed_option("seed of --keep random")
     radius: float | None = option(
         help=f"star, split: the least score of a member with its representative (default: "
         f"T - {DEFAULT_RADIUS_GAP:g}, not below the pairs' threshold; the sweep keeps the gap)"
@@ -84,7 +89,8 @@ class Options(StageOptions):
     )
     corpus: str | None = option(
         help="glob of the corpus the embeddings were made from: the corpus order for --keep "
-        "first, texts for --keep longest and the report, and the rows --apply writes"
+        "first, texts for --keep longest and the report, the field of --keep column:NAME, and "
+        "the rows --apply writes"
     )
     apply: bool = option(False, "write the deduplicated corpus (needs --corpus)")
     id_field: str | None = option(help="corpus id field (default: as the embed job read it)")
@@ -123,28 +129,27 @@ class Options(StageOptions):
             )
         if self.format is not None and self.format not in FORMATS:
             raise OptionError("format", f"must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        self._check_member_choice()
+        self._check_keep()
         self._check_method_settings()
         self._check_labels()
         self._check_sweep()
 
-    def _check_member_choice(self) -> None:
-        """``--keep`` (components) and ``--rank`` (the other methods) and their values."""
-        if self.method == "components" and self.rank is not None:
+    def _check_keep(self) -> None:
+        """Fold the old spellings into ``keep`` (``rank``, ``corpus``), then check its value."""
+        if self.rank is not None:
+            if self.keep is not None and canonical_keep(self.keep) != canonical_keep(self.rank):
+                raise OptionError("rank", "is the old name of keep: give one of them")
+            object.__setattr__(self, "keep", self.rank)
+            object.__setattr__(self, "rank", None)
+        if self.keep is None:
+            return
+        object.__setattr__(self, "keep", canonical_keep(self.keep))
+        if not is_keep(self.keep):
             raise OptionError(
-                "rank", "chooses the kept member for the other methods; components uses --keep"
+                "keep", f"must be one of {', '.join(KEEP_CHOICES)}; got {self.keep!r}"
             )
-        if self.method != "components" and self.keep is not None and self.rank is not None:
-            raise OptionError(
-                "keep",
-                f"chooses the kept member of components; --method {self.method} keeps the "
-                "best-ranked member by --rank: give one of them",
-            )
-        ranking = self.ranking()
-        if not is_ranking(ranking):
-            raise OptionError("rank", f"must be one of {', '.join(RANKINGS)}; got {ranking!r}")
-        if ranking.startswith("column:") and self.corpus is None:
-            raise OptionError("rank", f"{ranking} reads the field from the corpus: pass --corpus")
+        if self.keep.startswith("column:") and self.corpus is None:
+            raise OptionError("keep", f"{self.keep} reads the field from the corpus: pass --corpus")
 
     def _check_method_settings(self) -> None:
         """The star/split radius, mutual's k and average linkage's missing score."""
@@ -160,12 +165,9 @@ class Options(StageOptions):
         in_range("missing_score", self.missing_score, -1.0, 1.0)
 
     def _check_labels(self) -> None:
-        if self.target_precision is not None:
-            if self.labels is None:
-                raise OptionError(
-                    "target_precision", "is measured on labelled pairs: pass --labels"
-                )
-            in_range("target_precision", self.target_precision, 0.0, 1.0)
+        in_range("target_precision", self.target_precision, 0.0, 1.0)
+        if self.target_precision is not None and self.labels is None:
+            raise OptionError("target_precision", "is measured on labelled pairs: pass --labels")
 
     def _check_sweep(self) -> None:
         in_range("sweep_from", self.sweep_from, -1.0, 1.0)
@@ -177,13 +179,6 @@ class Options(StageOptions):
         if not self.sweep_step > 0:  # written so that NaN is refused
             raise OptionError("sweep_step", f"must be positive, got {self.sweep_step}")
 
-    def ranking(self) -> str:
-        """The ranking the methods other than components keep the best member by: ``--rank``,
-        else ``--keep`` read as the ranking of the same name (so command lines and configs
-        written for components run with any method), else the default. With components, the
-        ranking of the other methods of the sweep."""
-        if self.rank is not None:
-            return self.rank
-        if self.keep is not None and self.method != "components":
-            return KEEP_AS_RANK[self.keep]
-        return DEFAULT_RANK
+    def keep_for(self, method: str) -> str:
+        """The member ``method`` keeps of each group: ``keep``, else the method's default."""
+        return self.keep if self.keep is not None else default_keep(method)

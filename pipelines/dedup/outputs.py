@@ -73,7 +73,7 @@ def write_report(
     counts = {
         "threshold": f"{summary.threshold:g}",
         "method": summary.method,
-        **({"keep": summary.keep} if summary.method == "components" else {"rank": summary.keep}),
+        "keep": summary.keep,
         **({"radius": f"{summary.radius:g}"} if summary.radius is not None else {}),
         "rows in": summary.rows_in,
         "kept": summary.kept,

@@ -3,9 +3,9 @@
 Run from Python as ``dedup.run(dedup.Options(pairs=..., output=..., threshold=...))``, or as
 
     sbert dedup --pairs DIR --output DIR --threshold T
-        [--method star|components|ranked|split|mutual|average] [--rank central|corpus|longest|
-        random|column:NAME] [--seed S] [--radius R] [--mutual-k K] [--missing-score S]
-        [--keep first|longest|central]  (components; the others read it as --rank)
+        [--method star|components|ranked|split|mutual|average]
+        [--keep first|longest|central|random|column:NAME] [--seed S] [--radius R]
+        [--mutual-k K] [--missing-score S]
         [--labels FILE [--label-id-a C] [--label-id-b C] [--label-column C]
          [--target-precision P] [--skip-unknown-labels]] [--known-duplicates-field F|none]
         [--corpus GLOB [--apply] [--id-field F] [--text-field F] [--format FMT]]
@@ -23,10 +23,7 @@ representative is removed, and an item with no pair >= T is kept:
   (158,678 questions, human labels) components reach pair-F1 0.772 but with a largest group of
   1,210 questions at T = 0.81 (1,911 at 0.80), star 0.754 with a largest group of 265 at 0.80.
 * ``components``: the connected components themselves (the only method before; its output is
-  unchanged). The representative is chosen by ``--keep``: ``first`` (first in the corpus: by
-  file, then row, when the corpus is known from ``--corpus`` or derived ``file:row`` ids; else
-  by id), ``longest`` (most characters) or ``central`` (highest mean similarity to the other
-  members, a pair under T counting as 0); ties to the first.
+  unchanged).
 * ``ranked``: SemDeDup's rule as in NeMo Curator: an item is removed when a kept, better-ranked
   item is >= T to it. Groups cannot chain, recall is lower.
 * ``split``: components whose members are not all >= the radius to the best-ranked member are
@@ -36,11 +33,15 @@ representative is removed, and an item with no pair >= T is kept:
 * ``average``: average-linkage clustering, merging while the mean score between two clusters
   is >= T (a pair not loaded counts as --missing-score).
 
-For all methods but components the representative is the best-ranked member by ``--rank``:
-``central`` (largest sum of scores of its pairs >= T), ``corpus`` (corpus order, as ``first``),
-``longest``, ``random`` (``--seed``) or ``column:NAME`` (a numeric corpus field, largest first;
-needs ``--corpus``). ``--keep`` given to another method is read as the ranking of the same
-name (``first`` as ``corpus``), so command lines and configs written for components still run.
+Every method keeps the member ``--keep`` ranks first: ``first`` (first in the corpus: by file,
+then row, when the corpus is known from ``--corpus`` or derived ``file:row`` ids; else by id),
+``longest`` (most characters), ``central`` (the member most like the most others: the largest
+sum of scores of its pairs >= T, which in a component is the highest mean similarity to the
+other members, a pair under T counting as 0), ``random`` (``--seed``) or ``column:NAME`` (a
+numeric corpus field, largest first; needs ``--corpus``); ties to the first. Without it,
+components keep ``first`` and the other methods ``central``. ``--rank`` (and its value
+``corpus``, for ``first``) is the old spelling of ``--keep`` for the methods but components,
+still accepted.
 
 The items are all the embedded ids the pairs were computed from (the embeddings named in the
 pairs manifest, or ``--embeddings``), so ``rows in == kept + removed`` always. The pairs must
@@ -84,7 +85,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.dedup.choices import DEFAULT_RADIUS_GAP
+from pipelines.dedup.choices import DEFAULT_KEEP, DEFAULT_RADIUS_GAP, KEEP_POLICIES
 from pipelines.dedup.copies import read_copies, reason_column
 from pipelines.dedup.corpus import (
     CORPUS_DIR,
@@ -179,15 +180,14 @@ def _run(options: Options) -> DedupResult:
     pairs_output = PairsOutput.open(options.pairs)
     datasets = open_embeddings(pairs_output, list(options.embeddings) or None)
     settings = settings_of(options, pairs_output.threshold)
-    # The methods of the sweep rank by settings.rank (components by --keep, at T only).
-    keep = options.keep or "first"
-    rank_by_length = options.method != "components" and settings.rank == "longest"
-    keep_longest = options.method == "components" and keep == "longest"
-    needs_text = keep_longest or rank_by_length
+    # The chosen method keeps by ``keep``; the other methods of the sweep by settings.keep (the
+    # same unless --keep was left to each method's default).
+    keep = options.keep_for(options.method)
+    rank_by_length = settings.keep == "longest"  # at every threshold of the sweep
+    needs_text = keep == "longest" or rank_by_length
     if needs_text and options.corpus is None and not all(d.has_text for d in datasets):
-        option = "--keep longest" if keep_longest else "--rank longest"
         raise ValueError(
-            f"{option} needs the texts: the embeddings were written without --keep-text, "
+            "--keep longest needs the texts: the embeddings were written without --keep-text, "
             "so pass the corpus with --corpus GLOB"
         )
     ids = embedding_ids(datasets)
@@ -233,13 +233,21 @@ def _run(options: Options) -> DedupResult:
         known=None if known is None else known.pairs,
     )
     if options.method == "components":
+        # first, longest and central are computed from the components; the other policies
+        # are the rankings the other methods keep by.
+        preference = None if keep in KEEP_POLICIES else ranker(options.threshold)
         groups = deduplicate(
-            n, source.pairs, options.threshold, keep, rank=rank, text_lengths=lengths
+            n,
+            source.pairs,
+            options.threshold,
+            keep,
+            rank=rank,
+            text_lengths=lengths,
+            preference=preference,
         )
         scores = representative_scores(groups, source.pairs)
         groups, scores, reasons = copies.join_groups(groups, scores, rank)
     else:
-        keep = settings.rank
         grouping = group_at(options.method, settings, source.pairs, options.threshold, ranker)
         grouping = copies.join(grouping, rank)
         groups, scores = grouping.to_duplicate_groups(keep), grouping.matched_score
@@ -353,7 +361,8 @@ def settings_of(options: Options, floor: float | None) -> MethodSettings:
     )
     return MethodSettings(
         method=options.method,
-        rank=options.ranking(),
+        # The methods of the sweep other than components (which only count there).
+        keep=options.keep if options.keep is not None else DEFAULT_KEEP,
         radius_gap=gap,
         floor=floor,
         k=options.mutual_k,

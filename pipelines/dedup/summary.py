@@ -57,11 +57,11 @@ class DedupSummary:
         return next(p for p in chosen.labels if p.threshold == self.threshold)
 
     def how(self) -> str:
-        """The method in words: ``keep first`` for components, else method, rank, radius."""
+        """The method in words: ``keep first`` for components, else method, keep, radius."""
         if self.method == "components":
             return f"keep {self.keep}"
         radius = f", radius {self.radius:g}" if self.radius is not None else ""
-        return f"method {self.method}, rank {self.keep}{radius}"
+        return f"method {self.method}, keep {self.keep}{radius}"
 
     def line(self) -> str:
         """One-line human summary."""

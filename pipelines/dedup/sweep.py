@@ -1,7 +1,7 @@
 """Every dedup method over the threshold sweep, with the chosen method's settings (Beam-free).
 
 :class:`MethodSettings` holds what the methods need besides the pairs and the threshold: the
-ranking (``--rank``), the star/split radius (``--radius``, kept as a gap below each threshold),
+member kept (``--keep``), the star/split radius (``--radius``, kept as a gap below each threshold),
 mutual's ``k`` and average linkage's score for pairs not given. :func:`sweep_methods` runs
 every method at every threshold and, with labelled pairs, scores each point
 (:mod:`pipelines.dedup.labels`).
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.dedup.choices import (
+    DEFAULT_KEEP,
     DEFAULT_METHOD,
     DEFAULT_MUTUAL_K,
     DEFAULT_RADIUS_GAP,
-    DEFAULT_RANK,
     METHODS,
 )
 from pipelines.dedup.copies import TextCopies
@@ -38,7 +38,8 @@ class MethodSettings:
 
     Attributes:
         method: one of :data:`pipelines.dedup.methods.METHODS`.
-        rank: ``corpus``, ``longest``, ``central``, ``random`` or ``column:NAME``.
+        keep: the member every method but components keeps: ``first``, ``longest``,
+            ``central``, ``random`` or ``column:NAME`` (the ranking of the same name).
         radius_gap: star, split: the radius at threshold ``t`` is ``t - radius_gap``.
         floor: the pairs' threshold (None: unknown); a radius never goes below it.
         k: mutual: neighbours per item.
@@ -47,7 +48,7 @@ class MethodSettings:
     """
 
     method: str = DEFAULT_METHOD
-    rank: str = DEFAULT_RANK
+    keep: str = DEFAULT_KEEP
     radius_gap: float = DEFAULT_RADIUS_GAP
     floor: float | None = None
     k: int = DEFAULT_MUTUAL_K
@@ -57,7 +58,7 @@ class MethodSettings:
     @property
     def column(self) -> str | None:
         """The corpus field of a ``column:NAME`` ranking, else None."""
-        return self.rank.partition(":")[2] if self.rank.startswith("column:") else None
+        return self.keep.partition(":")[2] if self.keep.startswith("column:") else None
 
     def radius_at(self, threshold: float) -> float:
         """The star/split radius at ``threshold``: ``threshold - radius_gap``, not below the
@@ -87,7 +88,7 @@ class Ranker:
         text_lengths: np.ndarray | None = None,
         values: np.ndarray | None = None,
     ) -> None:
-        self.policy = {"corpus": "first"}.get(settings.rank, settings.rank.partition(":")[0])
+        self.policy = settings.keep.partition(":")[0]  # column:NAME ranks by the column
         self.settings, self.n, self.pairs = settings, n, pairs
         self.order_rank, self.text_lengths, self.values = order_rank, text_lengths, values
 

@@ -627,8 +627,8 @@ def test_star_is_the_default_and_components_is_todays_grouping(chain):
     # An explicit radius is kept as a gap below every sweep threshold, floored at the pairs'.
     tight = run([*argv, "--radius", "0.9"])
     assert tight.radius == 0.9 and tight.largest == 3  # = ranked: only pairs >= 0.9
-    # --keep (components' option) is read as the ranking of the same name by the others.
-    assert run([*argv, "--keep", "first"]).keep == run([*argv, "--rank", "corpus"]).keep == "corpus"
+    # --keep applies to every method; --rank and its value corpus are its old spellings.
+    assert run([*argv, "--keep", "first"]).keep == run([*argv, "--rank", "corpus"]).keep == "first"
 
 
 def test_sweep_covers_every_method_in_the_manifest_and_the_dry_run(chain, capsys):
@@ -758,10 +758,10 @@ def test_unknown_label_ids_can_be_skipped_and_are_counted(small):
         (["--radius", "0.7"], r"--radius 0.7 is below the pairs' threshold 0.8"),
         (["--radius", "0.95"], r"--radius: must not exceed --threshold 0.9"),
         (["--method", "components", "--radius", "0.85"], "--radius: is for --method star or split"),
-        (["--keep", "longest", "--rank", "central"], "--keep: chooses the kept member of"),
-        (["--method", "components", "--rank", "longest"], "components uses --keep"),
-        (["--rank", "tallest"], "--rank: must be one of"),
-        (["--rank", "column:year"], "reads the field from the corpus"),
+        (["--keep", "tallest"], "--keep: must be one of"),
+        (["--rank", "tallest"], "--keep: must be one of"),
+        (["--keep", "column:"], "--keep: must be one of"),
+        (["--keep", "column:year"], "reads the field from the corpus"),
         (["--target-precision", "0.9"], "pass --labels"),
         (["--labels", "/nonexistent/labels.tsv"], "no such file"),
         (["--mutual-k", "0"], "--mutual-k: must be at least 1"),
@@ -788,6 +788,48 @@ def test_rank_by_a_corpus_column_keeps_the_largest_value(tmp_path):
     assert read_id_list(str(out / "kept_ids.txt")) == ["y"]
     run([*argv, str(corpus), "--rank", "corpus", "--overwrite"])
     assert read_id_list(str(out / "kept_ids.txt")) == ["x"]
+
+
+@pytest.mark.parametrize("method", ["components", "star", "ranked"])
+def test_keep_by_a_corpus_column_with_every_method(tmp_path, method):
+    records = [
+        {"id": "x", "text": "one", "votes": "3"},
+        {"id": "y", "text": "two", "votes": "9"},
+        {"id": "z", "text": "three", "votes": "5"},
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    spec = {"pattern": str(corpus), "id_field": "id", "text_field": "text"}
+    emb = write_embeddings(tmp_path / "emb", ["x", "y", "z"], input_spec=spec)
+    pairs = write_pairs(tmp_path / "pairs", emb, [("x", "y", 0.97), ("x", "z", 0.96)])
+    out = tmp_path / "dedup"
+    argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9", "--corpus"]
+    summary = run([*argv, str(corpus), "--method", method, "--keep", "column:votes"])
+    assert summary.keep == "column:votes" and "keep column:votes" in summary.line()
+    # y (9 votes) is kept; components remove both others, while star and ranked keep z too:
+    # z (5 votes) comes before x, and its pair with y is not similar.
+    expected = ["y"] if method == "components" else ["y", "z"]
+    assert read_id_list(str(out / "kept_ids.txt")) == expected
+    manifest = manifest_of(out)
+    assert manifest["keep"] == "column:votes"
+    assert manifest["settings"]["sweep_keep"] == "column:votes"
+    assert "rank" not in manifest["settings"]
+    # The old spelling gives the same output.
+    run([*argv, str(corpus), "--method", method, "--rank", "column:votes", "--overwrite"])
+    assert manifest_of(out)["keep"] == "column:votes"
+    assert read_id_list(str(out / "kept_ids.txt"))[0] == "y"
+
+
+def test_components_keep_random_repeats_with_the_seed(chain):
+    root, pairs = chain
+    argv = ["--pairs", str(pairs), "--threshold", "0.9", "--method", "components"]
+    kept = []
+    for folder in ("a", "b"):
+        out = root / folder
+        summary = run([*argv, "--output", str(out), "--keep", "random", "--seed", "1"])
+        kept.append(read_id_list(str(out / "kept_ids.txt")))
+        assert manifest_of(out)["keep"] == summary.keep == "random"
+    assert kept[0] == kept[1] and len(kept[0]) == summary.kept
 
 
 def test_rank_longest_keeps_the_longest_text_of_a_star(small):
@@ -826,7 +868,7 @@ def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir
     plan = {p.name: p for p in plan_stages(loaded, check_inputs(loaded), [])}["dedup"]
     args, rest = build_parser("dedup").parse_known_args(list(plan.argv))
     assert rest == []
-    assert (args.method, args.rank, args.radius, args.labels) == (
+    assert (args.method, args.keep, args.radius, args.labels) == (
         "split",
         "longest",
         0.85,

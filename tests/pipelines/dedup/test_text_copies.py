@@ -127,7 +127,7 @@ def test_the_sweep_counts_the_copies_for_every_method():
     _, pairs, _, copies = _planted()
     n = len(copies.copy_of)
     distinct = copies.distinct(pairs)
-    settings = MethodSettings(method="components", rank="corpus", floor=FLOOR)
+    settings = MethodSettings(method="components", keep="first", floor=FLOOR)
     ranker = Ranker(settings, n, distinct, np.arange(n))
     thresholds = [0.7, 0.8, 0.9]
     sweeps = sweep_methods(settings, distinct, thresholds, ranker, copies=copies)

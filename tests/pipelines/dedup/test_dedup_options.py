@@ -1,0 +1,78 @@
+"""The dedup stage's options: one --keep for every method, its old spellings, the checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.stage_cli import parse
+from pipelines import dedup
+from pipelines.stage_api.options import OptionError
+
+BASE = {"pairs": "p", "output": "o", "threshold": 0.9}
+ARGV = ["--pairs", "p", "--output", "o", "--threshold", "0.9"]
+
+
+@pytest.mark.parametrize("method", ["components", "star", "ranked", "average"])
+@pytest.mark.parametrize("keep", ["first", "longest", "central", "random", "column:votes"])
+def test_every_keep_value_applies_to_every_method(method, keep):
+    options = dedup.Options(**BASE, method=method, keep=keep, corpus="c.jsonl")
+    assert options.keep == options.keep_for(method) == keep
+
+
+def test_without_keep_components_keep_the_first_and_the_others_the_central():
+    options = dedup.Options(**BASE)
+    assert options.keep is None
+    assert (options.keep_for("components"), options.keep_for("star")) == ("first", "central")
+
+
+@pytest.mark.parametrize(
+    ("argv", "keep"),
+    [
+        (["--keep", "longest"], "longest"),
+        (["--rank", "longest"], "longest"),  # the old flag
+        (["--rank", "corpus"], "first"),  # the old value
+        (["--keep", "corpus"], "first"),
+        (["--method", "components", "--rank", "central"], "central"),  # refused before
+        (["--keep", "random", "--method", "components"], "random"),  # components only had 3
+    ],
+)
+def test_old_and_new_spellings_on_the_command_line(argv, keep):
+    assert parse("dedup", [*ARGV, *argv]).keep == keep
+
+
+def test_the_old_config_key_rank_is_read_as_keep():
+    options = dedup.Options(**BASE, rank="corpus")
+    assert (options.keep, options.rank) == ("first", None)
+    assert options.to_dict()["keep"] == "first"
+    assert dedup.Options(**BASE, rank="longest", keep="longest").keep == "longest"
+    with pytest.raises(OptionError, match="--rank: is the old name of keep: give one of them"):
+        dedup.Options(**BASE, rank="longest", keep="central")
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ({"keep": "tallest"}, "--keep: must be one of first, longest, central, random"),
+        ({"rank": "tallest"}, "--keep: must be one of"),
+        ({"keep": "column:"}, "--keep: must be one of"),
+        ({"keep": "column:votes"}, "--keep: column:votes reads the field from the corpus"),
+        ({"threshold": 1.5}, r"--threshold: must be in \[-1, 1\]"),
+        ({"output": None}, "--output: required"),
+        ({"apply": True}, "--apply: writes the deduplicated corpus and needs --corpus"),
+        ({"method": "components", "radius": 0.85}, "--radius: is for --method star or split"),
+        ({"radius": 0.95}, "--radius: must not exceed --threshold 0.9"),
+        ({"mutual_k": 0}, "--mutual-k: must be at least 1"),
+        ({"target_precision": 0.9}, "--target-precision: is measured on labelled pairs"),
+        ({"sweep_from": 0.95, "sweep_to": 0.9}, "--sweep-from: must not exceed --sweep-to"),
+        ({"sweep_step": 0.0}, "--sweep-step: must be positive"),
+        ({"format": "xml"}, "--format: must be one of"),
+        ({"known_duplicates_field": "id"}, "--known-duplicates-field: must name a corpus field"),
+    ],
+)
+def test_bad_values_are_refused_when_the_options_are_built(values, match):
+    with pytest.raises(OptionError, match=match):
+        dedup.Options(**{**BASE, **values})
+
+
+def test_a_dry_run_needs_no_output():
+    assert dedup.Options(pairs="p", threshold=0.9, dry_run=True).output is None
