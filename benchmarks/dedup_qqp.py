@@ -37,7 +37,7 @@ from pipelines.dedup.labels import (
     LabelColumns,
     LabelPoint,
     PairCounts,
-    best_f1,
+    best_f1_point,
     label_sweep,
     match_labels,
     pr_curve,
@@ -235,9 +235,9 @@ def main() -> None:
             continue
         seconds, peak, points = measured(contender, n, pairs, thresholds, labelled, args.floor)
         objects = [_point(p) for p in points]
-        best = best_f1(objects)
+        best = best_f1_point(objects)
         bounded = [p for p in objects if p.largest <= args.max_largest]
-        best_bounded = best_f1(bounded) if bounded else None
+        best_bounded = best_f1_point(bounded) if bounded else None
         results.append(
             {
                 "name": contender.name,

@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.dedup.files import rows_naming
 from pipelines.dedup.grouping import (
     NEAR_REPRESENTATIVE,
     REASONS,
@@ -37,6 +36,7 @@ from pipelines.dedup.grouping import (
     Grouping,
 )
 from pipelines.dedup.groups import DuplicateGroups, IndexedPairs, SweepPoint
+from pipelines.dedup.inputs import rows_naming
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.schemas import COPY_OF
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.dedup.choices import KNOWN_FIELD, NO_KNOWN_FIELD
-from pipelines.dedup.files import rows_naming
+from pipelines.dedup.inputs import rows_naming
 from pipelines.dedup.labels import LabelledPairs, PairCounts, RawLabels, match_labels, pair_counts
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.filesystems import FileSystems

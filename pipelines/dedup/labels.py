@@ -10,14 +10,15 @@ representative's group; an item in no group is alone). On the labelled pairs onl
 Labels are partial: pairs nobody labelled do not count either way, so these numbers say how a
 method agrees with the labels, not how many unlabelled duplicates it finds.
 
-A sweep evaluates one method at many thresholds (:func:`label_sweep`); :func:`best_f1` picks the
-F1-maximising threshold and :func:`for_precision` the threshold with the highest recall whose
-precision reaches a target. :func:`pr_curve` gives the precision-recall points for a report.
+A sweep evaluates one method at many thresholds (:func:`label_sweep`); :func:`best_f1_point` picks
+the F1-maximising point (its threshold and counts; not :func:`sbert_core.pair_metrics.best_f1`,
+the best cut of raw scores) and :func:`for_precision` the threshold with the highest recall
+whose precision reaches a target. :func:`pr_curve` gives the precision-recall points for a report.
 
 Example:
     >>> labelled = match_labels(read_labelled_pairs("pairs.tsv"), ids)
     >>> points = label_sweep("components", groupings, labelled)
-    >>> best_f1(points).threshold
+    >>> best_f1_point(points).threshold
 """
 
 from __future__ import annotations
@@ -286,7 +287,7 @@ def label_sweep(groupings: Iterable[Grouping], labelled: LabelledPairs) -> list[
     return [evaluate(grouping, labelled) for grouping in groupings]
 
 
-def best_f1(points: Sequence[LabelPoint]) -> LabelPoint:
+def best_f1_point(points: Sequence[LabelPoint]) -> LabelPoint:
     """The point with the highest F1; of equal F1 the higher threshold (it removes less).
 
     Raises:

@@ -5,15 +5,20 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE
-from pipelines.dedup.files import GROUPS_FILE, ID_LIST_ENCODING, KEPT_FILE, REMOVED_FILE
+from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.groups import DuplicateGroups, Histogram
 from pipelines.dedup.labels import LabelledPairs
 from pipelines.dedup.load import PairSource
 from pipelines.dedup.options import Options
 from pipelines.dedup.order import corpus_spec
-from pipelines.dedup.outputs import REPORT_FILE
+from pipelines.dedup.outputs import (
+    GROUPS_FILE,
+    ID_LIST_ENCODING,
+    KEPT_FILE,
+    REMOVED_FILE,
+    REPORT_FILE,
+)
 from pipelines.dedup.report_methods import KnownView
-from pipelines.dedup.summary import DedupSummary
 from pipelines.dedup.sweep import MethodSettings, MethodSweep
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions

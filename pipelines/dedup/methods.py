@@ -93,7 +93,7 @@ def group_items(
     """
     check_inputs(n, pairs, threshold, rank)
     if method == "components":
-        return components(n, pairs, threshold, rank)
+        return component_groups(n, pairs, threshold, rank)
     if method == "ranked":
         return ranked(n, pairs, threshold, rank)
     if method == "star":
@@ -153,7 +153,7 @@ def sweep_groupings(
         bar.update()
 
 
-def components(n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray) -> Grouping:
+def component_groups(n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray) -> Grouping:
     """Connected components of the pairs ``>= threshold``; representative the best-ranked."""
     check_inputs(n, pairs, threshold, rank)
     used = pairs.above(threshold)

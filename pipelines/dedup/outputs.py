@@ -1,10 +1,21 @@
-"""Writing a dedup run's files: the id lists and ``report.html`` (Beam filesystems)."""
+"""The files a dedup run writes: ``groups.parquet`` (:data:`GROUPS_SCHEMA`), the id lists
+``kept_ids.txt`` / ``removed_ids.txt`` and ``report.html``.
+
+The id lists are UTF-8, one id per line, LF-terminated. Ids may contain anything, so three
+characters are escaped: a backslash is written as ``\\\\``, a line feed as ``\\n`` and a carriage
+return as ``\\r``; an id without them (the usual case) is written as it is. Read the lists back
+with :func:`read_id_list` (split on LF only, then unescape).
+"""
 
 from __future__ import annotations
 
-import numpy as np
+import re
+from collections.abc import Iterable
 
-from pipelines.dedup.files import KEPT_FILE, REMOVED_FILE, write_id_list
+import numpy as np
+import pyarrow as pa
+
+from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.groups import DuplicateGroups, Histogram
 from pipelines.dedup.report import GroupView, group_views, report_html
 from pipelines.dedup.report_methods import (
@@ -14,9 +25,28 @@ from pipelines.dedup.report_methods import (
     labels_section,
     methods_section,
 )
-from pipelines.dedup.summary import DedupSummary
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.html import write_text
 from pipelines.io.output_dir import join
+from pipelines.vectors.cosine_range import clamp_cosines
+
+GROUPS_FILE, KEPT_FILE, REMOVED_FILE = "groups.parquet", "kept_ids.txt", "removed_ids.txt"
+ID_LIST_ENCODING = (
+    "UTF-8, one id per line, LF-terminated; backslash, LF and CR inside an id are written as "
+    "\\\\, \\n and \\r"
+)
+
+GROUPS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("group", pa.int64(), nullable=False),
+        pa.field("is_representative", pa.bool_(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        # Score of the pair (member, representative); null for the representative itself and
+        # for chained members (their pair with it is under the threshold; dedup/terms.py).
+        pa.field("score", pa.float32()),
+    ]
+)
 
 REPORT_FILE = "report.html"
 # Members listed per group in the report; the rest are in groups.parquet.
@@ -114,3 +144,78 @@ def write_report(
         sections=sections,
     )
     write_text(join(output, REPORT_FILE), page)
+
+
+def groups_table(
+    ids: pa.Array, groups: DuplicateGroups, rank: np.ndarray, scores: np.ndarray
+) -> pa.Table:
+    """``groups.parquet``: one row per grouped item, by group, representative first, then rank.
+
+    Args:
+        ids: every item's id.
+        groups: the groups.
+        rank: the order rank.
+        scores: ``(n,)`` each member's score with its representative (NaN: unknown / itself).
+    """
+    rows = np.flatnonzero(groups.group >= 0)
+    rows = rows[np.lexsort((rank[rows], ~groups.representative[rows], groups.group[rows]))]
+    member_scores = clamp_cosines(scores[rows])
+    return pa.Table.from_arrays(
+        [
+            ids.take(pa.array(rows, pa.int64())),
+            pa.array(groups.group[rows], pa.int64()),
+            pa.array(groups.representative[rows], pa.bool_()),
+            pa.array(groups.sizes[groups.group[rows]], pa.int64()),
+            pa.array(member_scores, pa.float32(), mask=np.isnan(member_scores)),
+        ],
+        schema=GROUPS_SCHEMA,
+    )
+
+
+def encode_id(value: str) -> str:
+    """An id as one line of an id list (without the line feed)."""
+    if "\\" not in value and "\n" not in value and "\r" not in value:
+        return value
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+_ESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
+
+
+def decode_id(line: str) -> str:
+    """The id written as ``line`` by :func:`encode_id`.
+
+    Raises:
+        ValueError: an escape other than ``\\\\``, ``\\n`` or ``\\r``.
+    """
+
+    def replace(match: re.Match) -> str:
+        if match.group(1) not in _ESCAPES:
+            raise ValueError(f"bad escape {match.group(0)!r} in id list line {line!r}")
+        return _ESCAPES[match.group(1)]
+
+    return _ESCAPE.sub(replace, line) if "\\" in line else line
+
+
+def write_id_list(path: str, ids: Iterable[str]) -> int:
+    """Write ids one per line (see the module docstring); returns how many."""
+    count = 0
+    chunk: list[str] = []
+    with FileSystems.create(path, mime_type="text/plain") as handle:
+        for value in ids:
+            chunk.append(encode_id(value))
+            count += 1
+            if len(chunk) >= 65536:
+                handle.write(("\n".join(chunk) + "\n").encode("utf-8"))
+                chunk = []
+        if chunk:
+            handle.write(("\n".join(chunk) + "\n").encode("utf-8"))
+    return count
+
+
+def read_id_list(path: str) -> list[str]:
+    """Ids from a list written by :func:`write_id_list`."""
+    with FileSystems.open(path) as handle:
+        text = handle.read().decode("utf-8")
+    return [decode_id(line) for line in text.split("\n")[:-1]] if text else []

@@ -94,30 +94,31 @@ from pipelines.dedup.corpus import (
     scan_corpus,
     write_deduplicated_corpus,
 )
-from pipelines.dedup.files import (
-    GROUPS_FILE,
-    KEPT_FILE,
-    REMOVED_FILE,
-    embed_error_ids,
-    embedding_ids,
-    groups_table,
-    open_embeddings,
-)
+from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.groups import (
     deduplicate,
     representative_scores,
     similarity_histogram,
     sweep_thresholds,
 )
+from pipelines.dedup.inputs import embed_error_ids, embedding_ids, open_embeddings
 from pipelines.dedup.known import known_found, load_known
 from pipelines.dedup.labels import LabelColumns, LabelledPairs, load_labels
 from pipelines.dedup.load import check_count, load_pairs
 from pipelines.dedup.manifest import dedup_manifest
 from pipelines.dedup.options import Options
 from pipelines.dedup.order import corpus_spec, item_texts, order_rank, paired_items, text_lengths
-from pipelines.dedup.outputs import REPORT_FILE, largest_groups, write_id_lists, write_report
+from pipelines.dedup.outputs import (
+    GROUPS_FILE,
+    KEPT_FILE,
+    REMOVED_FILE,
+    REPORT_FILE,
+    groups_table,
+    largest_groups,
+    write_id_lists,
+    write_report,
+)
 from pipelines.dedup.report_methods import KnownView, known_view
-from pipelines.dedup.summary import DedupSummary
 from pipelines.dedup.sweep import MethodSettings, Ranker, group_at, sweep_methods
 from pipelines.io.atomic import write_table
 from pipelines.io.content_checks import content_checks

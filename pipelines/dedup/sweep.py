@@ -27,7 +27,7 @@ from pipelines.dedup.choices import (
 from pipelines.dedup.copies import TextCopies
 from pipelines.dedup.grouping import Grouping
 from pipelines.dedup.groups import IndexedPairs, SweepPoint, threshold_sweep
-from pipelines.dedup.labels import LabelledPairs, LabelPoint, best_f1, evaluate, for_precision
+from pipelines.dedup.labels import LabelledPairs, LabelPoint, best_f1_point, evaluate, for_precision
 from pipelines.dedup.methods import group_items, sweep_groupings
 from pipelines.dedup.ranking import rank_items
 
@@ -138,7 +138,7 @@ class MethodSweep:
 
     def best(self) -> LabelPoint | None:
         """The best-F1 point (None without labels)."""
-        return best_f1(self.labels) if self.labels else None
+        return best_f1_point(self.labels) if self.labels else None
 
     def at_precision(self, target: float | None) -> LabelPoint | None:
         """The highest-recall point with precision >= target (None: none, or no target)."""

@@ -15,7 +15,7 @@ from corpus_files import write_corpus
 from testdata import DATA_DIR, read_tsv
 
 from jobs.cli import main as cli_main
-from pipelines.dedup.files import GROUPS_SCHEMA, read_id_list
+from pipelines.dedup.outputs import GROUPS_SCHEMA, read_id_list
 from pipelines.io.corpus_files import open_decompressed
 from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
 from pipelines.io.embeddings import IncompatibleEmbeddingsError

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from output_folders_helpers import texts
 
-from pipelines.dedup.files import embed_error_ids
+from pipelines.dedup.inputs import embed_error_ids
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.output_dir import MANIFEST, OutputExistsError
 from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pytest
 from dedup_reference import UnionFind
 
-from pipelines.dedup.files import decode_id, encode_id, read_id_list, write_id_list
 from pipelines.dedup.groups import (
     IndexedPairs,
     SweepPoint,
@@ -25,6 +24,7 @@ from pipelines.dedup.groups import (
     sweep_thresholds,
     threshold_sweep,
 )
+from pipelines.dedup.outputs import decode_id, encode_id, read_id_list, write_id_list
 from pipelines.dedup.report import GroupView, Member, report_html
 
 

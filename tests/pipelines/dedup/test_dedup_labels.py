@@ -11,7 +11,7 @@ from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.labels import (
     LabelColumns,
     LabelledPairs,
-    best_f1,
+    best_f1_point,
     for_precision,
     label_sweep,
     match_labels,
@@ -74,7 +74,7 @@ def test_hand_computed_precision_recall_f1(tmp_path):
     points = label_sweep(groupings, labelled)
     assert [round(p.f1, 6) for p in points] == [round(x, 6) for x in (8 / 9, 3 / 4, 4 / 7, 2 / 5)]
     assert [p.precision for p in points] == pytest.approx([4 / 5, 3 / 4, 2 / 3, 1.0])
-    best = best_f1(points)
+    best = best_f1_point(points)
     assert (best.threshold, best.largest, best.removed) == (0.6, 3, 4)
     assert for_precision(points, 0.75).threshold == 0.6  # highest recall with P >= 0.75
     assert for_precision(points, 0.85).threshold == 0.9

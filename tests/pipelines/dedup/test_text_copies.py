@@ -7,10 +7,10 @@ import pyarrow as pa
 import pytest
 
 from pipelines.dedup.copies import TextCopies, reason_column
-from pipelines.dedup.files import groups_table
 from pipelines.dedup.grouping import REASONS, SAME_TEXT
 from pipelines.dedup.groups import IndexedPairs, deduplicate, representative_scores
 from pipelines.dedup.methods import METHODS, group_items
+from pipelines.dedup.outputs import groups_table
 from pipelines.dedup.sweep import MethodSettings, Ranker, sweep_methods, sweep_point
 from tests.planted import unit_rows
 

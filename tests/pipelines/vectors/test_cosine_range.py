@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.cluster.assign import assignments_table
-from pipelines.dedup.files import groups_table
+from pipelines.dedup.outputs import groups_table
 from pipelines.pairs.output_tables import neighbors_table, pairs_table
 from pipelines.vectors.cosine_range import clamp_cosines
 

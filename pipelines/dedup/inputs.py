@@ -1,52 +1,21 @@
-"""Files of the dedup stage: its inputs beside the pairs, and the ``dedup/`` files it writes.
-
-Reading: the ``pairs/`` folder through :class:`pipelines.io.pairs_output.PairsOutput`; the
-embeddings the pairs were computed from (:func:`open_embeddings`), their ids and the embed
-stage's rejected ids.
-
-Writing: ``groups.parquet`` (:data:`GROUPS_SCHEMA`) and the id lists ``kept_ids.txt`` /
-``removed_ids.txt``: UTF-8, one id per line, LF-terminated. Ids may contain anything, so three
-characters are escaped: a backslash is written as ``\\\\``, a line feed as ``\\n`` and a carriage
-return as ``\\r``; an id without them (the usual case) is written as it is. Read the lists back
-with :func:`read_id_list` (split on LF only, then unescape).
-"""
+"""The inputs of a dedup run beside the ``pairs/`` folder: the embeddings the pairs were
+computed from (:func:`open_embeddings`), their ids, the rows naming a field (known duplicates,
+copies) and the ids the embed stage rejected."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.dedup.groups import DuplicateGroups
 from pipelines.io.embeddings import EmbeddingsDataset, require_compatible, shard_paths
 from pipelines.io.external_vectors import is_embed_output, open_external, recorded_columns
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, listed_parts
 from pipelines.io.pairs_output import PairsOutput
 from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
-from pipelines.vectors.cosine_range import clamp_cosines
-
-GROUPS_FILE, KEPT_FILE, REMOVED_FILE = "groups.parquet", "kept_ids.txt", "removed_ids.txt"
-ID_LIST_ENCODING = (
-    "UTF-8, one id per line, LF-terminated; backslash, LF and CR inside an id are written as "
-    "\\\\, \\n and \\r"
-)
-
-GROUPS_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("group", pa.int64(), nullable=False),
-        pa.field("is_representative", pa.bool_(), nullable=False),
-        pa.field("size", pa.int64(), nullable=False),
-        # Score of the pair (member, representative); null for the representative itself and
-        # for chained members (their pair with it is under the threshold; dedup/terms.py).
-        pa.field("score", pa.float32()),
-    ]
-)
 
 
 def open_embeddings(pairs: PairsOutput, override: list[str] | None) -> list[EmbeddingsDataset]:
@@ -154,78 +123,3 @@ def error_parts(dataset: EmbeddingsDataset) -> list[str]:
         listed = listed_parts(dataset.directory, dataset.manifest, folder)
         paths += listed if listed is not None else shard_paths(join(dataset.directory, folder))
     return paths
-
-
-def groups_table(
-    ids: pa.Array, groups: DuplicateGroups, rank: np.ndarray, scores: np.ndarray
-) -> pa.Table:
-    """``groups.parquet``: one row per grouped item, by group, representative first, then rank.
-
-    Args:
-        ids: every item's id.
-        groups: the groups.
-        rank: the order rank.
-        scores: ``(n,)`` each member's score with its representative (NaN: unknown / itself).
-    """
-    rows = np.flatnonzero(groups.group >= 0)
-    rows = rows[np.lexsort((rank[rows], ~groups.representative[rows], groups.group[rows]))]
-    member_scores = clamp_cosines(scores[rows])
-    return pa.Table.from_arrays(
-        [
-            ids.take(pa.array(rows, pa.int64())),
-            pa.array(groups.group[rows], pa.int64()),
-            pa.array(groups.representative[rows], pa.bool_()),
-            pa.array(groups.sizes[groups.group[rows]], pa.int64()),
-            pa.array(member_scores, pa.float32(), mask=np.isnan(member_scores)),
-        ],
-        schema=GROUPS_SCHEMA,
-    )
-
-
-def encode_id(value: str) -> str:
-    """An id as one line of an id list (without the line feed)."""
-    if "\\" not in value and "\n" not in value and "\r" not in value:
-        return value
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-
-
-_ESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
-_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
-
-
-def decode_id(line: str) -> str:
-    """The id written as ``line`` by :func:`encode_id`.
-
-    Raises:
-        ValueError: an escape other than ``\\\\``, ``\\n`` or ``\\r``.
-    """
-
-    def replace(match: re.Match) -> str:
-        if match.group(1) not in _ESCAPES:
-            raise ValueError(f"bad escape {match.group(0)!r} in id list line {line!r}")
-        return _ESCAPES[match.group(1)]
-
-    return _ESCAPE.sub(replace, line) if "\\" in line else line
-
-
-def write_id_list(path: str, ids: Iterable[str]) -> int:
-    """Write ids one per line (see the module docstring); returns how many."""
-    count = 0
-    chunk: list[str] = []
-    with FileSystems.create(path, mime_type="text/plain") as handle:
-        for value in ids:
-            chunk.append(encode_id(value))
-            count += 1
-            if len(chunk) >= 65536:
-                handle.write(("\n".join(chunk) + "\n").encode("utf-8"))
-                chunk = []
-        if chunk:
-            handle.write(("\n".join(chunk) + "\n").encode("utf-8"))
-    return count
-
-
-def read_id_list(path: str) -> list[str]:
-    """Ids from a list written by :func:`write_id_list`."""
-    with FileSystems.open(path) as handle:
-        text = handle.read().decode("utf-8")
-    return [decode_id(line) for line in text.split("\n")[:-1]] if text else []
