@@ -48,6 +48,8 @@ def build_options_parser(
         if group_name:
             if group_name not in groups:
                 groups[group_name] = parser.add_argument_group(group_name)
+            if item.metadata.get("group_help"):
+                groups[group_name].description = item.metadata["group_help"]
             target = groups[group_name]
         settings = _argparse_settings(item, hints[item.name])
         if settings.pop("positional", False):

@@ -68,6 +68,7 @@ def option(
     required: bool = False,
     metavar: str | None = None,
     group: str | None = None,
+    group_help: str | None = None,
     aliases: tuple[str, ...] = (),
     cli: Mapping[str, Any] | None = None,
     in_cli: bool = True,
@@ -80,6 +81,7 @@ def option(
         required: the option must be given (its default is then None).
         metavar: the value's name in ``--help``.
         group: the ``--help`` section it is listed under.
+        group_help: the section's description (given on one field of the section).
         aliases: other flags that set it (old spellings kept working), e.g. ``("--k",)``.
         cli: argparse settings that differ from what the type implies, such as
             ``{"nargs": "+", "action": "extend"}`` for ``--embeddings A B``, or ``{"type":
@@ -91,6 +93,7 @@ def option(
         "required": required,
         "metavar": metavar,
         "group": group,
+        "group_help": group_help,
         "aliases": tuple(aliases),
         "cli": dict(cli or {}),
         "in_cli": in_cli,

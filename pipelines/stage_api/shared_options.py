@@ -64,6 +64,7 @@ class ExternalVectorOptions(StageOptions):
     embedding_column: str | None = option(
         help="the vector column: a list or fixed-size list of float16, float32 or float64",
         group=EXTERNAL_GROUP,
+        group_help=EXTERNAL_HELP,
     )
     id_column: str | None = option(help="the column of unique ids", group=EXTERNAL_GROUP)
     text_column: str | None = option(help="an optional text column", group=EXTERNAL_GROUP)
