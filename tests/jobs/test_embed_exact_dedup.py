@@ -96,7 +96,7 @@ def test_the_run_key_is_the_flag(tmp_path, tiny_st_dir):
         )
         config = load_run_config(config_path)
         (plan,) = plan_stages(config, check_inputs(config), [])
-        assert ("--exact-dedup" in plan.argv) is expected
+        assert plan.options.exact_dedup is expected
 
 
 @pytest.fixture
