@@ -29,13 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.dedup.grouping import (
-    NEAR_REPRESENTATIVE,
     REASONS,
     SAME_TEXT,
-    THROUGH_MEMBERS,
     Grouping,
 )
-from pipelines.dedup.groups import DuplicateGroups, IndexedPairs, SweepPoint
+from pipelines.dedup.groups import IndexedPairs, SweepPoint
 from pipelines.dedup.inputs import rows_naming
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.schemas import COPY_OF
@@ -143,38 +141,6 @@ class TextCopies:
             matched_score=matched_score,
             reason=reason,
         )
-
-    def join_groups(
-        self, groups: DuplicateGroups, scores: np.ndarray, rank: np.ndarray
-    ) -> tuple[DuplicateGroups, np.ndarray, np.ndarray]:
-        """``components`` groups (of the :meth:`distinct` pairs) with the copies joined.
-
-        Args:
-            groups: the groups.
-            scores: ``(n,)`` each removed member's score with its representative (NaN: none).
-            rank: the order rank.
-
-        Returns:
-            The joined groups, their scores and ``(n,)`` int8 reasons (indices into
-            :data:`pipelines.dedup.grouping.REASONS`).
-        """
-        removed = (groups.group >= 0) & ~groups.representative
-        near = removed & (scores >= np.float32(groups.threshold))
-        reason = np.where(near, NEAR_REPRESENTATIVE, np.where(removed, THROUGH_MEMBERS, 0))
-        reason = reason.astype(np.int8)
-        if not self.n_copies:
-            return groups, scores, reason
-        group, representative, sizes, kept_row = self._joined(
-            groups.group, groups.representative, rank
-        )
-        copies = np.flatnonzero(self.is_copy)
-        joined_scores = scores.copy()
-        joined_scores[copies] = self._copy_scores(copies, kept_row, scores)
-        reason[copies] = SAME_TEXT
-        joined = dataclasses.replace(
-            groups, group=group, representative=representative, sizes=sizes
-        )
-        return joined, joined_scores, reason
 
     def _joined(
         self, group: np.ndarray, representative: np.ndarray, rank: np.ndarray

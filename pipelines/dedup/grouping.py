@@ -1,9 +1,11 @@
 """One method's duplicate groups at one threshold, and the parts every method shares (Beam-free).
 
-A :class:`Grouping` holds a group number per item (-1 for an item in no group), one
+A :class:`Grouping` is the one model of a grouping (every method returns one, and the writers
+read it). It holds a group number per item (-1 for an item in no group), one
 representative per group (the kept member), and for every removed member the row it was
 matched to (its representative), that pair's score and a reason. The methods that build one
-are in :mod:`pipelines.dedup.methods` and :mod:`pipelines.dedup.linkage`.
+are in :mod:`pipelines.dedup.methods`, :mod:`pipelines.dedup.linkage` and, for ``components``
+with a ``--keep`` policy, :mod:`pipelines.dedup.deduplicate`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.dedup.groups import DuplicateGroups, IndexedPairs
+from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.terms import CHAINED
 from pipelines.vectors.checks import check_cosine
 
@@ -89,16 +91,18 @@ class Grouping:
         """The reason of every item, as text."""
         return [REASONS[code] for code in self.reason.tolist()]
 
-    def to_duplicate_groups(self, policy: str) -> DuplicateGroups:
-        """The same groups as :class:`pipelines.dedup.groups.DuplicateGroups` (for its writers)."""
-        return DuplicateGroups(
-            threshold=self.threshold,
-            policy=policy,
-            group=self.group,
-            representative=self.representative,
-            sizes=self.sizes,
-            pairs_used=self.pairs_used,
-        )
+    def representatives(self) -> np.ndarray:
+        """``(G,)`` int64: the representative row of each group."""
+        rows = np.flatnonzero(self.representative)
+        out = np.empty(self.n_groups, np.int64)
+        out[self.group[rows]] = rows
+        return out
+
+    def members(self, group: int, rank: np.ndarray | None = None) -> np.ndarray:
+        """Rows of one group, the representative first, then by ``rank`` (default: row)."""
+        rows = np.flatnonzero(self.group == group)
+        keys = rows if rank is None else rank[rows]
+        return rows[np.lexsort((keys, ~self.representative[rows]))]
 
 
 def from_labels(

@@ -1,33 +1,21 @@
-"""Duplicate groups from similar pairs: components, representatives, threshold sweep (Beam-free).
+"""Similar pairs over row numbers, their components and the threshold sweep (Beam-free).
 
 Items are the rows ``0 .. n-1`` of an id list; pairs are :class:`IndexedPairs` over those rows.
-At a threshold ``T`` the *duplicate groups* are the connected components of the graph whose
-edges are the pairs with ``score >= T``; an item without such a pair is a singleton and not a
-group. Every group keeps one representative, chosen by a policy (``--keep``):
+At a threshold ``T`` the *duplicate groups* of the ``components`` method are the connected
+components of the graph whose edges are the pairs with ``score >= T``; an item without such a
+pair is a singleton and not a group (the groups and the member kept of each:
+:func:`pipelines.dedup.deduplicate.deduplicate`, a :class:`pipelines.dedup.grouping.Grouping`).
 
-* ``first``: the member that comes first in the items' *order rank* (see :func:`corpus_ranks`,
-  :func:`derived_id_ranks` and :func:`id_ranks`: corpus order when it is known, else id order);
-* ``longest``: the member with the longest text (in characters), ties to the first;
-* ``central``: the member with the highest mean similarity to the other members, where the
-  similarity of two members is their pair's score if that pair is at or above ``T`` and 0
-  otherwise (the scores of pairs under ``T`` are not known from the pairs); ties to the first;
-* any other ``--keep`` value (``random``, ``column:NAME``): the member ranked first by that
-  ranking (:func:`pipelines.dedup.ranking.rank_items`), given as ``preference``.
-
-So ``removed = sum over groups of (size - 1) = n - components``, which equals the number of
+``removed = sum over groups of (size - 1) = n - components``, which equals the number of
 unions that merge two components: the threshold sweep (:func:`threshold_sweep`) gets the
 removed count of every threshold from one pass over the pairs sorted by descending score,
 merging into one union-find as the threshold falls (compiled with numba:
-:func:`pipelines.vectors.components.merge_counts`). The groups at one threshold are scipy's
-connected components (:func:`pipelines.vectors.components.component_labels`).
+:func:`pipelines.vectors.components.merge_counts`). The components at one threshold are scipy's
+(:func:`pipelines.vectors.components.component_labels`).
 
-Scores and thresholds are compared in float32, as the pairs stage compares them.
-
-Example:
-    >>> pairs = index_pairs(ids, id_a, id_b, scores)
-    >>> groups = deduplicate(len(ids), pairs, 0.9, "first")
-    >>> groups.kept.sum() + groups.removed == len(ids)
-    True
+Scores and thresholds are compared in float32, as the pairs stage compares them. The order
+ranks (:func:`corpus_ranks`, :func:`derived_id_ranks`, :func:`id_ranks`) decide ``first`` and
+every tie.
 """
 
 from __future__ import annotations
@@ -40,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.dedup.choices import KEEP_POLICIES
 from pipelines.vectors.checks import check_cosine
 from pipelines.vectors.components import merge_counts, smallest_member_labels
 from pipelines.vectors.records import field_record
@@ -134,171 +121,6 @@ def _strings(values: pa.Array | Sequence[str]) -> pa.Array:
 def connected_components(n: int, pairs: IndexedPairs) -> np.ndarray:
     """``(n,)`` int64: for every item, the smallest row of its component (singletons: itself)."""
     return smallest_member_labels(n, pairs.a, pairs.b)
-
-
-@dataclass(frozen=True)
-class DuplicateGroups:
-    """The duplicate groups at one threshold and the representative kept from each.
-
-    Groups are numbered ``0 .. G-1`` by size descending, equal sizes by their first member in
-    the order rank.
-    """
-
-    threshold: float
-    policy: str
-    group: np.ndarray  # (n,) int64, -1 for an item in no group (a singleton)
-    representative: np.ndarray  # (n,) bool, True for the one member kept from each group
-    sizes: np.ndarray  # (G,) int64, members per group
-    pairs_used: int  # pairs at or above the threshold
-
-    @property
-    def n(self) -> int:
-        """Items in all (groups and singletons)."""
-        return len(self.group)
-
-    @property
-    def kept(self) -> np.ndarray:
-        """``(n,)`` bool: singletons and representatives."""
-        return (self.group < 0) | self.representative
-
-    @property
-    def n_groups(self) -> int:
-        """Number of groups (components of two or more items)."""
-        return len(self.sizes)
-
-    @property
-    def removed(self) -> int:
-        """Items removed: every group member but its representative."""
-        return int(self.sizes.sum()) - self.n_groups
-
-    @property
-    def largest(self) -> int:
-        """Size of the largest group (0 when there are none)."""
-        return int(self.sizes.max()) if len(self.sizes) else 0
-
-    def representatives(self) -> np.ndarray:
-        """``(G,)`` int64: the representative row of each group."""
-        rows = np.flatnonzero(self.representative)
-        out = np.empty(self.n_groups, np.int64)
-        out[self.group[rows]] = rows
-        return out
-
-    def members(self, group: int, rank: np.ndarray | None = None) -> np.ndarray:
-        """Rows of one group, the representative first, then by ``rank`` (default: row)."""
-        rows = np.flatnonzero(self.group == group)
-        keys = rows if rank is None else rank[rows]
-        return rows[np.lexsort((keys, ~self.representative[rows]))]
-
-
-def deduplicate(
-    n: int,
-    pairs: IndexedPairs,
-    threshold: float,
-    policy: str = "first",
-    *,
-    rank: np.ndarray | None = None,
-    text_lengths: np.ndarray | None = None,
-    preference: np.ndarray | None = None,
-) -> DuplicateGroups:
-    """Duplicate groups of ``n`` items at ``threshold`` and one representative per group.
-
-    Args:
-        n: number of items (rows).
-        pairs: unique pairs over the rows (only those at or above ``threshold`` are used).
-        threshold: cosine threshold, compared in float32.
-        policy: how the representative is chosen (module docstring).
-        rank: ``(n,)`` distinct integers, the order rank that decides ``first`` and every tie
-            (default: row order).
-        text_lengths: ``(n,)`` text length in characters, negative where unknown; required by
-            ``longest`` for every grouped item.
-        preference: ``(n,)`` distinct ranks, 0 the most preferred (a ranking of
-            :func:`pipelines.dedup.ranking.rank_items`); required by a policy other than
-            :data:`KEEP_POLICIES`, whose name it is.
-
-    Raises:
-        ValueError: a policy other than :data:`KEEP_POLICIES` without ``preference``, or
-            ``longest`` without the length of a grouped item.
-    """
-    if policy not in KEEP_POLICIES and preference is None:
-        raise ValueError(
-            f"unknown keep policy {policy!r}; choose one of {', '.join(KEEP_POLICIES)}, or "
-            "give the ranking of another (preference)"
-        )
-    rank = np.arange(n, dtype=np.int64) if rank is None else np.asarray(rank, np.int64)
-    used = pairs.above(threshold)
-    roots = connected_components(n, used)
-    component_size = np.bincount(roots, minlength=n)
-    grouped = np.flatnonzero(component_size[roots] > 1)
-
-    # Number the groups by size descending, then by their first member in rank order.
-    group_roots, inverse = np.unique(roots[grouped], return_inverse=True)
-    first_rank = np.full(len(group_roots), np.iinfo(np.int64).max)
-    np.minimum.at(first_rank, inverse, rank[grouped])
-    by_size = np.lexsort((first_rank, -component_size[group_roots]))
-    number = np.empty(len(group_roots), np.int64)
-    number[by_size] = np.arange(len(group_roots))
-    group = np.full(n, -1, np.int64)
-    group[grouped] = number[inverse]
-    sizes = component_size[group_roots][by_size].astype(np.int64)
-
-    if policy in KEEP_POLICIES:
-        preference = _preference(policy, grouped, group, sizes, used, n, text_lengths)
-    else:
-        preference = np.asarray(preference, np.int64)[grouped]
-    order = grouped[np.lexsort((rank[grouped], preference, group[grouped]))]
-    representative = np.zeros(n, bool)
-    if len(order):
-        starts = np.ones(len(order), bool)
-        starts[1:] = group[order][1:] != group[order][:-1]
-        representative[order[starts]] = True
-    return DuplicateGroups(
-        threshold=threshold,
-        policy=policy,
-        group=group,
-        representative=representative,
-        sizes=sizes,
-        pairs_used=len(used),
-    )
-
-
-def _preference(
-    policy: str,
-    grouped: np.ndarray,
-    group: np.ndarray,
-    sizes: np.ndarray,
-    used: IndexedPairs,
-    n: int,
-    text_lengths: np.ndarray | None,
-) -> np.ndarray:
-    """Per grouped row, a key whose smallest value in a group wins (before the rank)."""
-    if policy == "first":
-        return np.zeros(len(grouped), np.int64)
-    if policy == "longest":
-        lengths = None if text_lengths is None else np.asarray(text_lengths, np.int64)
-        unknown = len(grouped) if lengths is None else int(np.sum(lengths[grouped] < 0))
-        if unknown:
-            raise ValueError(
-                f"--keep longest needs the texts of all grouped items; {unknown} of "
-                f"{len(grouped)} are unknown"
-            )
-        return -lengths[grouped]
-    sums = np.bincount(used.a, weights=used.scores, minlength=n)
-    sums += np.bincount(used.b, weights=used.scores, minlength=n)
-    others = sizes[group[grouped]] - 1
-    return -(sums[grouped] / others)
-
-
-def representative_scores(groups: DuplicateGroups, pairs: IndexedPairs) -> np.ndarray:
-    """``(n,)`` float32: each removed member's score with its group's representative, NaN where
-    that pair is under the threshold (a chained member, pipelines/dedup/terms.py) or for items
-    that are not removed."""
-    used = pairs.above(groups.threshold)
-    out = np.full(groups.n, np.nan, np.float32)
-    # Every pair at or above the threshold lies inside one group, by construction.
-    a_is_rep, b_is_rep = groups.representative[used.a], groups.representative[used.b]
-    out[used.b[a_is_rep]] = used.scores[a_is_rep]
-    out[used.a[b_is_rep]] = used.scores[b_is_rep]
-    return out
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from dataclasses import asdict
 
 from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE
 from pipelines.dedup.dedup_summary import DedupSummary
-from pipelines.dedup.groups import DuplicateGroups, Histogram
+from pipelines.dedup.grouping import Grouping
+from pipelines.dedup.groups import Histogram
 from pipelines.dedup.labels import LabelledPairs
 from pipelines.dedup.load import PairSource
 from pipelines.dedup.options import Options
@@ -30,7 +31,7 @@ def dedup_manifest(
     pairs_output,
     datasets: list[EmbeddingsDataset],
     source: PairSource,
-    groups: DuplicateGroups,
+    groups: Grouping,
     summary: DedupSummary,
     histogram: Histogram,
     labelled: LabelledPairs | None,

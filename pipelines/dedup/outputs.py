@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.dedup.dedup_summary import DedupSummary
-from pipelines.dedup.groups import DuplicateGroups, Histogram
+from pipelines.dedup.grouping import Grouping
+from pipelines.dedup.groups import Histogram
 from pipelines.dedup.report import GroupView, group_views, report_html
 from pipelines.dedup.report_methods import (
     KnownView,
@@ -67,7 +68,7 @@ def write_id_lists(
 
 
 def largest_groups(
-    groups: DuplicateGroups,
+    groups: Grouping,
     limit: int,
     ids: list[str],
     rank: np.ndarray,
@@ -90,7 +91,7 @@ def largest_groups(
 def write_report(
     output: str,
     summary: DedupSummary,
-    groups: DuplicateGroups,
+    groups: Grouping,
     facts: dict,
     histogram: Histogram,
     views: list[GroupView],
@@ -146,9 +147,7 @@ def write_report(
     write_text(join(output, REPORT_FILE), page)
 
 
-def groups_table(
-    ids: pa.Array, groups: DuplicateGroups, rank: np.ndarray, scores: np.ndarray
-) -> pa.Table:
+def groups_table(ids: pa.Array, groups: Grouping, rank: np.ndarray, scores: np.ndarray) -> pa.Table:
     """``groups.parquet``: one row per grouped item, by group, representative first, then rank.
 
     Args:

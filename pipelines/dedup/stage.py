@@ -95,12 +95,8 @@ from pipelines.dedup.corpus import (
     write_deduplicated_corpus,
 )
 from pipelines.dedup.dedup_summary import DedupSummary
-from pipelines.dedup.groups import (
-    deduplicate,
-    representative_scores,
-    similarity_histogram,
-    sweep_thresholds,
-)
+from pipelines.dedup.deduplicate import deduplicate
+from pipelines.dedup.groups import similarity_histogram, sweep_thresholds
 from pipelines.dedup.inputs import embed_error_ids, embedding_ids, open_embeddings
 from pipelines.dedup.known import known_found, load_known
 from pipelines.dedup.labels import LabelColumns, LabelledPairs, load_labels
@@ -246,13 +242,9 @@ def _run(options: Options) -> DedupResult:
             text_lengths=lengths,
             preference=preference,
         )
-        scores = representative_scores(groups, source.pairs)
-        groups, scores, reasons = copies.join_groups(groups, scores, rank)
     else:
-        grouping = group_at(options.method, settings, source.pairs, options.threshold, ranker)
-        grouping = copies.join(grouping, rank)
-        groups, scores = grouping.to_duplicate_groups(keep), grouping.matched_score
-        reasons = grouping.reason
+        groups = group_at(options.method, settings, source.pairs, options.threshold, ranker)
+    groups = copies.join(groups, rank)
     radius = settings.radius_at(options.threshold) if options.method in ("star", "split") else None
     facts = dict(
         threshold=options.threshold,
@@ -271,7 +263,7 @@ def _run(options: Options) -> DedupResult:
         known=None if known is None else known_found(groups.group, known),
     )
     if options.dry_run:
-        removed = groups.removed
+        removed = groups.n_removed
         summary = DedupSummary(
             output=None,
             dry_run=True,
@@ -286,15 +278,15 @@ def _run(options: Options) -> DedupResult:
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     folder = out.attempt
     with out:
-        table = groups_table(ids, groups, rank, scores)
+        table = groups_table(ids, groups, rank, groups.matched_score)
         if copies.n_copies:  # otherwise groups.parquet keeps its schema
-            table = reason_column(table, ids, reasons)
+            table = reason_column(table, ids, groups.reason)
         write_table(join(folder, GROUPS_FILE), table)
         n_kept, n_removed = write_id_lists(folder, id_list, groups.kept, rank)
-        if n_kept + n_removed != n or n_removed != groups.removed:
+        if n_kept + n_removed != n or n_removed != groups.n_removed:
             raise JobFailedError(
                 f"rows in ({n}) != kept ({n_kept}) + removed ({n_removed}; expected "
-                f"{groups.removed}); {folder} has no manifest and must not be used"
+                f"{groups.n_removed}); {folder} has no manifest and must not be used"
             )
         corpus = _apply(folder, scan, index, groups) if options.apply else None
         summary = DedupSummary(
@@ -314,7 +306,9 @@ def _run(options: Options) -> DedupResult:
         }
         # The histogram's bins are 0.01 wide and start at or below 0.99, so there is always a bin.
         histogram = similarity_histogram(source.pairs.scores, min(source.low, 0.99))
-        views = largest_groups(groups, options.report_groups, id_list, rank, scores, texts)
+        views = largest_groups(
+            groups, options.report_groups, id_list, rank, groups.matched_score, texts
+        )
         label_counts = labelled.to_json() if labelled is not None else None
         shown = _known_view(known, groups, summary, source, id_list, texts)
         write_report(folder, summary, groups, report_facts, histogram, views, label_counts, shown)
@@ -428,13 +422,13 @@ def _apply(folder: str, scan: CorpusScan, index: dict[str, int], groups) -> dict
     if (
         counts.rows != counts.written + counts.removed + counts.not_embedded
         or counts.written != kept
-        or counts.removed != groups.removed
+        or counts.removed != groups.n_removed
         or counts.rows != scan.rows
     ):
         raise JobFailedError(
             f"the deduplicated corpus does not add up: read {counts.rows} rows (scan: "
             f"{scan.rows}), wrote {counts.written} (kept: {kept}), removed {counts.removed} "
-            f"(expected {groups.removed}), {counts.not_embedded} not embedded; nothing was "
+            f"(expected {groups.n_removed}), {counts.not_embedded} not embedded; nothing was "
             "published and the previous output is unchanged"
         )
     return counts.to_json()

@@ -10,22 +10,22 @@ import pyarrow as pa
 import pytest
 from dedup_reference import UnionFind
 
+from pipelines.dedup.deduplicate import deduplicate
 from pipelines.dedup.groups import (
     IndexedPairs,
     SweepPoint,
     connected_components,
     corpus_ranks,
-    deduplicate,
     derived_id_ranks,
     id_ranks,
     index_pairs,
-    representative_scores,
     similarity_histogram,
     sweep_thresholds,
     threshold_sweep,
 )
 from pipelines.dedup.outputs import decode_id, encode_id, read_id_list, write_id_list
 from pipelines.dedup.report import GroupView, Member, report_html
+from pipelines.dedup.terms import CHAINED
 
 
 def _pairs(edges: list[tuple[int, int, float]]) -> IndexedPairs:
@@ -130,7 +130,7 @@ def test_first_keeps_the_lowest_rank_and_groups_are_numbered_by_size():
     assert groups.group.tolist() == [0, 0, 0, 1, 1, -1, -1]
     assert np.flatnonzero(groups.representative).tolist() == [2, 4]
     assert groups.sizes.tolist() == [3, 2]
-    assert groups.removed == 3 and int(groups.kept.sum()) == 4
+    assert groups.n_removed == 3 and int(groups.kept.sum()) == 4
     assert groups.pairs_used == 3
     assert groups.members(0, rank).tolist() == [2, 1, 0]
 
@@ -181,7 +181,7 @@ def test_threshold_is_compared_in_float32():
 
 def test_no_pairs_means_no_groups_and_everything_kept():
     groups = deduplicate(5, IndexedPairs.empty(), 0.9, "central")
-    assert groups.n_groups == 0 and groups.removed == 0 and bool(groups.kept.all())
+    assert groups.n_groups == 0 and groups.n_removed == 0 and bool(groups.kept.all())
     assert groups.largest == 0
     assert threshold_sweep(5, IndexedPairs.empty(), [0.8]) == [SweepPoint(0.8, 0, 0, 0, 0, 5, 0)]
 
@@ -214,7 +214,7 @@ def test_sweep_equals_a_brute_force_recount_at_every_threshold():
         assert point.kept + point.removed == n
         assert point.largest == max((len(c) for c in components), default=0)
         groups = deduplicate(n, pairs, point.threshold)
-        assert groups.removed == point.removed and groups.n_groups == point.groups
+        assert groups.n_removed == point.removed and groups.n_groups == point.groups
         assert _partition(np.where(groups.group >= 0, groups.group, -1 - np.arange(n))) == (
             components
         )
@@ -252,10 +252,12 @@ def test_similarity_histogram_bins():
 def test_representative_scores():
     pairs = _pairs([(0, 1, 0.95), (1, 2, 0.91), (0, 2, 0.5)])
     groups = deduplicate(4, pairs, 0.9, "first")
-    scores = representative_scores(groups, pairs)
+    scores = groups.matched_score
     assert np.isnan(scores[0]) and scores[1] == pytest.approx(0.95)
     assert np.isnan(scores[2])  # its pair with the representative is under the threshold
     assert np.isnan(scores[3])
+    assert groups.matched.tolist() == [-1, 0, 0, -1]
+    assert groups.reasons()[1:3] == ["similar to its representative", CHAINED]
 
 
 def test_order_ranks():
@@ -359,5 +361,5 @@ def test_policies_pick_exactly_one_member_per_group(policy):
         assert groups.representative[members].sum() == 1
         assert len(members) == groups.sizes[g]
     assert not groups.representative[groups.group < 0].any()
-    assert int(groups.kept.sum()) + groups.removed == n
+    assert int(groups.kept.sum()) + groups.n_removed == n
     assert all(x >= y for x, y in itertools.pairwise(groups.sizes.tolist()))

@@ -7,8 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
+from pipelines.dedup.deduplicate import deduplicate
 from pipelines.dedup.grouping import NEAR_REPRESENTATIVE, REASONS, THROUGH_MEMBERS
-from pipelines.dedup.groups import IndexedPairs, deduplicate
+from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.linkage import average_linkage
 from pipelines.dedup.methods import METHODS, group_items, sweep_groupings
 from pipelines.dedup.ranking import rank_items
@@ -289,7 +290,7 @@ def test_components_equal_todays_deduplicate():
             np.where(today.group >= 0, today.group, n + np.arange(n))
         )
         assert np.array_equal(new.representative, today.representative)
-        assert new.n_removed == today.removed and new.largest == today.largest
+        assert new.n_removed == today.n_removed and new.largest == today.largest
 
 
 def test_chain_is_one_component_but_split_by_chain_free_methods():

@@ -7,8 +7,9 @@ import pyarrow as pa
 import pytest
 
 from pipelines.dedup.copies import TextCopies, reason_column
+from pipelines.dedup.deduplicate import deduplicate
 from pipelines.dedup.grouping import REASONS, SAME_TEXT
-from pipelines.dedup.groups import IndexedPairs, deduplicate, representative_scores
+from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.methods import METHODS, group_items
 from pipelines.dedup.outputs import groups_table
 from pipelines.dedup.sweep import MethodSettings, Ranker, sweep_methods, sweep_point
@@ -91,13 +92,13 @@ def test_components_groups_join_the_copies_and_write_the_reason():
     rank = np.arange(n)
     distinct = copies.distinct(pairs)
     groups = deduplicate(n, distinct, 0.8, "first", rank=rank)
-    scores = representative_scores(groups, distinct)
-    joined, joined_scores, reasons = copies.join_groups(groups, scores, rank)
+    joined = copies.join(groups, rank)
+    joined_scores, reasons = joined.matched_score, joined.reason
     grouping = copies.join(group_items("components", n, distinct, 0.8, rank), rank)
     assert np.array_equal(joined.group, grouping.group)
     assert np.array_equal(joined.representative, grouping.representative)
     assert np.array_equal(reasons[copies.is_copy], np.full(5, SAME_TEXT))
-    assert joined.removed == groups.removed + 5
+    assert joined.n_removed == groups.n_removed + 5
     ids = pa.array([f"q{i}" for i in range(n)])
     table = reason_column(groups_table(ids, joined, rank, joined_scores), ids, reasons)
     rows = {row["id"]: row for row in table.to_pylist()}
@@ -119,8 +120,7 @@ def test_without_copies_nothing_changes():
     assert none.join(grouping, rank) is grouping
     assert none.distinct(original_pairs) is original_pairs
     groups = deduplicate(n0, original_pairs, 0.8, "first", rank=rank)
-    joined, _, _ = none.join_groups(groups, representative_scores(groups, original_pairs), rank)
-    assert joined is groups
+    assert none.join(groups, rank) is groups
 
 
 def test_the_sweep_counts_the_copies_for_every_method():
