@@ -1,5 +1,7 @@
 """The corpus side of dedup: where each embedded id sits in the corpus, and the corpus without
-its removed rows (Beam-free; files on any Beam filesystem).
+its removed rows. It runs no Beam pipeline; files are read and written through
+:mod:`pipelines.io.filesystems` (Beam's ``FileSystems`` for a remote path, so any Beam
+filesystem).
 
 The corpus is read with :func:`~pipelines.io.corpus_reader.read_corpus_file` and the spec the embed
 job used, so that ids (also the derived ``file:row`` ids) come out the same. Every row read is

@@ -1,4 +1,7 @@
-"""Known duplicates: pairs the corpus names itself, and how many of them dedup found (Beam-free).
+"""Known duplicates: pairs the corpus names itself, and how many of them dedup found.
+
+It runs no Beam pipeline; the embeddings' files are read through
+:mod:`pipelines.io.filesystems` (Beam's ``FileSystems`` for a remote path).
 
 A corpus may say which rows duplicate which: a field (by default ``duplicate_of``, as in
 ``examples/sample_corpus.jsonl``) naming, on a duplicate's row, the id of the row it copies.
