@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from jobs.options_cli import _argparse_settings, cli_fields, flag_of
+from jobs.options_cli import argparse_settings, cli_fields, flag_of
 from pipelines.stage_api import model_options
 from pipelines.stage_api.model_options import COMPUTE_DTYPE_CHOICES, MODEL_GROUP, ModelOptions
 from pipelines.stage_api.options import field_types
@@ -65,7 +65,7 @@ def add_model_arguments(
             continue
         target = prompts if item.name in PROMPT_FIELDS else group
         flags = [flag_of(item.name), *item.metadata.get("aliases", ())]
-        target.add_argument(*flags, dest=item.name, **_argparse_settings(item, hints[item.name]))
+        target.add_argument(*flags, dest=item.name, **argparse_settings(item, hints[item.name]))
     if old_dtype_flag:
         group.add_argument(
             "--dtype",

@@ -51,7 +51,7 @@ def build_options_parser(
             if item.metadata.get("group_help"):
                 groups[group_name].description = item.metadata["group_help"]
             target = groups[group_name]
-        settings = _argparse_settings(item, hints[item.name])
+        settings = argparse_settings(item, hints[item.name])
         if settings.pop("positional", False):
             target.add_argument(item.name, **settings)
             continue
@@ -60,8 +60,8 @@ def build_options_parser(
     return parser
 
 
-def _argparse_settings(item: dataclasses.Field, hint: Any) -> dict[str, Any]:
-    """The ``add_argument`` keywords of one field."""
+def argparse_settings(item: dataclasses.Field, hint: Any) -> dict[str, Any]:
+    """The ``add_argument`` keywords of the field ``item`` of type ``hint``."""
     meta = item.metadata
     overrides = dict(meta.get("cli", {}))
     negatable = overrides.pop("negatable", False)
@@ -156,7 +156,7 @@ def options_flags(options_type: type[StageOptions], values: Mapping[str, Any]) -
         if value is None:
             continue
         flag = flag_of(name)
-        settings = _argparse_settings(item, hints[name])
+        settings = argparse_settings(item, hints[name])
         if settings.get("positional"):
             items = value if isinstance(value, list | tuple) else [value]
             positional += [str(one) for one in items]
@@ -181,7 +181,7 @@ def switch_flags(options_type: type[StageOptions]) -> dict[str, str | None]:
     hints = field_types(options_type)
     switches: dict[str, str | None] = {}
     for item in cli_fields(options_type):
-        settings = _argparse_settings(item, hints[item.name])
+        settings = argparse_settings(item, hints[item.name])
         action = settings.get("action")
         if action not in ("store_true", argparse.BooleanOptionalAction):
             continue

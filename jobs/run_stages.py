@@ -138,6 +138,7 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
     Raises:
         ValueError: an option the stage does not have, or a value it refuses; the message names
             the config key.
+        FileNotFoundError: a file a stage's options name does not exist.
     """
     context = config.context()
     plans = []
@@ -145,12 +146,24 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
         spec = stage_spec(stage)
         options = stage_options(config, stage)
         check_between(stage, options, checked)
+        _preflight(spec, options)
         beam = tuple(beam_argv) if spec.runs_pipelines(options) else ()
         inputs = checked.external(stage)
         plans.append(
             StagePlan(stage, context.folders[stage], options, beam, inputs, spec.upstream(context))
         )
     return plans
+
+
+def _preflight(spec: JobStage, options: Any) -> None:
+    """The stage's checks that need this machine or files, before any stage runs."""
+    if spec.preflight is None:
+        return
+    try:
+        spec.preflight(options)
+    except (ValueError, FileNotFoundError) as err:
+        kind = FileNotFoundError if isinstance(err, FileNotFoundError) else ValueError
+        raise kind(f"{spec.name}: {err}; nothing was run or written") from None
 
 
 def run_stage(plan: StagePlan, *, overwrite: bool) -> Any:

@@ -75,7 +75,8 @@ class Options(ExternalVectorOptions):
 
     def check(self) -> None:
         """Refuse values that cannot work before any input is read; each method's own options
-        are checked only with that method."""
+        are checked only with that method, but a cosine out of range (or NaN) always."""
+        in_range("threshold", self.threshold, -1.0, 1.0)
         if self.method == "kmeans":
             self._check_kmeans()
         else:
@@ -100,7 +101,6 @@ class Options(ExternalVectorOptions):
                 "applies to --method kmeans; communities finds its own number of clusters "
                 "from --threshold and --min-size",
             )
-        in_range("threshold", self.threshold, -1.0, 1.0)
         at_least("min_size", self.min_size, 1)
         at_least("neighbors", self.neighbors, 1)
         at_least("block_size", self.block_size, 1)

@@ -22,6 +22,13 @@ def _wire(context: JobContext) -> dict[str, Any]:
     }
 
 
+def _preflight(options: Any) -> None:
+    from pipelines.io.filesystems import FileSystems
+
+    if options.labels is not None and not FileSystems.exists(options.labels):
+        raise FileNotFoundError(f"--labels {options.labels}: no such file")
+
+
 def _facts(manifest: dict) -> dict:
     counts = manifest.get("counts", {})
     facts = {key: counts.get(key) for key in ("groups", "removed", "kept")}
@@ -44,6 +51,7 @@ JOB_STAGE = JobStage(
     wire=_wire,
     job_defaults={"threshold": 0.9},  # the command requires one
     runs_pipelines=lambda options: False,  # dedup runs in this process
+    preflight=_preflight,
     facts=_facts,
     headline=(
         ("groups", "duplicate groups"),

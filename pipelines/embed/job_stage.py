@@ -34,6 +34,11 @@ def _reads(stage: JobStage, context: JobContext) -> tuple[str, ...]:
     return ("finetune",) if context.from_finetune else ()
 
 
+def _preflight(options: Any) -> None:
+    # The device, threads and batching, on this machine (torch loads here).
+    options.encoder_settings().validate()
+
+
 def _facts(manifest: dict) -> dict:
     counts = manifest.get("counts", {})
     return {key: counts.get(key) for key in ("read", "embedded", "rejected")}
@@ -45,6 +50,7 @@ JOB_STAGE = JobStage(
     inputs=(),
     wire=_wire,
     reads=_reads,
+    preflight=_preflight,
     facts=_facts,
     headline=(("read", "rows read"), ("embedded", "embedded"), ("rejected", "rejected")),
 )

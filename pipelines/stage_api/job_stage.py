@@ -91,6 +91,8 @@ class JobStage:
             the command writes no pairs without one; a job does).
         runs_pipelines: whether, with these options, it runs Beam pipelines (and so gets the
             job's Beam options).
+        preflight: the checks of its options that need this machine or the files (a device,
+            a labels file), run for every stage before the job's first stage runs.
         manifest: the file that marks its output complete (written last, on success); None:
             the project's ``_manifest.json`` (``pipelines/io/output_dir.py``).
         facts: the key counts of its output, from its manifest (summary table and report).
@@ -105,6 +107,7 @@ class JobStage:
     reads: Callable[[JobStage, JobContext], tuple[str, ...]] = _reads_inputs
     job_defaults: Mapping[str, Any] = field(default_factory=dict)
     runs_pipelines: Callable[[Any], bool] = _runs_pipelines
+    preflight: Callable[[Any], None] | None = None
     manifest: str | None = None
     facts: Callable[[dict], dict] = _no_facts
     headline: tuple[tuple[str, str], ...] = ()

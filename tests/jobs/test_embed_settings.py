@@ -200,16 +200,18 @@ def test_sbert_run_takes_the_cpu_backend_as_a_typed_key(tmp_path, tiny_st_dir):
     assert default.options.encoder_settings().backend == "torch"
 
 
-def test_sbert_run_refuses_an_unknown_cpu_backend_or_the_untyped_spelling(tmp_path, tiny_st_dir):
-    from jobs.run_inputs import check_inputs
-    from jobs.run_stages import plan_stages
+def test_sbert_run_refuses_an_unknown_cpu_backend_and_reads_the_flag_spelling(
+    tmp_path, tiny_st_dir
+):
+    from jobs.run_config import stage_options
 
     with pytest.raises(
         ValueError,
         match=re.escape("embed.cpu_backend: expected one of 'torch', 'openvino', got 'onnx'"),
     ):
         _run_config(tmp_path, tiny_st_dir, "{cpu_backend: onnx}")
+    # options: spells the flag as on the command line; it sets the same field.
     config = _run_config(tmp_path, tiny_st_dir, "{options: {cpu-backend: openvino}}")
-    message = "embed.options.cpu-backend: set it as embed.cpu_backend"
-    with pytest.raises(ValueError, match=re.escape(message)):
-        plan_stages(config, check_inputs(config), [])
+    assert stage_options(config, "embed").cpu_backend == "openvino"
+    with pytest.raises(ValueError, match=re.escape("embed.options.cpu-backend: set it as")):
+        _run_config(tmp_path, tiny_st_dir, "{cpu_backend: torch, options: {cpu-backend: openvino}}")

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.run_config import check_in_range, load_run_config
+from jobs.run_config import load_run_config
 from pipelines.dedup.groups import sweep_thresholds
 from pipelines.io.corpus_reader import CorpusSpec
 from pipelines.search.hits import Hit, QueryHits, SearchSummary, spreadsheet_safe
+from pipelines.stage_api.options import in_range
 
 FLOAT_RANGES = [
     "embed.max_error_rate",
@@ -39,13 +40,13 @@ def test_nan_is_in_no_config_range(job_config, key, value):
 
 
 def test_the_range_helper_refuses_nan_and_keeps_its_bounds():
-    check_in_range("x", 1.0, 0.0, 1.0)
-    check_in_range("x", 0.0, 0.0, 1.0)
-    with pytest.raises(ValueError, match=r"x: must be in \(0, 1\], got 0.0"):
-        check_in_range("x", 0.0, 0.0, 1.0, low_open=True)
+    in_range("x", 1.0, 0.0, 1.0)
+    in_range("x", 0.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match=r"--x: must be in \(0, 1\], got 0.0"):
+        in_range("x", 0.0, 0.0, 1.0, low_open=True)
     for bad in (float("nan"), float("inf"), -1e-9):
-        with pytest.raises(ValueError, match="x: must be in"):
-            check_in_range("x", bad, 0.0, 1.0)
+        with pytest.raises(ValueError, match="--x: must be in"):
+            in_range("x", bad, 0.0, 1.0)
 
 
 def test_a_nan_sweep_step_is_refused_by_name():

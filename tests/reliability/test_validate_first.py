@@ -22,8 +22,8 @@ from tests.stage_commands import cluster, embed, index
 
 BAD_ENCODER_VALUES = [
     (["--device", "tpu9"], r"--device 'tpu9' is not a device"),
-    (["--threads", "0"], r"--threads must be at least 1"),
-    (["--token-budget", "-5"], r"--token-budget must be at least 1"),
+    (["--threads", "0"], r"--threads: must be at least 1"),
+    (["--token-budget", "-5"], r"--token-budget: must be at least 1"),
 ]
 if not torch.cuda.is_available():
     BAD_ENCODER_VALUES.append((["--device", "cuda"], r"CUDA is not available"))
@@ -114,9 +114,9 @@ def job(tmp_path_factory, tiny_st_dir):
     ("setting", "error", "message"),
     [
         ("embed.device=tpu9", ValueError, r"embed: --device 'tpu9'"),
-        ("embed.threads=0", ValueError, r"embed: --threads must be at least 1"),
-        ("embed.token_budget=-5", ValueError, r"embed: --token-budget must be at least 1"),
-        ("cluster.options={text-from: /no/such/dir/*.txt}", FileNotFoundError, r"cluster: "),
+        ("embed.threads=0", ValueError, r"embed.threads: must be at least 1"),
+        ("embed.token_budget=-5", ValueError, r"embed.token_budget: must be at least 1"),
+        ("cluster.options={text-from: /no/such/dir/*.txt}", ValueError, r"cluster.text_from: set"),
     ],
 )
 def test_sbert_run_checks_every_stage_before_running_any(job, setting, error, message):

@@ -49,9 +49,12 @@ def test_a_bad_value_fails_when_the_options_are_built(values, message):
 
 
 def test_a_method_checks_only_its_own_options():
-    # Communities take no --k and ignore the k-means settings; k-means ignores --threshold.
+    # Communities take no --k and ignore the k-means settings; k-means ignores --min-size.
     cluster.Options(**INPUTS, method="communities", iterations=0, sample=0)
-    cluster.Options(**INPUTS, k=3, threshold=7.0, min_size=0)
+    cluster.Options(**INPUTS, k=3, min_size=0)
+    # A cosine out of range (NaN included) is refused whatever the method.
+    with pytest.raises(OptionError, match=r"--threshold: must be in \[-1, 1\]"):
+        cluster.Options(**INPUTS, k=3, threshold=float("nan"))
 
 
 def test_a_config_section_names_its_key():
