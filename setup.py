@@ -62,7 +62,8 @@ setup(
             "openvino>=2025.0",
             "nncf>=2.14",
         ],
-        # --cpu-backend openvino (sbert_core/openvino_path.py); nncf quantizes int8 weights.
+        # --cpu-backend openvino (sbert_core/inference/openvino_path.py); nncf quantizes int8
+        # weights.
         "openvino": ["openvino>=2025.0", "nncf>=2.14"],
         "dask": ["apache-beam[dask]>=2.60"],
         # benchmarks/encode.py's sentence-transformers+OpenVINO contender (its optimum-intel

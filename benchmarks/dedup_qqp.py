@@ -46,7 +46,7 @@ from pipelines.dedup.labels import (
 from pipelines.dedup.methods import sweep_groupings
 from pipelines.dedup.ranking import rank_items
 from pipelines.dedup.sweep import MethodSettings
-from sbert_core.pair_metrics import best_f1 as pair_best_f1
+from sbert_core.evaluation.pair_metrics import best_f1 as pair_best_f1
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def embeddings(cache: Path | None, dtype: str, qids: list[str], texts: list[str]
         if cached_ids != qids:
             raise SystemExit(f"{cache}/dev_qids.txt does not list the dev questions in order")
         return np.load(cache / f"dev_emb_{dtype}.npy")
-    from sbert_core.encoder import SentenceEncoder
+    from sbert_core.inference.encoder import SentenceEncoder
 
     start = time.perf_counter()
     encoder = SentenceEncoder.load("all-MiniLM-L6-v2", device="cpu", dtype=dtype)

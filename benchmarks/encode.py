@@ -129,10 +129,10 @@ def main() -> None:
     from sentence_transformers import SentenceTransformer
 
     from sbert_core import SentenceEncoder
-    from sbert_core.compute_paths import resolve_compute_path
-    from sbert_core.cpu_features import detect_cpu_features
-    from sbert_core.evaluation import STSEvaluator
-    from sbert_core.model_source import packaged_default_model_dir
+    from sbert_core.evaluation.evaluators import STSEvaluator
+    from sbert_core.inference.compute_paths import resolve_compute_path
+    from sbert_core.inference.cpu_features import detect_cpu_features
+    from sbert_core.model.source import packaged_default_model_dir
 
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()

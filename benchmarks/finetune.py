@@ -39,9 +39,9 @@ WEIGHT_DECAY = 0.01
 
 def train_ours(examples, epochs: int, threads: int, device: str):
     """Fine-tune with sbert_core; returns (encoder, seconds of the training call, steps)."""
-    from sbert_core.losses import CosineSimilarityLoss
-    from sbert_core.training import load_base_encoder, train
-    from sbert_core.training_config import TrainingConfig
+    from sbert_core.training.config import TrainingConfig
+    from sbert_core.training.loop import load_base_encoder, train
+    from sbert_core.training.losses import CosineSimilarityLoss
 
     config = TrainingConfig(
         batch_size=BATCH_SIZE,
@@ -70,7 +70,7 @@ def train_theirs(examples, epochs: int, threads: int, device: str):
     )
     from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss
 
-    from sbert_core.model_source import packaged_default_model_dir
+    from sbert_core.model.source import packaged_default_model_dir
 
     torch.set_num_threads(threads)
     model = SentenceTransformer(str(packaged_default_model_dir()), device=device)
@@ -125,8 +125,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    from sbert_core.evaluation import STSEvaluator
-    from sbert_core.training_data import DataSpec, load_examples
+    from sbert_core.evaluation.evaluators import STSEvaluator
+    from sbert_core.training.data import DataSpec, load_examples
 
     examples = load_examples(
         DataSpec(path=str(DATA_DIR / "stsb" / "train.tsv.gz"), limit=args.limit)

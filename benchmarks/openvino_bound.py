@@ -56,7 +56,7 @@ class PerLength:
 
     def prepare(self, batches: list[dict[str, np.ndarray]]) -> dict:
         """Compile every length of ``batches``; seconds and resident MB per compiled copy."""
-        from sbert_core.openvino_path import compile_for_cpu
+        from sbert_core.inference.openvino_path import compile_for_cpu
 
         before, start = _rss_mb(), time.perf_counter()
         for batch in batches:
@@ -87,11 +87,9 @@ def main() -> None:
     from sentence_transformers import SentenceTransformer
 
     from sbert_core import SentenceEncoder
-    from sbert_core.compute_paths import resolve_compute_path
-    from sbert_core.cpu_features import detect_cpu_features
-    from sbert_core.model_info import inspect_model
-    from sbert_core.model_source import packaged_default_model_dir
-    from sbert_core.openvino_path import (
+    from sbert_core.inference.compute_paths import resolve_compute_path
+    from sbert_core.inference.cpu_features import detect_cpu_features
+    from sbert_core.inference.openvino_path import (
         OPENVINO_TOKEN_BUDGET,
         calibration_batches,
         compile_for_cpu,
@@ -99,6 +97,8 @@ def main() -> None:
         openvino_version,
         padded_inputs,
     )
+    from sbert_core.model.info import inspect_model
+    from sbert_core.model.source import packaged_default_model_dir
 
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()

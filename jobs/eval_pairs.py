@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the evaluation and print the metrics."""
-    from sbert_core.evaluation import (
+    from sbert_core.evaluation.evaluators import (
         SIMILARITIES,
         SimilarityClassificationEvaluator,
     )  # loads torch: only when run

@@ -16,7 +16,10 @@ def add_parser(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the evaluation and print the metrics."""
-    from sbert_core.evaluation import SIMILARITIES, STSEvaluator  # loads torch: only when run
+    from sbert_core.evaluation.evaluators import (  # loads torch: only when run
+        SIMILARITIES,
+        STSEvaluator,
+    )
 
     evaluator = STSEvaluator.from_file(args.data, score_col=args.score_col, **pair_file(args))
     result = evaluate(evaluator, args)

@@ -3,8 +3,8 @@
 commands, ``sbert embed`` and ``sbert search``, get them from their ``Options``).
 
 :func:`add_model_arguments` adds the flags to a command's parser and :func:`encoder_settings`
-turns the parsed values into one :class:`~sbert_core.encoder_settings.EncoderSettings`, checked
-as the stages check them.
+turns the parsed values into one :class:`~sbert_core.inference.encoder_settings.EncoderSettings`,
+checked as the stages check them.
 
 This module imports no torch: ``sbert CMD --help`` builds the parsers from it.
 """
@@ -25,7 +25,7 @@ from pipelines.stage_api.options import field_types
 PROMPT_FIELDS = ("prompt_name", "prompt")
 
 if TYPE_CHECKING:
-    from sbert_core.encoder_settings import EncoderSettings
+    from sbert_core.inference.encoder_settings import EncoderSettings
 
 
 class DeprecatedAlias(argparse.Action):

@@ -54,7 +54,7 @@ from pipelines.stage_api.stops import JobFailedError
 logger = logging.getLogger(__name__)
 
 # Loggers whose progress lines are shown while a stage runs (unless the user set their level).
-PROGRESS_LOGGERS = ("sbert_core.training", "pipelines")
+PROGRESS_LOGGERS = ("sbert_core.training.loop", "pipelines")
 
 
 @dataclass

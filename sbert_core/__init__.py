@@ -4,6 +4,12 @@ This package never imports ``apache_beam``; pipelines wrap it. Its public names 
 use (PEP 562), so importing a light submodule (``sbert_core.errors``, ``sbert_core.tabular``)
 or ``sbert --help`` does not pull in torch.
 
+Layout: the shared leaves ``errors``, ``version``, ``config`` (typed configs from YAML and
+overrides) and ``tabular`` (small labelled tables) at the top, and four subpackages, each
+importing only the ones before it and the leaves (but training and evaluation, which use each
+other): ``model`` (the model format), ``inference`` (the encoder and its compute paths),
+``training`` (fine-tuning) and ``evaluation`` (evaluators and metrics).
+
 Example:
     >>> from sbert_core import SentenceEncoder  # imports torch and the encoder here
 """
@@ -17,13 +23,13 @@ from sbert_core.version import __version__
 
 # Public name -> the submodule that defines it.
 _EXPORTS = {
-    "DEFAULT_MODEL": "sbert_core.model_source",
+    "DEFAULT_MODEL": "sbert_core.model.source",
     "DataFileError": "sbert_core.errors",
-    "EncodeResult": "sbert_core.encode_result",
-    "ModelInfo": "sbert_core.model_info",
+    "EncodeResult": "sbert_core.inference.encode_result",
+    "ModelInfo": "sbert_core.model.info",
     "ModelLoadError": "sbert_core.errors",
-    "SentenceEncoder": "sbert_core.encoder",
-    "inspect_model": "sbert_core.model_info",
+    "SentenceEncoder": "sbert_core.inference.encoder",
+    "inspect_model": "sbert_core.model.info",
 }
 
 __all__ = [
@@ -38,11 +44,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from sbert_core.encode_result import EncodeResult
-    from sbert_core.encoder import SentenceEncoder
     from sbert_core.errors import DataFileError, ModelLoadError
-    from sbert_core.model_info import ModelInfo, inspect_model
-    from sbert_core.model_source import DEFAULT_MODEL
+    from sbert_core.inference.encode_result import EncodeResult
+    from sbert_core.inference.encoder import SentenceEncoder
+    from sbert_core.model.info import ModelInfo, inspect_model
+    from sbert_core.model.source import DEFAULT_MODEL
 
 
 def __getattr__(name: str) -> Any:

@@ -100,7 +100,8 @@ def threshold_sweep(n: int, pairs: IndexedPairs, thresholds: Sequence[float]) ->
 
 
 def duplicate_pair_components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``sbert_core.duplicate_pairs.components`` as it was: numbered by the smallest node."""
+    """``sbert_core.training.duplicate_pairs.smallest_node_labels`` as it was: numbered by the
+    smallest node."""
     parent = list(range(n))
 
     def root(i: int) -> int:

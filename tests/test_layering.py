@@ -15,9 +15,11 @@ Rules (each test names the one it checks):
 - R6 a stage package imports only pipelines.io, pipelines.vectors, pipelines.stage_api and
   itself, plus the other stages :data:`STAGE_READS` names with the reason; pipelines.stage_api
   imports only pipelines.io, pipelines.vectors and itself.
-- R7 no import cycle among the sbert_core, pipelines and jobs modules.
+- R7 no import cycle among the sbert_core (its subpackages too), pipelines and jobs
+  modules.
 - R8 no module outside tests is over :data:`MAX_LINES` lines, but those in :data:`OVERSIZED`.
 - R9 a module whose docstring says it is Beam-free imports nothing of ``apache_beam``.
+- R10 sbert_core holds only its shared leaf modules and its subpackages, by concept.
 """
 
 from __future__ import annotations
@@ -263,3 +265,15 @@ def test_source_files_are_lint_clean():
 def test_source_files_and_readme_snippets_are_formatted():
     result = _ruff("format", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_r10_sbert_core_holds_only_shared_leaves_and_its_subpackages():
+    leaves = {"__init__.py", "errors.py", "version.py", "config.py", "tabular.py"}
+    packages = {"model", "inference", "training", "evaluation"}
+    entries = {p.name for p in (ROOT / "sbert_core").iterdir() if p.name != "__pycache__"}
+    assert entries == leaves | packages, "put the module in the subpackage of its concept"
+    for package in packages:
+        init = ROOT / "sbert_core" / package / "__init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{package}: say what it holds"
+    # R7 covers the subpackages: _modules() walks them.
+    assert any(_name(p).count(".") == 2 for p in _modules("sbert_core"))

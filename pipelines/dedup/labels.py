@@ -11,9 +11,10 @@ Labels are partial: pairs nobody labelled do not count either way, so these numb
 method agrees with the labels, not how many unlabelled duplicates it finds.
 
 A sweep evaluates one method at many thresholds (:func:`label_sweep`); :func:`best_f1_point` picks
-the F1-maximising point (its threshold and counts; not :func:`sbert_core.pair_metrics.best_f1`,
-the best cut of raw scores) and :func:`for_precision` the threshold with the highest recall
-whose precision reaches a target. :func:`pr_curve` gives the precision-recall points for a report.
+the F1-maximising point (its threshold and counts; not
+:func:`sbert_core.evaluation.pair_metrics.best_f1`, the best cut of raw scores) and
+:func:`for_precision` the threshold with the highest recall whose precision reaches a target.
+:func:`pr_curve` gives the precision-recall points for a report.
 
 Example:
     >>> labelled = match_labels(read_labelled_pairs("pairs.tsv"), ids)

@@ -33,8 +33,8 @@ from pipelines.vectors.progress import (
     shared_progress,
 )
 from sbert_core import SentenceEncoder
-from sbert_core.encode_result import EncodeResult
-from sbert_core.encoder_settings import EncoderSettings
+from sbert_core.inference.encode_result import EncodeResult
+from sbert_core.inference.encoder_settings import EncoderSettings
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from pipelines.stage_api.shared_options import (
 )
 
 if TYPE_CHECKING:
-    from sbert_core.encoder_settings import EncoderSettings
+    from sbert_core.inference.encoder_settings import EncoderSettings
 
 # The columns every embeddings output has (pipelines/embed/sinks.py): --keep-fields may not
 # name them.

@@ -12,9 +12,9 @@ from pipelines.finetune.dedup_test import DedupTestConfig
 from pipelines.finetune.options import Options
 from sbert_core import DEFAULT_MODEL
 from sbert_core.config import load_config
-from sbert_core.losses import LossConfig
-from sbert_core.training_config import TrainingConfig
-from sbert_core.training_data import DataSpec
+from sbert_core.training.config import TrainingConfig
+from sbert_core.training.data import DataSpec
+from sbert_core.training.losses import LossConfig
 
 
 @dataclass

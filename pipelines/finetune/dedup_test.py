@@ -40,7 +40,7 @@ import numpy as np
 from pipelines.dedup.choices import METHODS
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import read_table, text_column
-from sbert_core.training_data import DataSpec, load_duplicate_split
+from sbert_core.training.data import DataSpec, load_duplicate_split
 
 if TYPE_CHECKING:
     from pipelines.dedup.labels import LabelledPairs

@@ -42,17 +42,17 @@ from pipelines.io.manifest_fields import software_versions
 from pipelines.io.text_normal import text_key
 from pipelines.stage_api.result import Result
 from pipelines.stage_api.stops import JobFailedError
-from sbert_core.artifact import MANIFEST_FILE, sha256_of_files
 from sbert_core.config import config_to_dict
-from sbert_core.evaluation import build_evaluator
-from sbert_core.losses import SoftmaxLoss, build_loss, check_data_kind
-from sbert_core.training import TrainingDivergedError, TrainingResult, load_base_encoder, train
-from sbert_core.training_checkpoint import seed_everything
-from sbert_core.training_data import ExampleSet, load_examples
+from sbert_core.evaluation.evaluators import build_evaluator
+from sbert_core.model.artifact import MANIFEST_FILE, sha256_of_files
+from sbert_core.training.checkpoint import seed_everything
+from sbert_core.training.data import ExampleSet, load_examples
+from sbert_core.training.loop import TrainingDivergedError, TrainingResult, load_base_encoder, train
+from sbert_core.training.losses import SoftmaxLoss, build_loss, check_data_kind
 
 # Training runs for minutes to hours: its step, loss and dev lines are shown unless the user
 # has set that logger's level.
-TRAINING_LOGGER = "sbert_core.training"
+TRAINING_LOGGER = "sbert_core.training.loop"
 
 CLASSIFIER_FILE = "softmax_classifier.safetensors"
 MODEL_CARD = "README.md"

@@ -10,7 +10,8 @@ Two mixins of stage ``Options``:
   query prompt are the command's.
 
 :func:`encoder_settings` and :func:`query_encoder_settings` turn them into one
-:class:`~sbert_core.encoder_settings.EncoderSettings`, so a flag means the same thing on every
+:class:`~sbert_core.inference.encoder_settings.EncoderSettings`, so a flag means the same thing on
+every
 command: ``--compute-dtype`` is the dtype the model computes in, and ``--dtype`` (where a
 command has it) the dtype its output stores.
 
@@ -25,16 +26,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pipelines.stage_api.options import OptionError, StageOptions, at_least, option
-from sbert_core.model_source import DEFAULT_MODEL
+from sbert_core.model.source import DEFAULT_MODEL
 
 if TYPE_CHECKING:
-    from sbert_core.encoder_settings import EncoderSettings
+    from sbert_core.inference.encoder_settings import EncoderSettings
 
 MODEL_GROUP = "model"
 
-# The choices of sbert_core.pooling.POOLING_MODES, sbert_core.precision.DTYPE_NAMES and
-# sbert_core.compute_paths.BACKENDS, whose modules import torch; tests/jobs/test_cli.py and
-# tests/sbert_core/test_openvino_path.py check that these copies stay equal to them.
+# The choices of sbert_core.model.pooling.POOLING_MODES, sbert_core.inference.precision.DTYPE_NAMES
+# and sbert_core.inference.compute_paths.BACKENDS, whose modules import torch;
+# tests/jobs/test_cli.py and tests/sbert_core/test_openvino_path.py check that these copies stay
+# equal to them.
 PoolingChoice = Literal["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
 ComputeDtype = Literal["float32", "bfloat16", "float16", "auto", "int8"]
 CpuBackend = Literal["torch", "openvino"]
@@ -200,7 +202,7 @@ class QueryModelOptions(StageOptions):
 def encoder_settings(options: ModelOptions, **overrides: Any) -> EncoderSettings:
     """The encoder settings of ``options`` (``overrides``: other EncoderSettings fields, such
     as ``task``)."""
-    from sbert_core.encoder_settings import EncoderSettings
+    from sbert_core.inference.encoder_settings import EncoderSettings
 
     values = {name: getattr(options, field) for name, field in SETTINGS_FIELDS.items()}
     return EncoderSettings(**values, **overrides)
@@ -216,7 +218,7 @@ def query_encoder_settings(
     prompt (none given: the caller chooses it); ``truncate_dim``, when given, replaces the
     manifest's (callers refuse one that differs).
     """
-    from sbert_core.encoder_settings import EncoderSettings
+    from sbert_core.inference.encoder_settings import EncoderSettings
 
     values = {name: getattr(options, SETTINGS_FIELDS[name]) for name in QUERY_SETTINGS_FIELDS}
     if values["truncate_dim"] is None:

@@ -24,7 +24,7 @@ def use_bf16(precision: Precision) -> bool:
         raise ValueError(f"precision must be auto, bfloat16 or float32, got {precision!r}")
     # imported here (as torch below): the pairs launcher reads its vectors through this module
     # while torch loads in parallel
-    from sbert_core.precision import cpu_has_fast_bf16
+    from sbert_core.inference.precision import cpu_has_fast_bf16
 
     return precision == "bfloat16" or (precision == "auto" and cpu_has_fast_bf16())
 

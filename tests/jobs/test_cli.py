@@ -240,8 +240,8 @@ def test_old_encode_spellings_still_work_with_a_warning(
 def test_light_copies_of_core_choices_agree():
     from jobs.parsers.run import STAGE_ORDER
     from jobs.run_table import STAGE_NAMES
-    from sbert_core.pooling import POOLING_MODES
-    from sbert_core.precision import DTYPE_NAMES
+    from sbert_core.inference.precision import DTYPE_NAMES
+    from sbert_core.model.pooling import POOLING_MODES
 
     assert POOLING_CHOICES == POOLING_MODES
     assert COMPUTE_DTYPE_CHOICES == DTYPE_NAMES

@@ -24,7 +24,7 @@ from jobs.model_options import encoder_settings
 from jobs.run_config import load_run_config, stage_options
 from pipelines.stage_api.model_options import query_encoder_settings
 from sbert_core import SentenceEncoder
-from sbert_core.encoder_settings import EncoderSettings
+from sbert_core.inference.encoder_settings import EncoderSettings
 from tests.stage_commands import embed
 
 TEXTS = [
@@ -167,7 +167,7 @@ def test_settings_split_into_load_and_encode_options(tiny_st_dir):
     encoder = settings.load()
     assert encoder.pooling.mode == "cls" and encoder.device.type == "cpu"
     # Every field reaches inspect/load or encode: none is parsed and then dropped.
-    from sbert_core import encoder_settings as module
+    from sbert_core.inference import encoder_settings as module
 
     grouped = {"model", *module._MODEL_FIELDS, *module._RUNTIME_FIELDS, *module._ENCODE_FIELDS}
     assert grouped == {item.name for item in fields(EncoderSettings)}

@@ -18,7 +18,7 @@ from pipelines.finetune.dedup_test import (
     load_holdout,
 )
 from sbert_core.errors import DataFileError
-from sbert_core.training_data import DataSpec
+from sbert_core.training.data import DataSpec
 from tests.stage_commands import finetune
 
 HEADER = ("id", "qid1", "qid2", "question1", "question2", "is_duplicate")

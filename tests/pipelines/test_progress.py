@@ -250,7 +250,7 @@ def test_embed_handler_counts_texts_and_the_reader_the_total(lines, tmp_path, ti
     from pipelines.embed.model_handler import SbertModelHandler
     from pipelines.embed.read_corpus import _ReadFileFn
     from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec
-    from sbert_core.encoder_settings import EncoderSettings
+    from sbert_core.inference.encoder_settings import EncoderSettings
 
     path = write_corpus(tmp_path, "txt", GOOD_TEXTS[:5])
     read = list(_ReadFileFn(CorpusSpec()).process((str(path), "corpus", path.stat().st_size)))

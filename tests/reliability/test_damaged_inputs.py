@@ -34,8 +34,8 @@ from pipelines.io.corpus_reader import (
 )
 from pipelines.io.schemas import ERRORS_DIR
 from sbert_core.errors import DataFileError
+from sbert_core.inference.tokenizing import CUT_CHARS_PER_TOKEN
 from sbert_core.tabular import read_table
-from sbert_core.tokenizing import CUT_CHARS_PER_TOKEN
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -26,7 +26,7 @@ from pipelines.embed.model_handler import (
 from pipelines.io.corpus_reader import CorpusRecord
 from pipelines.stage_api.stops import JobFailedError
 from sbert_core import SentenceEncoder
-from sbert_core.encode_result import EncodeResult
+from sbert_core.inference.encode_result import EncodeResult
 from tests.stage_commands import embed
 
 DEVICE_ERROR = "CUDA error: no kernel image is available for execution on the device"

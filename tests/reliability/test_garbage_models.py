@@ -217,8 +217,8 @@ def test_tied_parameters_are_covered_by_any_of_their_names(tmp_path):
     # T5 shares one embedding matrix under three names and saves it under one of them.
     from transformers import T5Config, T5Model
 
-    from sbert_core.artifact import safetensors_tensors
-    from sbert_core.weight_checks import check_weight_coverage
+    from sbert_core.model.artifact import safetensors_tensors
+    from sbert_core.model.weight_checks import check_weight_coverage
 
     config = T5Config(d_model=16, d_ff=32, d_kv=8, num_layers=1, num_heads=2, vocab_size=50)
     T5Model(config).save_pretrained(tmp_path / "t5")

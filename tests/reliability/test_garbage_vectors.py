@@ -26,7 +26,7 @@ from pipelines.vectors.checks import NonFiniteEmbeddingError, require_finite
 from pipelines.vectors.communities import detect_communities
 from pipelines.vectors.kmeans import fit_spherical_kmeans
 from sbert_core import SentenceEncoder
-from sbert_core.encode_result import EncodeResult
+from sbert_core.inference.encode_result import EncodeResult
 from tests.stage_commands import cluster, embed, index, pairs
 
 

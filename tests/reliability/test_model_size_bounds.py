@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from jobs.cli import main as cli
 from sbert_core import ModelLoadError, SentenceEncoder, inspect_model
-from sbert_core.config_bounds import (
+from sbert_core.model.config_bounds import (
     FAMILIES,
     check_config_against_weights,
     implied_parameters,
@@ -176,7 +176,7 @@ def _configs(model_type: str) -> list:
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
 def test_the_estimate_is_a_lower_bound_close_to_the_real_count(model_type):
-    from sbert_core.architectures import build_from_config
+    from sbert_core.model.architectures import build_from_config
 
     for config in _configs(model_type):
         with torch.device("meta"):

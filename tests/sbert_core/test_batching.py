@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from sbert_core.batching import length_sorted_batches
+from sbert_core.inference.batching import length_sorted_batches
 
 
 def test_every_index_once_longest_first():

@@ -8,9 +8,13 @@ import pytest
 from testdata import DATA_DIR
 from training_examples import write_tsv
 
-from sbert_core.duplicate_pairs import DuplicatePairs, components, split_duplicate_pairs
 from sbert_core.errors import DataFileError
-from sbert_core.training_data import DataSpec, load_duplicate_split, load_examples
+from sbert_core.training.data import DataSpec, load_duplicate_split, load_examples
+from sbert_core.training.duplicate_pairs import (
+    DuplicatePairs,
+    smallest_node_labels,
+    split_duplicate_pairs,
+)
 
 HEADER = ("id1", "id2", "sentence1", "sentence2", "label")
 QQP_COLUMNS = {
@@ -97,10 +101,12 @@ def test_split_follows_the_seed_and_not_the_row_order():
     assert len(holdout_ids(split_duplicate_pairs(pairs, 1.0, seed=9))) == len(split.ids)
 
 
-def test_components_match_a_brute_force_reference():
+def test_smallest_node_labels_match_a_brute_force_reference():
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 50, 40), rng.integers(0, 50, 40)
-    assert components(50, a, b).tolist() == brute_force_components(50, list(zip(a, b, strict=True)))
+    assert smallest_node_labels(50, a, b).tolist() == brute_force_components(
+        50, list(zip(a, b, strict=True))
+    )
 
 
 def write_pairs(path, rows):

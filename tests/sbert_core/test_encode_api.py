@@ -133,7 +133,7 @@ def test_show_progress_bar_writes_a_bar_without_changing_results(
 def test_progress_bar_follows_the_log_level_by_default(tiny_encoder, capsys, caplog):
     tiny_encoder.encode([TEXT])
     assert "Batches" not in capsys.readouterr().err
-    caplog.set_level(logging.INFO, logger="sbert_core.encoder")
+    caplog.set_level(logging.INFO, logger="sbert_core.inference.encoder")
     tiny_encoder.encode([TEXT])
     assert "Batches" in capsys.readouterr().err
 

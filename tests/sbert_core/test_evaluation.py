@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sbert_core import DataFileError
-from sbert_core.evaluation import STSEvaluator, paired_similarities, sts_correlations
+from sbert_core.evaluation.evaluators import STSEvaluator, paired_similarities, sts_correlations
 from sbert_core.tabular import read_table
 
 

@@ -6,7 +6,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from sbert_core import SentenceEncoder
-from sbert_core.artifact import MANIFEST_FILE, sha256_of_files
+from sbert_core.model.artifact import MANIFEST_FILE, sha256_of_files
 
 
 def test_saved_model_loads_in_sentence_transformers(tiny_encoder, tmp_path, sample_texts):

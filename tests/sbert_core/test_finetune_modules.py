@@ -16,10 +16,10 @@ from tiny_models import HIDDEN, TEXTS, build_bert, st_folder
 from training_examples import scored_pairs
 
 from sbert_core import SentenceEncoder
-from sbert_core.losses import CosineSimilarityLoss
-from sbert_core.training import train
-from sbert_core.training_config import TrainingConfig
-from sbert_core.training_data import ExampleSet
+from sbert_core.training.config import TrainingConfig
+from sbert_core.training.data import ExampleSet
+from sbert_core.training.loop import train
+from sbert_core.training.losses import CosineSimilarityLoss
 
 PROMPTS = {"query": "query: ", "document": "passage: "}
 
@@ -99,7 +99,7 @@ def test_a_model_trained_with_a_prompt_records_it(dense_prompt_model, tmp_path):
 
 
 def test_training_applies_the_prompt_it_records(dense_prompt_model):
-    from sbert_core.training_batches import BatchFeatures
+    from sbert_core.training.batches import BatchFeatures
 
     encoder = SentenceEncoder.load(dense_prompt_model, device="cpu")
     examples = _examples()

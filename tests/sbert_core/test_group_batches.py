@@ -4,15 +4,15 @@ exactly one batch per epoch, the batches follow the seed, and the training plan 
 import numpy as np
 import pytest
 
-from sbert_core.group_batches import (
+from sbert_core.training.batches import BatchPlan
+from sbert_core.training.config import TrainingConfig
+from sbert_core.training.data import ExampleSet
+from sbert_core.training.group_batches import (
     batch_count,
     group_exclusive_batches,
     largest_group,
     text_groups,
 )
-from sbert_core.training_batches import BatchPlan
-from sbert_core.training_config import TrainingConfig
-from sbert_core.training_data import ExampleSet
 
 
 def random_groups(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from training_examples import write_tsv
 
-from sbert_core.duplicate_pairs import DuplicatePairs, split_duplicate_pairs
 from sbert_core.errors import DataFileError
-from sbert_core.group_batches import group_exclusive_batches
-from sbert_core.hard_negatives import (
+from sbert_core.training.data import DataSpec, load_examples
+from sbert_core.training.duplicate_pairs import DuplicatePairs, split_duplicate_pairs
+from sbert_core.training.group_batches import group_exclusive_batches
+from sbert_core.training.hard_negatives import (
     HardNegativeConfig,
     build_triplets,
     labelled_candidates,
     mined_candidates,
 )
-from sbert_core.training_data import DataSpec, load_examples
 
 HEADER = ("id1", "id2", "sentence1", "sentence2", "label")
 

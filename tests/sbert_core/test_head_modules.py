@@ -6,7 +6,7 @@ from safetensors.torch import save_file
 from sentence_transformers import models
 
 from sbert_core import ModelLoadError
-from sbert_core.head_modules import (
+from sbert_core.model.head_modules import (
     Dense,
     LayerNorm,
     activation_class,

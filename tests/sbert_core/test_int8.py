@@ -6,9 +6,9 @@ import torch
 
 from pipelines.stage_api.model_options import COMPUTE_DTYPE_CHOICES
 from sbert_core import SentenceEncoder
-from sbert_core.compute_paths import INT8_QUANTIZER, int8_engine, resolve_compute_path
-from sbert_core.cpu_features import CpuFeatures, detect_cpu_features, parse_cpu_flags
-from sbert_core.encoder_settings import EncoderSettings
+from sbert_core.inference.compute_paths import INT8_QUANTIZER, int8_engine, resolve_compute_path
+from sbert_core.inference.cpu_features import CpuFeatures, detect_cpu_features, parse_cpu_flags
+from sbert_core.inference.encoder_settings import EncoderSettings
 
 
 def _load_int8(model_dir, monkeypatch) -> SentenceEncoder:
@@ -20,7 +20,7 @@ def _load_int8(model_dir, monkeypatch) -> SentenceEncoder:
         with pytest.raises(ValueError, match="int8 dot-product instructions"):
             SentenceEncoder.load(model_dir, device="cpu", dtype="int8")
         vnni = CpuFeatures(frozenset({"avx512_vnni"}), "AVX512-VNNI (assumed by the test)")
-        monkeypatch.setattr("sbert_core.compute_paths.detect_cpu_features", lambda: vnni)
+        monkeypatch.setattr("sbert_core.inference.compute_paths.detect_cpu_features", lambda: vnni)
     return SentenceEncoder.load(model_dir, device="cpu", dtype="int8")
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from sbert_core.losses import (
+from sbert_core.training.losses import (
     PAIR_PARTS,
     CosineSimilarityLoss,
     LossConfig,
@@ -17,7 +17,7 @@ from sbert_core.losses import (
     build_loss,
     check_data_kind,
     cosine_similarity_loss,
-    embed_columns,
+    embed_padded_columns,
     multiple_negatives_ranking_loss,
     pair_features,
     softmax_loss,
@@ -170,13 +170,13 @@ def _columns(encoder, texts_by_column):
     return [encoder.pad(encoder.tokenize(texts).input_ids) for texts in texts_by_column]
 
 
-def test_embed_columns_merged_equals_separate(encoder):
+def test_embed_padded_columns_merged_equals_separate(encoder):
     texts = (["a man plays the guitar", "sky"], ["the dog runs on the road in the rain", "a cat"])
     joint = encoder.pad([ids for t in texts for ids in encoder.tokenize(t).input_ids])
     merged = [{k: v[c * 2 : (c + 1) * 2] for k, v in joint.items()} for c in range(2)]
     with torch.inference_mode():
-        together = embed_columns(encoder, merged)
-        apart = embed_columns(encoder, _columns(encoder, texts))
+        together = embed_padded_columns(encoder, merged)
+        apart = embed_padded_columns(encoder, _columns(encoder, texts))
     for a, b in zip(together, apart, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
 

@@ -6,7 +6,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from testdata import DATA_DIR
 
-from sbert_core.evaluation import STSEvaluator
+from sbert_core.evaluation.evaluators import STSEvaluator
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from sentence_transformers import SentenceTransformer
 from tiny_models import HIDDEN, TEXTS, build_bert, build_qwen3, st_folder
 
 from sbert_core import ModelLoadError, SentenceEncoder, inspect_model
-from sbert_core.pooling import POOLING_MODES
+from sbert_core.model.pooling import POOLING_MODES
 
 TOLERANCE = 1e-5
 PROMPTS = {"query": "query: ", "passage": "passage: ", "classify": "Classify the topic: "}
@@ -244,7 +244,7 @@ def test_plain_folder_with_a_chat_template_is_refused(qwen_dir, tmp_path):
 def test_other_encoder_decoder_architectures_are_refused():
     from transformers import BartConfig, T5Config, T5EncoderModel
 
-    from sbert_core.architectures import transformer_class
+    from sbert_core.model.architectures import transformer_class
 
     assert transformer_class(T5Config()) is T5EncoderModel
     with pytest.raises(ModelLoadError, match="encoder-decoder architecture 'bart'"):

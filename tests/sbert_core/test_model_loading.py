@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sbert_core import ModelLoadError, SentenceEncoder
-from sbert_core.model_source import packaged_default_model_dir, resolve_model_dir
+from sbert_core.model.source import packaged_default_model_dir, resolve_model_dir
 
 
 def test_plain_huggingface_folder_gets_mean_pooling(tiny_bert_dir):

@@ -14,8 +14,8 @@ import torch
 from tiny_models import BUILDERS, TEXTS, TYPICAL_HEADS, st_folder
 
 from sbert_core import SentenceEncoder
-from sbert_core.compute_paths import resolve_compute_path
-from sbert_core.openvino_path import (
+from sbert_core.inference.compute_paths import resolve_compute_path
+from sbert_core.inference.openvino_path import (
     check_conversion,
     eager_attention,
     openvino_model,
@@ -65,7 +65,8 @@ def test_the_models_own_attention_comes_back_after_the_trace(st_dirs):
 def test_a_conversion_that_differs_from_torch_is_refused(st_dirs, monkeypatch):
     # Traced with SDPA, as before the fix, the decoder's conversion gives NaN on padded rows.
     monkeypatch.setattr(
-        "sbert_core.openvino_path.eager_attention", lambda model: contextlib.nullcontext(model)
+        "sbert_core.inference.openvino_path.eager_attention",
+        lambda model: contextlib.nullcontext(model),
     )
     with pytest.raises(ValueError, match=r"gives other hidden states than torch.*--cpu-backend"):
         _openvino(st_dirs("qwen3"))

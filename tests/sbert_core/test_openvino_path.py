@@ -11,21 +11,21 @@ import torch
 from jobs.model_options import add_model_arguments, encoder_settings
 from pipelines.stage_api.model_options import CPU_BACKEND_CHOICES
 from sbert_core import SentenceEncoder
-from sbert_core.calibration_texts import CALIBRATION_TEXTS
-from sbert_core.compute_paths import (
+from sbert_core.inference.calibration_texts import CALIBRATION_TEXTS
+from sbert_core.inference.compute_paths import (
     BACKENDS,
     openvino_compute_path,
     prepare_transformer,
     resolve_compute_path,
 )
-from sbert_core.cpu_features import CpuFeatures
-from sbert_core.encoder_settings import EncoderSettings
-from sbert_core.model_info import inspect_model, load_transformer
-from sbert_core.openvino_path import (
+from sbert_core.inference.cpu_features import CpuFeatures
+from sbert_core.inference.encoder_settings import EncoderSettings
+from sbert_core.inference.openvino_path import (
     OPENVINO_INT8_QUANTIZER,
     OpenVINOTransformer,
     calibration_batches,
 )
+from sbert_core.model.info import inspect_model, load_transformer
 
 CPU = torch.device("cpu")
 # What the bf16 and int8 paths need; the tests hand it to the path check on every machine, as
@@ -36,7 +36,9 @@ MATRIX_CPU = CpuFeatures(frozenset({"avx512_bf16", "avx512_vnni"}), "AVX512 (ass
 
 @pytest.fixture
 def matrix_cpu(monkeypatch):
-    monkeypatch.setattr("sbert_core.compute_paths.detect_cpu_features", lambda: MATRIX_CPU)
+    monkeypatch.setattr(
+        "sbert_core.inference.compute_paths.detect_cpu_features", lambda: MATRIX_CPU
+    )
 
 
 def _load(model_dir, dtype: str) -> SentenceEncoder:

@@ -3,7 +3,7 @@ import pytest
 from sentence_transformers.sentence_transformer.evaluation import BinaryClassificationEvaluator
 from sklearn.metrics import average_precision_score
 
-from sbert_core.pair_metrics import average_precision, best_f1
+from sbert_core.evaluation.pair_metrics import average_precision, best_f1
 
 
 @pytest.mark.parametrize("seed", range(5))

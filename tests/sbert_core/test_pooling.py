@@ -4,7 +4,7 @@ import pytest
 import torch
 from sentence_transformers.models import Pooling as StPooling
 
-from sbert_core.pooling import (
+from sbert_core.model.pooling import (
     POOLING_MODES,
     PoolingConfig,
     check_pooling_mode,

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from sbert_core import ModelLoadError
-from sbert_core.prompts import PromptSettings
+from sbert_core.model.prompts import PromptSettings
 
 SETTINGS = PromptSettings({"query": "query: ", "passage": "passage: "}, "passage")
 

@@ -13,14 +13,14 @@ from training_examples import build_trainable_model, scored_pairs, triplets
 
 from sbert_core import SentenceEncoder
 from sbert_core.config import load_config
-from sbert_core.evaluation import build_evaluator
-from sbert_core.losses import CosineSimilarityLoss, MultipleNegativesRankingLoss
-from sbert_core.training import TrainingDivergedError, train
-from sbert_core.training_batches import BatchPlan, epoch_order
-from sbert_core.training_checkpoint import latest_checkpoint
-from sbert_core.training_config import TrainingConfig
-from sbert_core.training_data import ExampleSet
-from sbert_core.training_optimizer import linear_schedule, warmup_steps
+from sbert_core.evaluation.evaluators import build_evaluator
+from sbert_core.training.batches import BatchPlan, epoch_order
+from sbert_core.training.checkpoint import latest_checkpoint
+from sbert_core.training.config import TrainingConfig
+from sbert_core.training.data import ExampleSet
+from sbert_core.training.loop import TrainingDivergedError, train
+from sbert_core.training.losses import CosineSimilarityLoss, MultipleNegativesRankingLoss
+from sbert_core.training.optimizer import linear_schedule, warmup_steps
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from testdata import DATA_DIR, read_tsv
 from training_examples import write_tsv
 
 from sbert_core.errors import DataFileError
-from sbert_core.training_data import DataSpec, ExampleSet, load_examples, nli_triplets
+from sbert_core.training.data import DataSpec, ExampleSet, load_examples, nli_triplets
 
 STS_HEADER = ("score", "sentence1", "sentence2")
 

@@ -17,7 +17,7 @@ from dedup_reference import (
 
 from pipelines.dedup.groups import IndexedPairs, connected_components, threshold_sweep
 from pipelines.vectors.components import component_labels, merge_counts
-from sbert_core.duplicate_pairs import components
+from sbert_core.training.duplicate_pairs import smallest_node_labels
 
 
 def _random_pairs(seed: int, n: int, p: int) -> IndexedPairs:
@@ -32,7 +32,7 @@ def _random_pairs(seed: int, n: int, p: int) -> IndexedPairs:
 
 
 @pytest.mark.parametrize(("seed", "n", "p"), [(0, 1, 0), (1, 5, 0), (2, 30, 20), (3, 200, 150)])
-def test_components_match_the_union_find(seed, n, p):
+def test_smallest_node_labels_match_the_union_find(seed, n, p):
     pairs = _random_pairs(seed, n, p)
     expected = smallest_member(reference_components(n, pairs))
     assert connected_components(n, pairs).tolist() == expected.tolist()
@@ -63,5 +63,5 @@ def test_duplicate_pair_components_match_the_union_find():
     # One edge 300 times and self loops: a repeated edge stays one edge.
     a = np.concatenate([a, np.full(300, 3), [7, 7]])
     b = np.concatenate([b, np.full(300, 9), [7, 7]])
-    assert components(80, a, b).tolist() == duplicate_pair_components(80, a, b).tolist()
-    assert components(0, np.zeros(0, np.int64), np.zeros(0, np.int64)).tolist() == []
+    assert smallest_node_labels(80, a, b).tolist() == duplicate_pair_components(80, a, b).tolist()
+    assert smallest_node_labels(0, np.zeros(0, np.int64), np.zeros(0, np.int64)).tolist() == []

@@ -10,7 +10,7 @@ from pipelines.vectors.allpairs import (
     self_topk,
 )
 from pipelines.vectors.pairs_above import pairs_above, self_pairs_above
-from sbert_core.precision import cpu_has_fast_bf16
+from sbert_core.inference.precision import cpu_has_fast_bf16
 
 PRECISIONS = ["float32", "bfloat16"]
 

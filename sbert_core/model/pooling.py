@@ -21,7 +21,7 @@ from typing import Literal, get_args
 
 import torch
 
-from sbert_core.model_json import read_json_object
+from sbert_core.model.json_files import read_json_object
 
 PoolingMode = Literal["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
 POOLING_MODES: tuple[str, ...] = get_args(PoolingMode)

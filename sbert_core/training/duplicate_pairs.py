@@ -14,7 +14,7 @@ nothing learned on one part leaks into the other, and gives every question a dup
   parts; the holdout's share of questions is ``holdout_fraction`` in expectation, not exactly.
 * **groups**: connected components over the duplicate pairs and the copies. Two members of one
   group are duplicates (directly, transitively or as copies), so a batch sampler that never puts
-  two of them in one batch (:mod:`sbert_core.group_batches`) never trains a duplicate as a
+  two of them in one batch (:mod:`sbert_core.training.group_batches`) never trains a duplicate as a
   negative.
 
 sbert_core knows no text normalisation; the ``sbert finetune`` job passes the dedup stage's key
@@ -169,10 +169,10 @@ def split_duplicate_pairs(
     copy_of = np.array([first_of_key.setdefault(key(t), q) for q, t in enumerate(texts)])
     copies = np.flatnonzero(copy_of != np.arange(n))
     label = np.asarray(pairs.label, dtype=bool)
-    component = components(
+    component = smallest_node_labels(
         n, np.concatenate([row1, copies]), np.concatenate([row2, copy_of[copies]])
     )
-    group = components(
+    group = smallest_node_labels(
         n, np.concatenate([row1[label], copies]), np.concatenate([row2[label], copy_of[copies]])
     )
     ids = tuple(index)
@@ -195,7 +195,7 @@ def split_duplicate_pairs(
     )
 
 
-def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def smallest_node_labels(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``(n,)`` int64: each node's component, numbered by its smallest node (scipy's csgraph)."""
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
     if n == 0:

@@ -17,7 +17,7 @@ kind               roles                                used by
                                                         from one part of a component-wise split
 =================  ===================================  ==========================================
 
-``duplicate_pairs`` (:mod:`sbert_core.duplicate_pairs`): ``part`` picks the ``train`` or
+``duplicate_pairs`` (:mod:`sbert_core.training.duplicate_pairs`): ``part`` picks the ``train`` or
 ``holdout`` part of a split by connected components of the labelled-pair graph (``all``: no
 split); the examples are that part's duplicate pairs, each with the id of its duplicate group
 (``ExampleSet.groups``), so the in-batch-negatives sampler never batches two members of a group.
@@ -38,16 +38,16 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from sbert_core.duplicate_pairs import (
+from sbert_core.errors import DataFileError
+from sbert_core.tabular import Table, float_column, read_table, text_column
+from sbert_core.training.duplicate_pairs import (
     DuplicatePairs,
     DuplicateSplit,
     duplicate_flags,
     id_values,
     split_duplicate_pairs,
 )
-from sbert_core.errors import DataFileError
-from sbert_core.hard_negatives import HardNegativeConfig, triplet_texts
-from sbert_core.tabular import Table, float_column, read_table, text_column
+from sbert_core.training.hard_negatives import HardNegativeConfig, triplet_texts
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class DataSpec:
     # larger than the epoch's batch count makes every batch smaller; None keeps all.
     max_pairs_per_group: int | None = None
     # duplicate_pairs: one hard negative per pair, (anchor, positive, negative) triplets
-    # (sbert_core.hard_negatives: mode none, labelled, mined or labelled+mined).
+    # (sbert_core.training.hard_negatives: mode none, labelled, mined or labelled+mined).
     hard_negatives: HardNegativeConfig = field(default_factory=HardNegativeConfig)
 
     def column(self, role: str) -> str:

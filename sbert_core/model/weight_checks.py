@@ -8,7 +8,7 @@ tensor:
 * :func:`check_weight_coverage` compares the safetensors *headers* (names and shapes, no data)
   with the parameters of the architecture built on the ``meta`` device (no tensor memory, no
   init). Building still costs time and memory per module, so it runs only after
-  :mod:`sbert_core.config_bounds` has checked the config's sizes against the weights.
+  :mod:`sbert_core.model.config_bounds` has checked the config's sizes against the weights.
 * :func:`check_finite_weights` reads the tensors one at a time (memory-mapped) and refuses NaN
   or infinite values.
 
@@ -42,7 +42,7 @@ def expected_parameters(config) -> tuple[str, dict[str, tuple[int, ...]], set[st
         appear under each of their names.
     """
     # The class that will load the weights: T5-family folders hold only the encoder.
-    from sbert_core.architectures import build_from_config
+    from sbert_core.model.architectures import build_from_config
 
     try:
         with torch.device("meta"):

@@ -22,7 +22,7 @@ holdout) and is never in ``a``'s duplicate group (so never a labelled duplicate 
 negative of its batch, so a negative ``n_j`` of another example must not be a duplicate of
 anchor ``a_i`` either: no batch may hold ``i`` and ``j`` with ``group(a_i) = group(n_j)``. The
 examples' groups are therefore merged: the anchor's duplicate group and the negative's are one
-*sampler group* (union-find), and :func:`sbert_core.group_batches.group_exclusive_batches`
+*sampler group* (union-find), and :func:`sbert_core.training.group_batches.group_exclusive_batches`
 keeps sampler groups apart. Merging could chain into one giant group (one batch per member),
 so a negative is only accepted when the merged group stays within ``cap`` examples (default:
 the larger of the largest duplicate group and ``ceil(pairs / 32)``, so that with batches of up
@@ -40,8 +40,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from sbert_core.duplicate_pairs import DuplicateSplit
 from sbert_core.errors import DataFileError
+from sbert_core.training.duplicate_pairs import DuplicateSplit
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from sbert_core.errors import ModelLoadError
-from sbert_core.model_json import read_json_object
-from sbert_core.safetensors_header import check_safetensors
+from sbert_core.model.json_files import read_json_object
+from sbert_core.model.safetensors_header import check_safetensors
 
 HeadKind = Literal["dense", "layer_norm", "normalize", "dropout"]
 HEAD_KINDS: dict[str, HeadKind] = {

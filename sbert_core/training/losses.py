@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from sbert_core.training_data import ExampleKind
+from sbert_core.training.data import ExampleKind
 
 PairPart = Literal["u", "v", "|u-v|", "u*v"]
 PAIR_PARTS: tuple[str, ...] = get_args(PairPart)
@@ -34,7 +34,7 @@ PAPER_PAIR_PARTS: tuple[PairPart, ...] = ("u", "v", "|u-v|")
 
 LossName = Literal["softmax", "cosine", "triplet", "mnrl"]
 LOSS_NAMES: tuple[str, ...] = get_args(LossName)
-# Which kind of training examples each objective consumes (see sbert_core.training_data).
+# Which kind of training examples each objective consumes (see sbert_core.training.data).
 LOSS_DATA_KINDS: dict[str, tuple[ExampleKind, ...]] = {
     "softmax": ("labelled_pairs",),
     "cosine": ("scored_pairs",),
@@ -143,7 +143,7 @@ def multiple_negatives_ranking_loss(
 # ---------------------------------------------------------------------------- loss modules
 
 
-def embed_columns(
+def embed_padded_columns(
     model: nn.Module, features: Sequence[dict[str, torch.Tensor]], **options
 ) -> list[torch.Tensor]:
     """Embed each column's padded batch; returns one ``(B, d)`` tensor per column.
@@ -208,7 +208,7 @@ class SoftmaxLoss(nn.Module):
         self, features: Sequence[dict[str, torch.Tensor]], labels: torch.Tensor
     ) -> torch.Tensor:
         """Mean cross-entropy over a batch of (sentence1, sentence2) pairs."""
-        u, v = embed_columns(self.model, features)
+        u, v = embed_padded_columns(self.model, features)
         return softmax_loss(
             u.to(self.classifier.weight.dtype),
             v.to(self.classifier.weight.dtype),
@@ -234,7 +234,7 @@ class CosineSimilarityLoss(nn.Module):
         self, features: Sequence[dict[str, torch.Tensor]], scores: torch.Tensor
     ) -> torch.Tensor:
         """Mean squared error over a batch of scored (sentence1, sentence2) pairs."""
-        u, v = embed_columns(self.model, features)
+        u, v = embed_padded_columns(self.model, features)
         return cosine_similarity_loss(u, v, scores)
 
 
@@ -268,7 +268,9 @@ class TripletLoss(nn.Module):
         """Mean triplet loss over a batch of (anchor, positive, negative) triplets."""
         # normalize=None keeps the model's own setting (a model without Normalize stays raw).
         normalize = None if self.normalized else False
-        anchors, positives, negatives = embed_columns(self.model, features, normalize=normalize)
+        anchors, positives, negatives = embed_padded_columns(
+            self.model, features, normalize=normalize
+        )
         return triplet_loss(anchors, positives, negatives, self.margin)
 
 
@@ -303,7 +305,7 @@ class MultipleNegativesRankingLoss(nn.Module):
             raise ValueError(
                 f"expected (anchor, positive[, negative]) columns, got {len(features)}"
             )
-        anchors, *others = embed_columns(self.model, features)
+        anchors, *others = embed_padded_columns(self.model, features)
         offset = 0
         if self.gather_across_processes and dist.is_available() and dist.is_initialized():
             offset, others = _gather_rows(others)

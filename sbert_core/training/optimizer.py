@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from sbert_core.training_config import TrainingConfig
+from sbert_core.training.config import TrainingConfig
 
 
 def warmup_steps(total_steps: int, warmup_ratio: float) -> int:

@@ -15,7 +15,7 @@ safetensors headers, so they take milliseconds whatever the config claims:
   their bytes.
 
 The bound never exceeds the parameters the architecture really has, and every one of those must
-be in the weights (the coverage check of :mod:`sbert_core.weight_checks` refuses any that is
+be in the weights (the coverage check of :mod:`sbert_core.model.weight_checks` refuses any that is
 missing; pickle weights are checked after loading), so a model this library would load is never
 refused here. Architectures outside :data:`FAMILIES` get the range checks only.
 """
@@ -26,10 +26,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from sbert_core.artifact import inside_model_dir
 from sbert_core.errors import ModelLoadError
-from sbert_core.model_json import read_json_object
-from sbert_core.safetensors_header import safetensors_header
+from sbert_core.model.artifact import inside_model_dir
+from sbert_core.model.json_files import read_json_object
+from sbert_core.model.safetensors_header import safetensors_header
 
 # Far beyond any released model (the largest have ~130 layers, hidden size ~25,000, 128 heads,
 # vocabularies of ~260,000, contexts of ~10M tokens). The layer limit also bounds the time an
@@ -52,9 +52,9 @@ LIMITS = {
 # architecture uses them (elsewhere the same names may hold something else, or be stray).
 _COMMON_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 # A config implying up to this many times the parameters the weights hold is left to the
-# coverage check of sbert_core.weight_checks, which names the first missing tensor: the estimate
-# is a lower bound, so a config slightly off (3 layers for the weights of 2) gets there, while
-# one implying 10,000 layers does not.
+# coverage check of sbert_core.model.weight_checks, which names the first missing tensor: the
+# estimate is a lower bound, so a config slightly off (3 layers for the weights of 2) gets there,
+# while one implying 10,000 layers does not.
 MARGIN = 2
 
 
@@ -188,7 +188,7 @@ def check_config_against_weights(config, files: list[Path], source: Path) -> Non
 
     Args:
         config: the ``transformers`` config read from ``source``.
-        files: the weight files :func:`sbert_core.artifact.weight_files` returned.
+        files: the weight files :func:`sbert_core.model.artifact.weight_files` returned.
         source: the ``config.json`` to name.
 
     Raises:
@@ -237,7 +237,7 @@ def implied_parameters(config) -> list[Term]:
 
 
 def weight_capacity(files: list[Path]) -> WeightCapacity:
-    """How many parameters ``files`` (as :func:`~sbert_core.artifact.weight_files` lists them)
+    """How many parameters ``files`` (as :func:`~sbert_core.model.artifact.weight_files` lists them)
     can hold, read from headers and file sizes only.
 
     Raises:

@@ -23,12 +23,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sbert_core.batching import DEFAULT_TOKEN_BUDGET, length_sorted_batches, progress_bar
-from sbert_core.compute_paths import ComputePath, prepare_transformer, resolve_compute_path
-from sbert_core.encode_result import EncodeResult
 from sbert_core.errors import ModelLoadError
-from sbert_core.head_modules import HeadModule, Normalize, check_truncate_dim, truncate
-from sbert_core.model_info import (
+from sbert_core.inference.batching import DEFAULT_TOKEN_BUDGET, length_sorted_batches, progress_bar
+from sbert_core.inference.compute_paths import (
+    ComputePath,
+    prepare_transformer,
+    resolve_compute_path,
+)
+from sbert_core.inference.encode_result import EncodeResult
+from sbert_core.inference.precision import DtypeName, dtype_name
+from sbert_core.inference.tokenizing import Tokenized, pad_token_ids, tokenize_texts
+from sbert_core.model.head_modules import HeadModule, Normalize, check_truncate_dim, truncate
+from sbert_core.model.info import (
     chain_width,
     describe_model,
     ends_normalized,
@@ -36,11 +42,9 @@ from sbert_core.model_info import (
     load_transformer,
     with_normalize,
 )
-from sbert_core.model_source import DEFAULT_MODEL
-from sbert_core.pooling import PoolingConfig, PoolingMode, pool
-from sbert_core.precision import DtypeName, dtype_name
-from sbert_core.prompts import PromptSettings, PromptTask, prompt_token_count
-from sbert_core.tokenizing import Tokenized, pad_token_ids, tokenize_texts
+from sbert_core.model.pooling import PoolingConfig, PoolingMode, pool
+from sbert_core.model.prompts import PromptSettings, PromptTask, prompt_token_count
+from sbert_core.model.source import DEFAULT_MODEL
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ class SentenceEncoder(nn.Module):
         prompts: PromptSettings | None = None,
         truncate_dim: int | None = None,
     ) -> None:
-        """Args are as :class:`~sbert_core.model_info.ModelInfo` holds them; ``normalize`` True
+        """Args are as :class:`~sbert_core.model.info.ModelInfo` holds them; ``normalize`` True
         ends the chain with a Normalize module (added if missing), False takes every one out."""
         super().__init__()
         self.transformer = transformer
@@ -120,8 +124,9 @@ class SentenceEncoder(nn.Module):
                 (MEAN pooling), ``all-MiniLM-L6-v2``, or a Hugging Face Hub id.
             device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available.
             dtype: ``float32`` (default, exact), ``bfloat16``, ``float16`` (CUDA), ``auto`` or
-                ``int8`` (CPU with VNNI), or a resolved path (:mod:`sbert_core.compute_paths`).
-            pooling: override the model's pooling (any mode of :mod:`sbert_core.pooling`).
+                ``int8`` (CPU with VNNI), or a resolved path
+                (:mod:`sbert_core.inference.compute_paths`).
+            pooling: override the model's pooling (any mode of :mod:`sbert_core.model.pooling`).
             normalize: True ends the chain with Normalize, False drops every Normalize module
                 (default: the model's chain as saved).
             max_seq_length: override the truncation length (at most the model's limit).
@@ -251,7 +256,7 @@ class SentenceEncoder(nn.Module):
 
     def tokenize(self, texts: Sequence[str], prompt: str = "") -> Tokenized:
         """Tokenise ``prompt + text`` without padding, truncating at ``max_seq_length`` and
-        recording who was cut (see :func:`sbert_core.tokenizing.tokenize_texts`).
+        recording who was cut (see :func:`sbert_core.inference.tokenizing.tokenize_texts`).
 
         Raises:
             TypeError: an element is not a ``str``, naming its position.
@@ -329,7 +334,7 @@ class SentenceEncoder(nn.Module):
 
         Batches are formed from texts of similar token length, by ``batch_size`` texts and/or a
         ``token_budget`` of padded tokens (default: a budget of
-        :data:`sbert_core.batching.DEFAULT_TOKEN_BUDGET`; the vectors do not depend on the
+        :data:`sbert_core.inference.batching.DEFAULT_TOKEN_BUDGET`; the vectors do not depend on the
         batching). The number of truncated inputs is logged; use
         :meth:`encode_detailed` to get it.
 
@@ -488,7 +493,8 @@ class SentenceEncoder(nn.Module):
     def save(
         self, path: str | os.PathLike, *, overwrite: bool = False, extra_manifest=None
     ) -> Path:
-        """Write a directory sentence-transformers loads as-is (see :mod:`sbert_core.export`)."""
-        from sbert_core.export import save_encoder
+        """Write a directory sentence-transformers loads as-is (see
+        :mod:`sbert_core.model.export`)."""
+        from sbert_core.model.export import save_encoder
 
         return save_encoder(self, Path(path), overwrite=overwrite, extra_manifest=extra_manifest)

@@ -1,12 +1,12 @@
 """Batches in which no two examples share a group: in-batch negatives without false negatives.
 
-With in-batch negatives (:class:`sbert_core.losses.MultipleNegativesRankingLoss`) every other
-positive of a batch is a negative for an anchor. When two examples of one batch are copies of
+With in-batch negatives (:class:`sbert_core.training.losses.MultipleNegativesRankingLoss`) every
+other positive of a batch is a negative for an anchor. When two examples of one batch are copies of
 one text, or two members of one labelled duplicate group, one of them is a duplicate of the
 other's anchor and is trained as a negative all the same. Give each example a *group* id
 (equal ids: never in one batch) and :func:`group_exclusive_batches` keeps them apart. With a
 hard negative per example, its group must also cover the negative's duplicates
-(:mod:`sbert_core.hard_negatives` merges the two groups).
+(:mod:`sbert_core.training.hard_negatives` merges the two groups).
 
 The rule, per epoch (seeded by ``(seed, epoch)``, the same on every process and rerun):
 
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sbert_core.duplicate_pairs import components
+from sbert_core.training.duplicate_pairs import smallest_node_labels
 
 
 def check_groups(groups: np.ndarray) -> np.ndarray:
@@ -115,4 +115,4 @@ def text_groups(columns: Sequence[Sequence[str]]) -> np.ndarray:
         for i, text in enumerate(column):
             a.append(i)
             b.append(first.setdefault(text, i))
-    return components(n, np.array(a, dtype=np.int64), np.array(b, dtype=np.int64))
+    return smallest_node_labels(n, np.array(a, dtype=np.int64), np.array(b, dtype=np.int64))

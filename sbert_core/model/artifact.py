@@ -2,9 +2,9 @@
 
 A directory is either a sentence-transformers model (``modules.json`` naming a chain of
 Transformer -> Pooling -> any of Dense, LayerNorm, Normalize, Dropout; see
-:mod:`sbert_core.module_chain`) or a plain Hugging Face encoder (``config.json`` plus weights),
-which gets MEAN pooling, the paper's default. Only those module types are accepted: code named
-by a model folder is never imported, and pickle weights are refused unless allowed.
+:mod:`sbert_core.model.module_chain`) or a plain Hugging Face encoder (``config.json`` plus
+weights), which gets MEAN pooling, the paper's default. Only those module types are accepted: code
+named by a model folder is never imported, and pickle weights are refused unless allowed.
 Every path a model folder names (module folders in ``modules.json``, shards in a sharded-weight
 index) must stay inside the folder: no absolute paths, no ``..``, no symlink out of it.
 """
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from sbert_core.errors import ModelLoadError
-from sbert_core.model_json import read_json_object
-from sbert_core.module_chain import HeadEntry, read_module_chain
-from sbert_core.pooling import PoolingConfig
-from sbert_core.prompts import PromptSettings
-from sbert_core.safetensors_header import check_safetensors, safetensors_header
+from sbert_core.model.json_files import read_json_object
+from sbert_core.model.module_chain import HeadEntry, read_module_chain
+from sbert_core.model.pooling import PoolingConfig
+from sbert_core.model.prompts import PromptSettings
+from sbert_core.model.safetensors_header import check_safetensors, safetensors_header
 
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"

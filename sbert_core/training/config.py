@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from typing import Annotated, Literal, get_args
 
 from sbert_core.config import Aliases
-from sbert_core.pooling import PoolingMode
+from sbert_core.model.pooling import PoolingMode
 
 # The autocast dtype, spelled as the encoder's dtypes and the manifests spell it.
 TrainingPrecision = Literal["float32", "bfloat16", "float16"]
 # Spellings configs used before the names were unified; still read, stored as the names above.
 PRECISION_ALIASES = {"bf16": "bfloat16", "fp16": "float16"}
-# How examples are cut into batches (sbert_core.training_batches.BatchPlan): "shuffle" is a
+# How examples are cut into batches (sbert_core.training.batches.BatchPlan): "shuffle" is a
 # plain shuffle; "no_duplicates" never puts two examples of one group in a batch
-# (sbert_core.group_batches), with the data's group ids or, without them, groups of examples
-# sharing a text; "auto" is no_duplicates when the examples carry group ids, else shuffle.
+# (sbert_core.training.group_batches), with the data's group ids or, without them, groups of
+# examples sharing a text; "auto" is no_duplicates when the examples carry group ids, else shuffle.
 BatchSampler = Literal["auto", "shuffle", "no_duplicates"]
 
 

@@ -12,8 +12,8 @@ pooling stay float32. It is refused where it cannot be fast or cannot run: off C
 VNNI, or in a torch built without the x86/fbgemm quantized engine.
 
 On CPU the transformer can also run on OpenVINO (``backend="openvino"``, the ``--cpu-backend``
-option; :mod:`sbert_core.openvino_path`): float32, bfloat16 (refused without AVX512-BF16 or
-AMX, where the plugin would quietly fall back to float32) and int8 (NNCF static int8 calibrated
+option; :mod:`sbert_core.inference.openvino_path`): float32, bfloat16 (refused without AVX512-BF16
+or AMX, where the plugin would quietly fall back to float32) and int8 (NNCF static int8 calibrated
 on fixed texts; refused without VNNI).
 """
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sbert_core.cpu_features import CpuFeatures, detect_cpu_features
-from sbert_core.precision import dtype_name, resolve_dtype
+from sbert_core.inference.cpu_features import CpuFeatures, detect_cpu_features
+from sbert_core.inference.precision import dtype_name, resolve_dtype
 
 TORCH = "torch"
 OPENVINO = "openvino"
@@ -157,7 +157,7 @@ def openvino_compute_path(
         ValueError: off CPU, OpenVINO not installed, float16 or ``auto``'s fp16, bfloat16
             without native bf16 (AVX512-BF16 / AMX), or int8 without VNNI / AMX-INT8.
     """
-    from sbert_core.openvino_path import OPENVINO_INT8_QUANTIZER, openvino_version
+    from sbert_core.inference.openvino_path import OPENVINO_INT8_QUANTIZER, openvino_version
 
     if device.type != "cpu":
         raise ValueError(f"--cpu-backend openvino runs on CPU only; on {device.type} use torch")
@@ -184,11 +184,11 @@ def openvino_compute_path(
 def prepare_transformer(transformer: nn.Module, path: ComputePath, info=None) -> nn.Module:
     """The transformer ready to run ``path``: itself, for int8 a copy whose Linear layers are
     dynamically quantized (inference only: quantized layers have no gradients), or on the
-    OpenVINO backend an :class:`~sbert_core.openvino_path.OpenVINOTransformer` (inference only;
-    its int8 is calibrated on texts tokenised as ``info``, the model's
-    :class:`~sbert_core.model_info.ModelInfo`, says)."""
+    OpenVINO backend an :class:`~sbert_core.inference.openvino_path.OpenVINOTransformer` (inference
+    only; its int8 is calibrated on texts tokenised as ``info``, the model's
+    :class:`~sbert_core.model.info.ModelInfo`, says)."""
     if path.backend != TORCH:
-        from sbert_core.openvino_path import (
+        from sbert_core.inference.openvino_path import (
             OpenVINOTransformer,
             calibration_batches,
             convert_transformer,

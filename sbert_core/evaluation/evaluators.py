@@ -24,12 +24,12 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from torch import nn
 
-from sbert_core.encoder import SentenceEncoder
 from sbert_core.errors import DataFileError
-from sbert_core.losses import SoftmaxLoss
-from sbert_core.pair_metrics import average_precision, best_f1
+from sbert_core.evaluation.pair_metrics import average_precision, best_f1
+from sbert_core.inference.encoder import SentenceEncoder
 from sbert_core.tabular import float_column, read_table, text_column
-from sbert_core.training_data import ExampleSet
+from sbert_core.training.data import ExampleSet
+from sbert_core.training.losses import SoftmaxLoss
 
 SIMILARITIES = ("cosine", "manhattan", "euclidean", "dot")
 
@@ -75,7 +75,7 @@ def sts_correlations(a: np.ndarray, b: np.ndarray, gold: Sequence[float]) -> dic
     return metrics
 
 
-def embed_columns(
+def encode_text_columns(
     encoder: SentenceEncoder, columns: Sequence[Sequence[str]], **encode_kwargs
 ) -> list[np.ndarray]:
     """Embeddings ``(N, d)`` of each column of N texts, encoding each distinct text once."""
@@ -129,7 +129,7 @@ class STSEvaluator:
 
     def __call__(self, encoder, **encode_kwargs) -> dict[str, float]:
         """Encode each distinct sentence once and return the correlation metrics."""
-        a, b = embed_columns(encoder, (self.sentences1, self.sentences2), **encode_kwargs)
+        a, b = encode_text_columns(encoder, (self.sentences1, self.sentences2), **encode_kwargs)
         metrics = sts_correlations(a, b, self.scores)
         metrics["n_pairs"] = len(self.scores)
         return metrics
@@ -188,7 +188,7 @@ class SimilarityClassificationEvaluator:
 
     def __call__(self, encoder, **encode_kwargs) -> dict[str, float]:
         """Encode each distinct sentence once and return the metrics."""
-        a, b = embed_columns(encoder, (self.sentences1, self.sentences2), **encode_kwargs)
+        a, b = encode_text_columns(encoder, (self.sentences1, self.sentences2), **encode_kwargs)
         metrics: dict[str, float] = {"n_pairs": len(self.labels), "n_positive": sum(self.labels)}
         for name, scores in paired_similarities(a, b).items():
             f1 = best_f1(scores, self.labels)
@@ -212,7 +212,7 @@ class SoftmaxClassificationEvaluator:
 
     def __call__(self, encoder: SentenceEncoder, **encode_kwargs) -> dict[str, float]:
         """Classify every pair and compare with the gold labels."""
-        u, v = embed_columns(encoder, self.examples.texts, **encode_kwargs)
+        u, v = encode_text_columns(encoder, self.examples.texts, **encode_kwargs)
         weight = self.loss.classifier.weight
         with torch.inference_mode():
             logits = self.loss.logits(
@@ -234,7 +234,9 @@ class TripletEvaluator:
 
     def __call__(self, encoder: SentenceEncoder, **encode_kwargs) -> dict[str, float]:
         """Embed every triplet and count the ones ordered correctly."""
-        anchors, positives, negatives = embed_columns(encoder, self.examples.texts, **encode_kwargs)
+        anchors, positives, negatives = encode_text_columns(
+            encoder, self.examples.texts, **encode_kwargs
+        )
         by_cosine = _row_cosine(anchors, positives) > _row_cosine(anchors, negatives)
         by_euclid = np.linalg.norm(anchors - positives, axis=1) < np.linalg.norm(
             anchors - negatives, axis=1

@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sbert_core.compute_paths import ComputePath, resolve_compute_path
-from sbert_core.encoder import SentenceEncoder
-from sbert_core.model_info import ModelInfo, inspect_model
-from sbert_core.pooling import PoolingMode
-from sbert_core.prompts import PromptTask
+from sbert_core.inference.compute_paths import ComputePath, resolve_compute_path
+from sbert_core.inference.encoder import SentenceEncoder
+from sbert_core.model.info import ModelInfo, inspect_model
+from sbert_core.model.pooling import PoolingMode
+from sbert_core.model.prompts import PromptTask
 
 # Fields that decide which model is loaded and what its vectors are (inspect and load).
 _MODEL_FIELDS = ("allow_pickle", "pooling", "normalize", "max_seq_length", "truncate_dim")
@@ -58,7 +58,7 @@ class EncoderSettings:
         model: a model directory, ``all-MiniLM-L6-v2`` or a Hugging Face Hub id.
         device: ``cpu``, ``cuda``, ``cuda:1`` ... (default: CUDA when available).
         dtype: compute dtype (``float32`` matches sentence-transformers exactly; ``int8`` is
-            the quantized CPU path of :mod:`sbert_core.compute_paths`).
+            the quantized CPU path of :mod:`sbert_core.inference.compute_paths`).
         pooling: override the model's pooling mode.
         normalize: override whether vectors are L2-normalised.
         max_seq_length: override the truncation length (at most the model's limit).
@@ -73,7 +73,7 @@ class EncoderSettings:
             ``encode_query`` (``sbert embed`` embeds a corpus as documents).
         truncate_dim: keep the first ``truncate_dim`` components (Matryoshka models).
         backend: what runs the transformer on CPU: ``torch`` or ``openvino``
-            (:mod:`sbert_core.openvino_path`).
+            (:mod:`sbert_core.inference.openvino_path`).
 
     Example:
         >>> settings = EncoderSettings("all-MiniLM-L6-v2", device="cpu", pooling="cls")
@@ -210,7 +210,7 @@ class EncoderSettings:
         """The dtype path these settings run on this machine (``auto`` resolved).
 
         Raises:
-            ValueError: as :func:`~sbert_core.compute_paths.resolve_compute_path`.
+            ValueError: as :func:`~sbert_core.inference.compute_paths.resolve_compute_path`.
         """
         import torch
 

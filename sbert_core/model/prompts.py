@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from sbert_core.errors import ModelLoadError
-from sbert_core.model_json import read_json_object
+from sbert_core.model.json_files import read_json_object
 
 CONFIG_FILE = "config_sentence_transformers.json"
 PromptTask = Literal["query", "document"]

@@ -2,7 +2,7 @@
 
 Order and sharding: each epoch shuffles the examples with a generator seeded by (seed, epoch)
 and cuts the order into global batches of ``batch_size``; with group ids (the ``no_duplicates``
-sampler) the batches come from :func:`sbert_core.group_batches.group_exclusive_batches`
+sampler) the batches come from :func:`sbert_core.training.group_batches.group_exclusive_batches`
 instead, so no global batch (hence no micro-batch) holds two members of a group, and every
 example is in exactly one batch of each epoch. Each global batch is split into
 ``world_size x gradient_accumulation_steps`` contiguous parts; process ``r`` takes its parts,
@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sbert_core.encoder import SentenceEncoder
-from sbert_core.group_batches import (
+from sbert_core.inference.encoder import SentenceEncoder
+from sbert_core.training.config import TrainingConfig
+from sbert_core.training.data import ExampleSet
+from sbert_core.training.group_batches import (
     batch_count,
     check_groups,
     group_exclusive_batches,
     largest_group,
     text_groups,
 )
-from sbert_core.training_config import TrainingConfig
-from sbert_core.training_data import ExampleSet
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class BatchPlan:
 
     Attributes:
         groups: ``(n_examples,)`` group ids: batches never hold two members of one group
-            (:mod:`sbert_core.group_batches`); None: a plain shuffle.
+            (:mod:`sbert_core.training.group_batches`); None: a plain shuffle.
     """
 
     n_examples: int

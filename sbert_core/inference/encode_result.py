@@ -1,4 +1,5 @@
-"""What :meth:`SentenceEncoder.encode_detailed <sbert_core.encoder.SentenceEncoder.encode_detailed>`
+"""What :meth:`SentenceEncoder.encode_detailed
+<sbert_core.inference.encoder.SentenceEncoder.encode_detailed>`
 returns: the embeddings with each text's token count and truncation flag."""
 
 from __future__ import annotations

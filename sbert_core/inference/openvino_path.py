@@ -7,13 +7,13 @@ LayerNorm, softmax and the residual stream stay float32, so it is closer to floa
 torch's bf16, whose residual stream is bf16); or ``int8``: NNCF's static post-training
 quantization for transformers (int8 weights per output channel, int8 activations with ranges
 calibrated once, SmoothQuant and bias correction), calibrated on the 300 fixed texts of
-:mod:`sbert_core.calibration_texts`, so every worker builds the same model from the same
+:mod:`sbert_core.inference.calibration_texts`, so every worker builds the same model from the same
 weights. (NNCF's weight-only int8 with the plugin's dynamic activation quantization needs no
 calibration but ran at half the bf16 speed here: the weights are decompressed, not multiplied
 in int8.) Conversion takes seconds; int8 calibration tens of seconds, once per worker.
 
 Pooling and the modules after it stay in torch: :class:`OpenVINOTransformer` is a drop-in for
-the Hugging Face model in :class:`~sbert_core.encoder.SentenceEncoder` (it returns
+the Hugging Face model in :class:`~sbert_core.inference.encoder.SentenceEncoder` (it returns
 ``last_hidden_state``), inference only. It keeps the torch model it was converted from (its
 config, device and dtype are what the encoder reads) and splits each batch into slices of at
 most :data:`OPENVINO_TOKEN_BUDGET` padded tokens: the plugin was fastest there on 2 cores,
@@ -40,7 +40,7 @@ OPENVINO_TOKEN_BUDGET = 1024
 # whatever the hint, which then only decides the layers left in floating point.
 PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16", "int8": "f32"}
 OPENVINO_INT8_QUANTIZER = (
-    "NNCF static int8 (transformer preset), calibrated on sbert_core.calibration_texts"
+    "NNCF static int8 (transformer preset), calibrated on sbert_core.inference.calibration_texts"
 )
 # Texts per calibration batch (300 texts: 19 batches of similar length).
 _CALIBRATION_BATCH = 16
@@ -83,9 +83,9 @@ class _LastHiddenState(nn.Module):
 
 
 def calibration_batches(info) -> list[dict[str, np.ndarray]]:
-    """:data:`~sbert_core.calibration_texts.CALIBRATION_TEXTS` as :func:`padded_inputs` of
+    """:data:`~sbert_core.inference.calibration_texts.CALIBRATION_TEXTS` as :func:`padded_inputs` of
     :data:`_CALIBRATION_BATCH` texts: the inputs the int8 path calibrates on."""
-    from sbert_core.calibration_texts import CALIBRATION_TEXTS
+    from sbert_core.inference.calibration_texts import CALIBRATION_TEXTS
 
     return padded_inputs(info, CALIBRATION_TEXTS, batch_size=_CALIBRATION_BATCH)
 
@@ -94,11 +94,11 @@ def padded_inputs(
     info, texts: list[str], *, batch_size: int | None = None, token_budget: int | None = None
 ) -> list[dict[str, np.ndarray]]:
     """``texts`` tokenised as the model tokenises (``info``: its
-    :class:`~sbert_core.model_info.ModelInfo`) in length-sorted batches of at most
+    :class:`~sbert_core.model.info.ModelInfo`) in length-sorted batches of at most
     ``batch_size`` texts and/or ``token_budget`` padded tokens, padded as its tokenizer pads:
     the model's inputs (``input_ids``, ``attention_mask``) as numpy arrays."""
-    from sbert_core.batching import length_sorted_batches
-    from sbert_core.tokenizing import pad_token_ids, tokenize_texts
+    from sbert_core.inference.batching import length_sorted_batches
+    from sbert_core.inference.tokenizing import pad_token_ids, tokenize_texts
 
     tokenizer = info.tokenizer
     tokens = tokenize_texts(

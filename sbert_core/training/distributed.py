@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sbert_core.training_config import TrainingConfig
+from sbert_core.training.config import TrainingConfig
 
 
 def training_device(config: TrainingConfig) -> torch.device:

@@ -23,15 +23,15 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from sbert_core.artifact import MANIFEST_FILE, SAFETENSORS_FILE, sha256_of_files
-from sbert_core.head_modules import MODULE_TYPES, WEIGHTS_FILE, kind_of, save_head_module
-from sbert_core.pooling import PoolingConfig
-from sbert_core.prompts import PromptSettings
+from sbert_core.model.artifact import MANIFEST_FILE, SAFETENSORS_FILE, sha256_of_files
+from sbert_core.model.head_modules import MODULE_TYPES, WEIGHTS_FILE, kind_of, save_head_module
+from sbert_core.model.pooling import PoolingConfig
+from sbert_core.model.prompts import PromptSettings
 
 
 class ExportableEncoder(Protocol):
-    """What saving reads of an encoder (:class:`sbert_core.encoder.SentenceEncoder` has it all;
-    named here so that this module does not import the encoder, which imports it to save)."""
+    """What saving reads of an encoder (:class:`sbert_core.inference.encoder.SentenceEncoder` has it
+    all; named here so that this module does not import the encoder, which imports it to save)."""
 
     transformer: nn.Module
     tokenizer: Any
@@ -61,7 +61,7 @@ def save_encoder(
     Weights are saved in float32 whatever the encoder's compute dtype, so the artifact is the
     same model on every machine. The manifest's ``weights_sha256`` covers the transformer's
     weights and then those of the modules after pooling, in chain order (the identity
-    :func:`sbert_core.model_info.inspect_model` computes for the saved folder).
+    :func:`sbert_core.model.info.inspect_model` computes for the saved folder).
 
     Raises:
         FileExistsError: ``path`` exists and is not empty, and ``overwrite`` is False.

@@ -9,18 +9,18 @@ The defaults are Reimers & Gurevych (2019), section 4: batch 16, AdamW with lear
 linear warm-up over 10% of the steps then linear decay, one epoch, MEAN pooling. This module is
 the loop; each piece it drives has its own:
 
-- :mod:`sbert_core.training_config`: :class:`TrainingConfig`, read from YAML/JSON and overrides
+- :mod:`sbert_core.training.config`: :class:`TrainingConfig`, read from YAML/JSON and overrides
   with :func:`sbert_core.config.load_config`.
-- :mod:`sbert_core.training_batches`: the data order and its sharding over processes and
+- :mod:`sbert_core.training.batches`: the data order and its sharding over processes and
   accumulation steps: 1 process, N processes (``torchrun --nproc_per_node N``; gloo on CPU,
   NCCL on GPUs) and any accumulation compute the same update up to float rounding, as long as
   dropout is off.
-- :mod:`sbert_core.training_optimizer`: AdamW and the linear warm-up/decay schedule.
-- :mod:`sbert_core.training_distributed`: each process's device and the process group.
-- :mod:`sbert_core.training_checkpoint`: checkpoints in safetensors + JSON (no pickle); a run
+- :mod:`sbert_core.training.optimizer`: AdamW and the linear warm-up/decay schedule.
+- :mod:`sbert_core.training.distributed`: each process's device and the process group.
+- :mod:`sbert_core.training.checkpoint`: checkpoints in safetensors + JSON (no pickle); a run
   that is killed resumes from the newest one and ends with the same weights as an uninterrupted
   run.
-- :mod:`sbert_core.evaluation`: the dev-set metrics (:func:`build_evaluator`).
+- :mod:`sbert_core.evaluation.evaluators`: the dev-set metrics (:func:`build_evaluator`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ import torch.distributed as dist
 from torch import nn
 
 from sbert_core.config import config_to_dict
-from sbert_core.encoder import SentenceEncoder
-from sbert_core.training_batches import BatchFeatures, BatchPlan, training_prompt
-from sbert_core.training_checkpoint import (
+from sbert_core.inference.encoder import SentenceEncoder
+from sbert_core.training.batches import BatchFeatures, BatchPlan, training_prompt
+from sbert_core.training.checkpoint import (
     Checkpoint,
     latest_checkpoint,
     random_state,
@@ -51,9 +51,9 @@ from sbert_core.training_checkpoint import (
     seed_everything,
     write_checkpoint,
 )
-from sbert_core.training_config import TrainingConfig, TrainingPrecision
-from sbert_core.training_data import ExampleSet
-from sbert_core.training_distributed import (
+from sbert_core.training.config import TrainingConfig, TrainingPrecision
+from sbert_core.training.data import ExampleSet
+from sbert_core.training.distributed import (
     Processes,
     data_parallel,
     finish_together,
@@ -61,10 +61,10 @@ from sbert_core.training_distributed import (
     leave_processes,
     training_device,
 )
-from sbert_core.training_optimizer import adamw, linear_schedule, warmup_steps
+from sbert_core.training.optimizer import adamw, linear_schedule, warmup_steps
 
 if TYPE_CHECKING:
-    from sbert_core.evaluation import Evaluator
+    from sbert_core.evaluation.evaluators import Evaluator
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def train(
     """Train ``loss.model`` (a :class:`SentenceEncoder`) on ``examples``.
 
     Args:
-        loss: a loss module from :mod:`sbert_core.losses` around the encoder.
+        loss: a loss module from :mod:`sbert_core.training.losses` around the encoder.
         examples: training examples of a kind the loss accepts.
         config: hyper-parameters, evaluation, checkpointing.
         evaluator: dev-set metric (see :func:`build_evaluator`): a callable on the encoder

@@ -2,7 +2,7 @@
 
 :func:`inspect_model` resolves and checks a model (files, configs, tokenizer, weight checksum,
 the modules after pooling) into a :class:`ModelInfo`; :meth:`SentenceEncoder.load
-<sbert_core.encoder.SentenceEncoder.load>` builds on it, loading the weights with
+<sbert_core.inference.encoder.SentenceEncoder.load>` builds on it, loading the weights with
 :func:`load_transformer`. The helpers on the module chain and the manifest description are
 shared by :class:`ModelInfo` and the encoder.
 """
@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from sbert_core.architectures import check_plain_folder_tokenizer, transformer_class
-from sbert_core.artifact import (
+from sbert_core.errors import ModelLoadError
+from sbert_core.model.architectures import check_plain_folder_tokenizer, transformer_class
+from sbert_core.model.artifact import (
     SAFETENSORS_FILE,
     SAFETENSORS_INDEX,
     ModelLayout,
@@ -27,9 +28,8 @@ from sbert_core.artifact import (
     sha256_of_files,
     weight_files,
 )
-from sbert_core.config_bounds import check_config_against_weights
-from sbert_core.errors import ModelLoadError
-from sbert_core.head_modules import (
+from sbert_core.model.config_bounds import check_config_against_weights
+from sbert_core.model.head_modules import (
     HeadModule,
     Normalize,
     check_truncate_dim,
@@ -37,10 +37,10 @@ from sbert_core.head_modules import (
     load_head_module,
     out_width,
 )
-from sbert_core.model_source import DEFAULT_MODEL, resolve_model_dir
-from sbert_core.pooling import PoolingConfig, PoolingMode, check_pooling_mode
-from sbert_core.prompts import PromptSettings, PromptTask
-from sbert_core.weight_checks import (
+from sbert_core.model.pooling import PoolingConfig, PoolingMode, check_pooling_mode
+from sbert_core.model.prompts import PromptSettings, PromptTask
+from sbert_core.model.source import DEFAULT_MODEL, resolve_model_dir
+from sbert_core.model.weight_checks import (
     check_finite_weights,
     check_loaded_model,
     check_weight_coverage,
@@ -114,7 +114,7 @@ def inspect_model(
 
     ``config.json`` is first checked against the weights' sizes, building nothing (sizes in a
     sane range, the parameters it implies within what the weight files hold; see
-    :mod:`sbert_core.config_bounds`). Safetensors weights are then checked against the
+    :mod:`sbert_core.model.config_bounds`). Safetensors weights are then checked against the
     architecture of ``config.json`` (every parameter present with its shape, no foreign
     tensors) and for NaN/infinite values, one memory-mapped tensor at a time. The modules after
     pooling (Dense, LayerNorm) are small and are loaded here, their weights checked the same way.
@@ -255,7 +255,7 @@ def describe_model(
     normalize: bool | None,
 ) -> dict:
     """The manifest fields shared by :class:`ModelInfo` and :class:`SentenceEncoder
-    <sbert_core.encoder.SentenceEncoder>`, for ``encode`` called with these arguments.
+    <sbert_core.inference.encoder.SentenceEncoder>`, for ``encode`` called with these arguments.
 
     ``model`` is either of them: what is read is ``model_id``, ``weights_sha256``, ``full_dim``,
     ``truncate_dim`` (the load-time default), ``pooling``, ``heads``, ``normalize``,

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 import torch
 
-# int8 is a quantized path rather than a torch dtype: sbert_core.compute_paths handles it.
+# int8 is a quantized path rather than a torch dtype: sbert_core.inference.compute_paths handles it.
 DtypeName = Literal["float32", "bfloat16", "float16", "auto", "int8"]
 DTYPE_NAMES: tuple[str, ...] = get_args(DtypeName)
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -38,7 +38,9 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name not in DTYPE_NAMES:
         raise ValueError(f"unknown dtype {name!r}; valid dtypes are: {', '.join(DTYPE_NAMES)}")
     if name == "int8":
-        raise ValueError("int8 is a quantized path: resolve it with sbert_core.compute_paths")
+        raise ValueError(
+            "int8 is a quantized path: resolve it with sbert_core.inference.compute_paths"
+        )
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16

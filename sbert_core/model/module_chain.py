@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sbert_core.errors import ModelLoadError
-from sbert_core.head_modules import HEAD_KINDS, HeadKind
-from sbert_core.model_json import read_json
+from sbert_core.model.head_modules import HEAD_KINDS, HeadKind
+from sbert_core.model.json_files import read_json
 
 _ROUTERS = ("Router", "Asym")
 # sentence_bert_config.json: the file names older sentence-transformers versions used as well.
@@ -97,7 +97,7 @@ def read_module_chain(root: Path, inside) -> ModuleChain:
     Args:
         root: the model folder.
         inside: ``inside(root, relative, named_in) -> Path``, which refuses paths leaving the
-            folder (:func:`sbert_core.artifact.inside_model_dir`).
+            folder (:func:`sbert_core.model.artifact.inside_model_dir`).
 
     Raises:
         ModelLoadError: unreadable JSON, an unsupported module type (named), or a chain that is
