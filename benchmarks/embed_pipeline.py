@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--compute-dtype", default="float32")
     args = parser.parse_args()
 
-    from jobs.embed import run
+    from pipelines import embed
     from sbert_core import SentenceEncoder
 
     torch.set_num_threads(args.threads)
@@ -51,23 +51,15 @@ def main() -> None:
     summaries = []
 
     def pipeline() -> None:
-        summaries.append(
-            run(
-                [
-                    "--input",
-                    str(corpus),
-                    "--output",
-                    str(work / "out"),
-                    "--overwrite",
-                    "--id-field",
-                    "id",
-                    "--compute-dtype",
-                    args.compute_dtype,
-                    "--threads",
-                    str(args.threads),
-                ]
-            )
+        options = embed.Options(
+            input=str(corpus),
+            output=str(work / "out"),
+            overwrite=True,
+            id_field="id",
+            compute_dtype=args.compute_dtype,
+            threads=args.threads,
         )
+        summaries.append(embed.run(options).summary)
 
     timings = interleaved_medians(
         {"pipeline": pipeline, "encode": lambda: encoder.encode(texts)}, args.repeats

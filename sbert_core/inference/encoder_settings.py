@@ -11,7 +11,7 @@ A new encoder option is a field here plus its name in one group: ``_MODEL_FIELDS
 vectors are: inspect and load), ``_RUNTIME_FIELDS`` (where the model runs: load) or
 ``_ENCODE_FIELDS`` (how texts are batched and which prompt is prepended: encode);
 tests/jobs/test_embed_settings.py fails while a field is in none. The command-line side is
-``jobs/model_options.py``.
+``pipelines/stage_api/model_options.py`` (the options that fill these fields).
 
 Prompts and Matryoshka truncation are as sentence-transformers': ``prompt_name``/``prompt`` go
 to every ``encode`` call (none: the model's ``default_prompt_name``, if any), ``truncate_dim`` to
