@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 
 from jobs.parsers import config_parser
-
-# The stages of sbert run, in order (jobs.run_table.STAGE_NAMES, which imports Beam;
-# tests/jobs/test_cli.py checks that they agree).
-STAGE_ORDER: tuple[str, ...] = ("finetune", "embed", "index", "cluster", "pairs", "dedup")
+from jobs.run_table import STAGE_NAMES as STAGE_ORDER  # the stage table loads no Beam or torch
 
 
 def build_parser() -> argparse.ArgumentParser:

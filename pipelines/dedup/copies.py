@@ -36,7 +36,7 @@ from pipelines.dedup.grouping import (
 from pipelines.dedup.groups import IndexedPairs, SweepPoint
 from pipelines.dedup.inputs import rows_naming
 from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.schemas import COPY_OF
+from pipelines.io.record_limits import COPY_OF
 
 
 @dataclass(frozen=True)

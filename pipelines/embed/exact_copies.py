@@ -37,7 +37,7 @@ from pipelines.embed.read_corpus import RECORDS, REJECTED
 from pipelines.embed.transform import EMBEDDED
 from pipelines.io.corpus_reader import CorpusRecord, RejectedRow
 from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.schemas import COPY_OF
+from pipelines.io.record_limits import COPY_OF
 from pipelines.io.text_normal import text_key
 
 COPIES = "copies"  # metrics counter: rows written with their representative's vector

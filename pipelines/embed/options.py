@@ -8,13 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pipelines.io.corpus_reader import (
-    DEFAULT_MAX_RECORD_BYTES,
-    DEFAULT_MAX_RECORD_LINES,
-    CorpusSpec,
-)
 from pipelines.io.output_names import refuse_output_folder
-from pipelines.io.schemas import COPY_OF
+from pipelines.io.record_limits import COPY_OF, DEFAULT_MAX_RECORD_BYTES, DEFAULT_MAX_RECORD_LINES
 from pipelines.stage_api.model_options import ModelOptions, encoder_settings
 from pipelines.stage_api.options import OptionError, at_least, in_range, option
 from pipelines.stage_api.shared_options import (
@@ -24,6 +19,7 @@ from pipelines.stage_api.shared_options import (
 )
 
 if TYPE_CHECKING:
+    from pipelines.io.corpus_reader import CorpusSpec
     from sbert_core.inference.encoder_settings import EncoderSettings
 
 # The columns every embeddings output has (pipelines/embed/sinks.py): --keep-fields may not
@@ -124,6 +120,8 @@ class Options(ModelOptions):
 
     def corpus_spec(self) -> CorpusSpec:
         """How the corpus files are read."""
+        from pipelines.io.corpus_reader import CorpusSpec  # pyarrow: not for --help
+
         return CorpusSpec(
             fmt=self.format,
             text_field=self.text_field,

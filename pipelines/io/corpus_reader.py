@@ -40,6 +40,7 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
+from pipelines.io.record_limits import DEFAULT_MAX_RECORD_BYTES, DEFAULT_MAX_RECORD_LINES
 from pipelines.io.text_rows import (
     DelimitedRecords,
     LongLine,
@@ -53,10 +54,6 @@ from sbert_core.errors import DataFileError
 from sbert_core.tabular import detect_format
 
 EXCERPT_CHARS = 200
-DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
-# A legitimate multi-line CSV field (a quoted paragraph) spans a few dozen lines; a stray quote
-# runs on until the next quote character, which in a file of unquoted rows may never come.
-DEFAULT_MAX_RECORD_LINES = 1000
 ON_BAD_FILE_CHOICES = ("fail", "skip")
 # Arrays and objects one JSON line may nest (orjson's limit too). Fixed rather than "whatever
 # the parser survives", which depends on how deep the stack already is where the line is read;

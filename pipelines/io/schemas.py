@@ -9,9 +9,6 @@ import numpy as np
 import pyarrow as pa
 
 EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
-# The optional last embeddings column of an ``sbert embed --exact-dedup`` run: a copy's
-# representative id, null for the rows embedded themselves (pipelines/embed/exact_copies.py).
-COPY_OF = "copy_of"
 
 
 def embeddings_schema(

@@ -13,7 +13,7 @@ from jobs.run_inputs import check_inputs
 from jobs.run_stages import plan_stages
 from pipelines.dedup.choices import METHODS
 from pipelines.embed.sinks import output_schema
-from pipelines.io.schemas import COPY_OF
+from pipelines.io.record_limits import COPY_OF
 from tests.stage_commands import dedup, embed, pairs
 
 # (id, text) in corpus order; each id's representative is the first row of its text.

@@ -29,7 +29,8 @@ from pipelines.embed.sinks import WriteEmbeddings, output_schema
 from pipelines.embed.transform import EMBEDDED, Embed, _failed, _failure_to_rejection, _succeeded
 from pipelines.io.corpus_reader import CorpusRecord
 from pipelines.io.embeddings import shard_paths
-from pipelines.io.schemas import COPY_OF, embeddings_schema
+from pipelines.io.record_limits import COPY_OF
+from pipelines.io.schemas import embeddings_schema
 
 # Texts with planted copies: each line is one normalised text, written several ways (case,
 # spacing, punctuation, NFKC compatibility forms: full-width letters, the "fi" ligature, a
