@@ -36,20 +36,18 @@ from pipelines.stage_api.stops import JobFailedError, Terminated, note_stop
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
 
-# The commands, each summary its line in `sbert --help`. A stage's command is generated from
-# its package's Options (jobs/stage_cli.py); run and submit are jobs.<name> (main(argv)), their
-# options in jobs.parsers.<name>.
-JOB_COMMANDS = {
-    "cluster": "cluster embeddings: k-means or communities, with summaries",
-    "dedup": "duplicate groups from similar pairs, with a report",
-    "embed": "embed a corpus into Parquet (Beam pipeline)",
-    "finetune": "fine-tune a model on labelled pairs or triplets",
-    "index": "build a FAISS index from embeddings, tuned to a recall target",
-    "pairs": "all-pairs top-k neighbours and similar pairs of embeddings",
-    "run": "run a whole job (embed, index, cluster, pairs, dedup) from a config",
-    "search": "nearest neighbours of query texts in an index",
-    "submit": "run a job from a YAML config on Dataflow, Spark or Flink",
-}
+# The commands, each summary its line in `sbert --help`: every stage package's (its command is
+# generated from its Options, jobs/stage_cli.py), and run and submit (jobs.<name>.main(argv),
+# their options in jobs.parsers.<name>).
+JOB_COMMANDS = dict(
+    sorted(
+        {
+            **stage_cli.stage_commands(),
+            "run": "run a whole job (embed, index, cluster, pairs, dedup) from a config",
+            "submit": "run a job from a YAML config on Dataflow, Spark or Flink",
+        }.items()
+    )
+)
 # Errors a user can fix from the message alone: printed as one line, exit status 2.
 USER_ERRORS = (
     ModelLoadError,

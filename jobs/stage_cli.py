@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import pkgutil
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -21,10 +22,22 @@ from pipelines.stage_api.options import BEAM_FIELD
 
 
 def is_stage_command(name: str) -> bool:
-    """Whether ``sbert <name>`` is a stage package's (``pipelines.<name>.options`` exists)."""
-    return importlib.util.find_spec(f"pipelines.{name}") is not None and (
-        importlib.util.find_spec(f"pipelines.{name}.options") is not None
-    )
+    """Whether ``sbert <name>`` is a stage package's: ``pipelines.<name>`` exports ``Options``
+    (from its ``options.py``) and ``run``."""
+    if not name.isidentifier() or importlib.util.find_spec(f"pipelines.{name}") is None:
+        return False
+    if importlib.util.find_spec(f"pipelines.{name}.options") is None:
+        return False
+    package = stage_package(name)
+    return hasattr(package, "Options") and hasattr(package, "run")
+
+
+def stage_commands() -> dict[str, str]:
+    """Every stage package's command -> its ``SUMMARY`` (its line in ``sbert --help``)."""
+    import pipelines
+
+    names = sorted(info.name for info in pkgutil.iter_modules(pipelines.__path__))
+    return {name: stage_package(name).SUMMARY for name in names if is_stage_command(name)}
 
 
 def runs_pipelines(name: str) -> bool:

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 from pipelines.cluster.options import Options
 
+# Its line in `sbert --help`.
+SUMMARY = "cluster embeddings: k-means or communities, with summaries"
+
 if TYPE_CHECKING:
     import apache_beam as beam
 

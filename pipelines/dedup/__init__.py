@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 
 from pipelines.dedup.options import Options
 
+# Its line in `sbert --help`.
+SUMMARY = "duplicate groups from similar pairs, with a report"
+
 if TYPE_CHECKING:
     from pipelines.dedup.stage import DedupResult
 

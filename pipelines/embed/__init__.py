@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 from pipelines.embed.options import Options
 
+# Its line in `sbert --help`.
+SUMMARY = "embed a corpus into Parquet (Beam pipeline)"
+
 if TYPE_CHECKING:
     import apache_beam as beam
 

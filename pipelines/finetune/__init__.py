@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.finetune.options import Options
 
+# Its line in `sbert --help`.
+SUMMARY = "fine-tune a model on labelled pairs or triplets"
+
 if TYPE_CHECKING:
     from pipelines.stage_api.result import Result
 

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 from pipelines.index.options import Options
 
+# Its line in `sbert --help`.
+SUMMARY = "build a FAISS index from embeddings, tuned to a recall target"
+
 if TYPE_CHECKING:
     import apache_beam as beam
 

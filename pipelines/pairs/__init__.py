@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 
 from pipelines.pairs.options import Options
 
+# Its line in `sbert --help`.
+SUMMARY = "all-pairs top-k neighbours and similar pairs of embeddings"
+
 if TYPE_CHECKING:
     import apache_beam as beam
 

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.search.options import Options
 
+# Its line in `sbert --help`.
+SUMMARY = "nearest neighbours of query texts in an index"
+
 if TYPE_CHECKING:
     from pipelines.search.stage import SearchResult
 
