@@ -35,8 +35,10 @@ def _reads(stage: JobStage, context: JobContext) -> tuple[str, ...]:
 
 
 def _preflight(options: Any) -> None:
-    # The device, threads and batching, on this machine (torch loads here).
-    options.encoder_settings().validate()
+    # Threads and batching, and the device when the workers are this process (torch loads).
+    from pipelines.stage_api.beam_options import is_local, pipeline_options
+
+    options.check_launcher(workers_here=is_local(pipeline_options(list(options.beam_options))))
 
 
 def _facts(manifest: dict) -> dict:

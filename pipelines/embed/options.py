@@ -132,6 +132,18 @@ class Options(ModelOptions):
             on_bad_file=self.on_bad_file,
         )
 
+    def check_launcher(self, workers_here: bool) -> None:
+        """The encoder settings this machine can check (threads, batching, the compute dtype;
+        the device only when the workers run here: a Dataflow launcher has no GPU).
+
+        Raises:
+            ValueError: naming the option.
+        """
+        from dataclasses import replace
+
+        settings = self.encoder_settings()
+        (settings if workers_here else replace(settings, device=None)).validate()
+
     def encoder_settings(self) -> EncoderSettings:
         """The encoder settings: a corpus is embedded as documents, so with no prompt option
         the model's ``document`` prompt (sentence-transformers' ``encode_document``), and

@@ -23,8 +23,8 @@ from apache_beam.ml.inference.base import PredictionResult
 from pipelines.io.atomic import write_parquet_replacing
 from pipelines.io.corpus_reader import RejectedRow
 from pipelines.io.counters import METRICS_NAMESPACE
+from pipelines.io.record_limits import COPY_OF
 from pipelines.io.schemas import (
-    COPY_OF,
     ERRORS_DIR,
     ERRORS_SCHEMA,
     embeddings_schema,

@@ -57,7 +57,7 @@ from pipelines.io.manifest_fields import software_versions
 from pipelines.io.output_dir import MANIFEST, OutputLayout, join
 from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
 from pipelines.io.staged_output import StagedOutput
-from pipelines.stage_api.beam_options import runner_name
+from pipelines.stage_api.beam_options import is_local, runner_name
 from pipelines.stage_api.beam_run import (
     new_pipeline,
     options_for,
@@ -193,8 +193,8 @@ def build(options: Options, pipeline: beam.Pipeline | None = None) -> EmbedJob:
     started = time.time()
     spec = options.corpus_spec()
     settings = options.encoder_settings()
-    settings.validate()
     beam_options = options_for(options.beam_options, pipeline)
+    options.check_launcher(workers_here=is_local(beam_options))
     # Fail before any work: the settings (above), the model's files, the input, then the output.
     # What the manifest records: the model with the prompt and dimensions these settings
     # choose (an unknown prompt name or a truncate_dim above the model's fails here).
