@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from jobs import stage_cli
 from jobs.errors import user_stop
-from jobs.parsers import HelpFormatter
+from jobs.parsers import CommandParser, HelpFormatter
 from pipelines.stage_api.stops import JobFailedError, Terminated, note_stop
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parsed by their own parsers)."""
     from jobs import encode_file, eval_pairs, eval_sts
 
-    parser = argparse.ArgumentParser(
+    # Its sub-command parsers (encode, eval) are CommandParsers too: defaults shown.
+    parser = CommandParser(
         prog="sbert",
         description="Sentence-BERT batch jobs. 'sbert COMMAND --help' shows a command's options.",
         formatter_class=HelpFormatter,

@@ -20,20 +20,22 @@ _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc):`~?(?:[\w.]+\.)?([^`
 _LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions kept as written; each option's default shown unless its help explains it.
+# Descriptions kept as written (docstrings are laid out by hand).
+HelpFormatter = argparse.RawDescriptionHelpFormatter
 
-    An option whose help already mentions a default, or whose default is ``None``, ``False``
-    or empty (nothing to show), is left as it is.
-    """
 
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "default" in text or action.required or not action.option_strings:
-            return text
-        if action.default in (None, False, "", [], argparse.SUPPRESS):
-            return text
-        return f"{text} (default: %(default)s)"
+def with_default(action: argparse.Action) -> str | None:
+    """``action``'s help with its default appended (``(default: %(default)s)``), unless the
+    help already mentions a default, the option is required or positional, or the default is
+    ``None``, ``False`` or empty (nothing to show)."""
+    text = action.help
+    if text is None or text == argparse.SUPPRESS or "default" in text:
+        return text
+    if action.required or not action.option_strings:
+        return text
+    if action.default in (None, False, "", [], (), argparse.SUPPRESS):
+        return text
+    return f"{text} (default: %(default)s)"
 
 
 def plain_text(doc: str) -> str:
@@ -56,7 +58,12 @@ def module_description(module: str) -> str | None:
 
 class CommandParser(FlagRecording, argparse.ArgumentParser):
     """An ``ArgumentParser`` that lists its flags (:attr:`flags`, :attr:`actions`), for the
-    close-match hints of an unknown option and the checks of a config against a command."""
+    close-match hints of an unknown option and the checks of a config against a command, and
+    shows each option's default in ``--help`` (:func:`with_default`)."""
+
+    def _record(self, action: argparse.Action) -> argparse.Action:
+        action.help = with_default(action)
+        return super()._record(action)
 
 
 def command_parser(prog: str, module: str) -> CommandParser:
