@@ -328,3 +328,23 @@ def open_inputs(paths: list[str], columns: ExternalColumns | None) -> list[Embed
     ]
     require_one_model(datasets)
     return datasets
+
+
+def refuse_remote_workers(datasets: list[EmbeddingsDataset], workers_here: bool) -> None:
+    """Refuse external vectors for a pipeline whose workers run elsewhere.
+
+    The converted float32 shards lie in a working folder of this machine, which Dataflow, Spark
+    or Flink workers cannot read; an exact local search or a local runner reads them here.
+
+    Raises:
+        ValueError: naming the dataset and what to do instead.
+    """
+    if workers_here:
+        return
+    external = [d.directory for d in datasets if "external" in d.manifest]
+    if external:
+        raise ValueError(
+            f"--embedding-column: {', '.join(external)} is converted on this machine, where "
+            "remote workers cannot read it; run this stage with the local runner, or write the "
+            "vectors as an sbert embed folder on storage the workers read"
+        )

@@ -55,7 +55,7 @@ from pipelines.io.atomic import write_table
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.content_checks import content_checks
 from pipelines.io.embeddings import all_shards, count_rows, shard_paths
-from pipelines.io.external_vectors import ExternalColumns, open_inputs
+from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout, join
@@ -146,6 +146,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         blocking = plan_blocking(_blocking_request(options), n, dim, budget)
     beam_options = _beam_options(options, pipeline)
     local = beam_options is None or _is_local(beam_options)
+    refuse_remote_workers(datasets, workers_here=local)
     # A local exact run that fits one worker searches the vectors of the scan itself.
     in_process = (
         method == "exact"

@@ -279,3 +279,22 @@ def test_a_folder_without_manifest_and_without_columns_is_refused_as_today(tmp_p
     data = write_dataset(tmp_path / "vectors", ids, vectors, "fixed32", files=1)
     with pytest.raises(FileNotFoundError):
         pairs(["--embeddings", str(data), "--output", str(tmp_path / "out")])
+
+
+@pytest.mark.parametrize("stage", ["pairs", "cluster", "index"])
+def test_remote_workers_are_refused_before_any_output(tmp_path, planted, stage):
+    """The converted vectors lie on this machine: a Dataflow run would fail on its workers."""
+    ids, vectors = planted
+    data = write_dataset(tmp_path / "vectors", ids, vectors, "fixed32")
+    out = tmp_path / "out"
+    argv = ["--embeddings", str(data), *COLUMNS, "--output", str(out)]
+    argv += {
+        "pairs": ["--method", "clustered"],
+        "cluster": ["--k", "4"],
+        "index": ["--shards", "2"],
+    }[stage]
+    remote = ["--runner=DataflowRunner", "--project=p", "--region=us-central1"]
+    run = {"pairs": pairs, "cluster": cluster, "index": index}[stage]
+    with pytest.raises(ValueError, match=r"--embedding-column: .* converted on this machine"):
+        run([*argv, *remote, "--temp_location=gs://b/tmp"])
+    assert not out.exists()
