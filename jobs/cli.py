@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from jobs import stage_cli
-from jobs.errors import user_stop
 from jobs.parsers import CommandParser, HelpFormatter
+from jobs.user_stops import user_stop
 from pipelines.stage_api.stops import JobFailedError, Terminated, note_stop
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError

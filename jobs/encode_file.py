@@ -9,7 +9,7 @@ import argparse
 import time
 from pathlib import Path
 
-from jobs.model_options import DeprecatedAlias, add_model_arguments, encoder_settings
+from jobs.model_flags import DeprecatedAlias, add_model_arguments, encoder_settings
 from jobs.parsers import HelpFormatter, plain_text
 from sbert_core.tabular import read_table, text_column
 

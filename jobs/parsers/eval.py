@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from jobs.model_options import add_model_arguments, encoder_settings
+from jobs.model_flags import add_model_arguments, encoder_settings
 from jobs.parsers import HelpFormatter, plain_text
 
 

@@ -50,8 +50,8 @@ from pipelines.io.manifest_fields import created_now, model_fields, software_ver
 from pipelines.io.output_dir import OutputLayout
 from pipelines.stage_api.beam_options import is_local, runner_name
 from pipelines.stage_api.beam_run import options_for, show_progress, transform_runner
-from pipelines.stage_api.outputs import stage_output
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.sampling import sample_size
 

@@ -122,8 +122,8 @@ from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import PairsOutput
 from pipelines.stage_api.beam_run import show_progress
-from pipelines.stage_api.outputs import stage_output
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 
 __all__ = ["DedupResult", "run"]

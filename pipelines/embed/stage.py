@@ -66,8 +66,8 @@ from pipelines.stage_api.beam_run import (
     step_error,
     waits,
 )
-from pipelines.stage_api.outputs import stage_output
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.progress import close_shared_progress
 from sbert_core.errors import DataFileError

@@ -35,9 +35,9 @@ from typing import Any
 
 from pipelines.finetune.config import FinetuneConfig, resolve_config
 from pipelines.finetune.dedup_test import dedup_metrics, evaluate_dedup, load_holdout
+from pipelines.finetune.finetune_summary import FinetuneSummary, PrintedConfig
 from pipelines.finetune.model_card import model_card
 from pipelines.finetune.options import Options
-from pipelines.finetune.summary import FinetuneSummary, PrintedConfig
 from pipelines.io.manifest_fields import software_versions
 from pipelines.io.text_normal import text_key
 from pipelines.stage_api.result import Result

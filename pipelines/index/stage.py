@@ -62,8 +62,8 @@ from pipelines.io.output_dir import OutputLayout
 from pipelines.io.sizes import format_size
 from pipelines.stage_api.beam_options import is_local
 from pipelines.stage_api.beam_run import options_for, show_progress, transform_runner
-from pipelines.stage_api.outputs import stage_output
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)

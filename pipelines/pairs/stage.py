@@ -66,8 +66,8 @@ from pipelines.pairs.options import Options
 from pipelines.pairs.output_tables import part_path
 from pipelines.pairs.plan import BlockingRequest, choose_method, exact_path, plan_blocking
 from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
-from pipelines.stage_api.outputs import stage_output
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.progress import show_progress_unless_quiet
 

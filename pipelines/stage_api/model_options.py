@@ -4,7 +4,7 @@ Two mixins of stage ``Options``:
 
 - :class:`ModelOptions`: how a command that makes vectors loads and runs its model (``sbert
   embed``; ``sbert encode`` and ``sbert eval`` build their flags from the same fields, in
-  ``jobs/model_options.py``);
+  ``jobs/model_flags.py``);
 - :class:`QueryModelOptions`: a command that encodes queries against an existing index
   (``sbert search``): how the vectors are made is the index's, where the model runs and the
   query prompt are the command's.

@@ -20,7 +20,7 @@ import pytest
 
 from jobs import stage_cli
 from jobs.cli import build_parser as cli_parser
-from jobs.model_options import encoder_settings
+from jobs.model_flags import encoder_settings
 from jobs.run_config import load_run_config, stage_options
 from pipelines.stage_api.model_options import query_encoder_settings
 from sbert_core import SentenceEncoder

@@ -13,7 +13,7 @@ from training_examples import build_trainable_model, scored_pairs, write_tsv
 
 from pipelines import finetune
 from pipelines.finetune.config import resolve_config
-from pipelines.finetune.summary import FinetuneSummary, PrintedConfig
+from pipelines.finetune.finetune_summary import FinetuneSummary, PrintedConfig
 from pipelines.stage_api.options import OptionError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -251,7 +251,7 @@ def test_embed_without_prompt_options_embeds_documents_like_encode_document(prom
 
 def test_every_command_takes_the_prompt_and_truncate_dim_flags():
     from jobs.cli import build_parser
-    from jobs.model_options import encoder_settings
+    from jobs.model_flags import encoder_settings
 
     flags = ["--model", "m", "--prompt-name", "query", "--truncate-dim", "16"]
     settings = stage_cli.parse(

@@ -29,7 +29,7 @@ from output_folders_helpers import embed_argv, snapshot, start_cli, texts, write
 import pipelines.io.output_dir as output_dir
 from jobs.cli import main as sbert
 from jobs.cli import stops_raise
-from jobs.errors import user_stop
+from jobs.user_stops import user_stop
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.stage_api.beam_run import run_pipeline
 from pipelines.stage_api.stops import Terminated

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from jobs.model_options import add_model_arguments, encoder_settings
+from jobs.model_flags import add_model_arguments, encoder_settings
 from pipelines.stage_api.model_options import CPU_BACKEND_CHOICES
 from sbert_core import SentenceEncoder
 from sbert_core.inference.calibration_texts import CALIBRATION_TEXTS
