@@ -128,12 +128,18 @@ class StageOptions:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every option as plain YAML/JSON values (tuples as lists); what manifests record."""
+        """Every option as plain YAML/JSON values (tuples as lists); what manifests record.
+        The Beam options are left out, and an old name left empty (dedup's ``rank``)."""
         return {
             item.name: _plain(getattr(self, item.name))
             for item in dataclasses.fields(self)
-            if item.name != BEAM_FIELD
+            if item.name != BEAM_FIELD and not _unset_old_name(item, getattr(self, item.name))
         }
+
+
+def _unset_old_name(item: dataclasses.Field, value: Any) -> bool:
+    """A field without a flag left empty: an old name its options fold into the new one."""
+    return not item.metadata.get("in_cli", True) and value is None
 
 
 def option_fields(cls: type[StageOptions]) -> tuple[dataclasses.Field, ...]:
