@@ -23,6 +23,7 @@ from sbert_core.version import __version__
 
 # Public name -> the submodule that defines it.
 _EXPORTS = {
+    "CrossEncoder": "sbert_core.inference.cross_encoder",
     "DEFAULT_MODEL": "sbert_core.model.source",
     "DataFileError": "sbert_core.errors",
     "EncodeResult": "sbert_core.inference.encode_result",
@@ -34,6 +35,7 @@ _EXPORTS = {
 
 __all__ = [
     "DEFAULT_MODEL",
+    "CrossEncoder",
     "DataFileError",
     "EncodeResult",
     "ModelInfo",
@@ -45,6 +47,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from sbert_core.errors import DataFileError, ModelLoadError
+    from sbert_core.inference.cross_encoder import CrossEncoder
     from sbert_core.inference.encode_result import EncodeResult
     from sbert_core.inference.encoder import SentenceEncoder
     from sbert_core.model.info import ModelInfo, inspect_model

@@ -1,0 +1,486 @@
+"""The cross-encoder: both texts of a pair through one sequence-classification model, one score.
+
+It computes what sentence-transformers' ``CrossEncoder.predict`` computes for the same folder:
+the pair tokenised as a pair (``[CLS] a [SEP] b [SEP]`` with token type ids where the
+architecture has them), truncated ``longest_first`` at the model's max length, the logits put
+through the activation function the folder saved (Sigmoid for one label, Identity otherwise, by
+default), ``(n,)`` scores for one label and ``(n, labels)`` otherwise. Pairs are batched by
+tokenised length (smart batching) and the scores put back in input order.
+
+The folder is checked as :class:`~sbert_core.inference.encoder.SentenceEncoder` checks its own:
+no pickle weights without ``allow_pickle``, no remote code, the config checked against the
+weights before anything is built, every tensor present with its shape and finite. Only float32
+runs this round (the bf16, int8 and OpenVINO paths of the bi-encoder are not wired in here).
+
+Example:
+    >>> model = CrossEncoder.load("path/to/cross-encoder")
+    >>> model.predict([("How old are you?", "What is your age?")]).shape
+    (1,)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from sbert_core.errors import ModelLoadError
+from sbert_core.inference.batching import length_sorted_batches, progress_bar
+from sbert_core.inference.tokenizing import pad_token_ids
+from sbert_core.model.architectures import check_plain_folder_tokenizer, transformer_class
+from sbert_core.model.artifact import (
+    MANIFEST_FILE,
+    SAFETENSORS_FILE,
+    SAFETENSORS_INDEX,
+    safetensors_tensors,
+    sha256_of_files,
+    weight_files,
+)
+from sbert_core.model.config_bounds import check_config_against_weights
+from sbert_core.model.cross_encoder_folder import (
+    activation_path,
+    read_cross_encoder_layout,
+    resolve_activation,
+    write_cross_encoder_files,
+)
+from sbert_core.model.source import resolve_model_dir
+from sbert_core.model.weight_checks import (
+    check_finite_weights,
+    check_loaded_model,
+    check_weight_coverage,
+)
+
+logger = logging.getLogger(__name__)
+
+Pair = tuple[str, str]
+# Position limits above this are "no limit" sentinels (tokenizers use 1e30).
+_NO_LIMIT = 1_000_000
+
+
+class CrossEncoder(nn.Module):
+    """A sentence-transformers CrossEncoder: a sequence-classification model that scores pairs.
+
+    Build one with :meth:`load`; :meth:`predict` scores pairs, :meth:`save` writes a folder
+    sentence-transformers loads.
+
+    Example:
+        >>> model = CrossEncoder.load("my-cross-encoder", device="cpu")
+        >>> model.predict([("a man plays guitar", "someone makes music")], batch_size=16)
+        array([0.93], dtype=float32)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer,
+        *,
+        activation: nn.Module,
+        max_length: int,
+        do_lower_case: bool = False,
+        model_id: str = "",
+        weights_sha256: str | None = None,
+    ) -> None:
+        """Args are what :meth:`load` reads from the folder: the sequence-classification model,
+        its tokenizer, the activation module, the truncation length of a pair (special tokens
+        included), whether texts are lower-cased, and the model's id and weight checksum."""
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.activation = activation
+        self.max_length = int(max_length)
+        self.do_lower_case = do_lower_case
+        self.model_id = model_id
+        self.weights_sha256 = weights_sha256
+        if tokenizer.pad_token_id is None:
+            raise ModelLoadError(f"{model_id}: the tokenizer defines no padding token")
+        self._pad_id = int(tokenizer.pad_token_id)
+        # Token type ids go to the model only when its forward takes them (BERT yes, RoBERTa and
+        # DistilBERT no), as sentence-transformers filters features by the forward's signature.
+        self._takes_token_types = "token_type_ids" in inspect.signature(model.forward).parameters
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        model: str | os.PathLike,
+        *,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype = "float32",
+        allow_pickle: bool = False,
+        max_length: int | None = None,
+        num_threads: int | None = None,
+    ) -> CrossEncoder:
+        """Load a sentence-transformers CrossEncoder folder (or a Hugging Face
+        sequence-classification folder, as sentence-transformers 2-5 saved them).
+
+        Args:
+            model: a local folder; any other name is taken for a Hugging Face Hub id, which
+                fails with advice when the hub cannot be reached (offline).
+            device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available.
+            dtype: ``float32`` only (the fast CPU paths are not wired in for cross-encoders).
+            allow_pickle: accept ``pytorch_model.bin`` weights (they can run code when read).
+            max_length: override the truncation length of a pair (at most the model's
+                position limit); default the folder's, as sentence-transformers reads it.
+            num_threads: torch intra-op threads for this process.
+
+        Raises:
+            ModelLoadError: missing, corrupt or foreign files, an unsupported folder, pickle
+                weights without ``allow_pickle``, an unreachable hub id.
+            ValueError: a dtype other than float32, a max_length outside the model's range.
+        """
+        if dtype not in ("float32", torch.float32):
+            raise ValueError(
+                f"dtype {dtype!r} is not supported for cross-encoders yet (only float32)"
+            )
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        from huggingface_hub.errors import StrictDataclassError
+        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        directory, model_id = resolve_model_dir(model)
+        layout = read_cross_encoder_layout(directory)
+        source = layout.transformer_dir
+        files = weight_files(source, allow_pickle=allow_pickle)
+        try:
+            config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(
+                source, use_fast=True, trust_remote_code=False
+            )
+        except (OSError, ValueError, KeyError, StrictDataclassError) as err:
+            reason = " ".join(str(err).split())
+            raise ModelLoadError(
+                f"{source}: could not read the config or tokenizer ({reason})"
+            ) from err
+        if not layout.is_sentence_transformer:
+            check_plain_folder_tokenizer(tokenizer, directory)
+        _check_architecture(config, source / "config.json")
+        check_config_against_weights(config, files, source / "config.json")
+        uses_pickle = files[0].suffix != ".safetensors"
+        if not uses_pickle:
+            # The base model's tensors are checked from the headers here; the classification
+            # head (classifier, pooler) is checked by from_pretrained's loading info below.
+            single = files[0].name == SAFETENSORS_FILE
+            described_by = files[0] if single else source / SAFETENSORS_INDEX
+            check_weight_coverage(safetensors_tensors(files), config, described_by)
+            for path in files:
+                check_finite_weights(path)
+        try:
+            classifier, loading_info = AutoModelForSequenceClassification.from_pretrained(
+                source,
+                config=config,
+                dtype=torch.float32,
+                use_safetensors=not uses_pickle,
+                trust_remote_code=False,
+                output_loading_info=True,
+            )
+        except (OSError, ValueError, KeyError, RuntimeError) as err:
+            raise ModelLoadError(f"{source}: could not load the weights ({err})") from err
+        check_loaded_model(classifier, loading_info, source)
+        num_labels = int(classifier.config.num_labels)
+        encoder = cls(
+            classifier,
+            tokenizer,
+            activation=resolve_activation(layout.activation_path, num_labels, source),
+            max_length=_max_length(config, tokenizer, layout.max_seq_length, max_length),
+            do_lower_case=layout.do_lower_case,
+            model_id=model_id,
+            weights_sha256=sha256_of_files(files),
+        )
+        encoder.eval()
+        encoder.to(device=device)
+        return encoder
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def num_labels(self) -> int:
+        """Scores per pair: 1 gives ``(n,)`` scores, more give ``(n, num_labels)``."""
+        return int(self.model.config.num_labels)
+
+    @property
+    def device(self) -> torch.device:
+        """Device the weights live on."""
+        return next(self.model.parameters()).device
+
+    def settings(self) -> dict:
+        """The settings that, with the weights, decide the scores (what :attr:`identity`
+        hashes besides ``weights_sha256``)."""
+        return {
+            "kind": "cross_encoder",
+            "num_labels": self.num_labels,
+            "max_length": self.max_length,
+            "activation_fn": activation_path(self.activation),
+            "do_lower_case": self.do_lower_case,
+            "dtype": "float32",
+        }
+
+    @property
+    def identity(self) -> str:
+        """SHA-256 over the weights' SHA-256 and :meth:`settings`: equal identities give equal
+        scores (the bi-encoder's ``weights_sha256`` plus the settings manifests record)."""
+        return _identity(self.weights_sha256, self.settings())
+
+    def describe(self) -> dict:
+        """What manifests record about the scores: model id, weight checksum, settings and
+        the identity over them."""
+        return {
+            "model_id": self.model_id,
+            "weights_sha256": self.weights_sha256,
+            **self.settings(),
+            "identity": self.identity,
+        }
+
+    # ------------------------------------------------------------------ computing
+
+    def tokenize(self, pairs: Sequence[Pair]) -> tuple[dict[str, list[list[int]]], np.ndarray]:
+        """Token ids of each pair, unpadded, truncated ``longest_first`` at :attr:`max_length`.
+
+        Returns:
+            ``({"input_ids": [...], "token_type_ids": [...]?}, n_tokens (N,) int64)``; token
+            type ids only where the tokenizer makes them.
+
+        Raises:
+            TypeError: an element is not a pair of strings, naming its position.
+        """
+        pairs = _checked_pairs(pairs)
+        if not pairs:
+            return {"input_ids": []}, np.zeros(0, np.int64)
+        firsts = [a.lower() if self.do_lower_case else a for a, _ in pairs]
+        seconds = [b.lower() if self.do_lower_case else b for _, b in pairs]
+        encoded = self.tokenizer(
+            firsts,
+            seconds,
+            truncation="longest_first",
+            max_length=self.max_length,
+            padding=False,
+            return_attention_mask=False,
+            verbose=False,
+        )
+        features = {"input_ids": encoded["input_ids"]}
+        if "token_type_ids" in encoded and self._takes_token_types:
+            features["token_type_ids"] = encoded["token_type_ids"]
+        lengths = np.fromiter((len(ids) for ids in features["input_ids"]), np.int64, len(pairs))
+        return features, lengths
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits ``(B, num_labels)`` in float32 for padded pairs ``(B, T)``, before the
+        activation (training puts its loss on these)."""
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        output = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra)
+        return output.logits.float()
+
+    def predict(
+        self,
+        pairs: Sequence[Pair] | Pair,
+        batch_size: int = 32,
+        *,
+        token_budget: int | None = None,
+        apply_softmax: bool = False,
+        show_progress_bar: bool = False,
+    ) -> np.ndarray | np.float32:
+        """Score pairs as sentence-transformers' ``CrossEncoder.predict`` does.
+
+        Args:
+            pairs: a sequence of ``(text, text)`` pairs, or one pair.
+            batch_size: at most this many pairs per forward pass.
+            token_budget: also at most this many padded tokens per forward pass.
+            apply_softmax: with several labels, softmax over each pair's scores (after the
+                activation), as sentence-transformers' ``apply_softmax``.
+            show_progress_bar: a tqdm bar over the batches on stderr.
+
+        Returns:
+            float32 scores: ``(n,)`` for one label, ``(n, num_labels)`` otherwise, in input
+            order; for one pair its score (a scalar, or ``(num_labels,)``).
+
+        Raises:
+            TypeError: an element is not a pair of strings, naming its position.
+            ValueError: a batch_size or token_budget below 1.
+        """
+        single = _is_single_pair(pairs)
+        features, lengths = self.tokenize([pairs] if single else pairs)
+        n = len(lengths)
+        shape = (n,) if self.num_labels == 1 else (n, self.num_labels)
+        scores = np.empty(shape, dtype=np.float32)
+        batches = length_sorted_batches(lengths, batch_size=batch_size, token_budget=token_budget)
+        left = getattr(self.tokenizer, "padding_side", "right") == "left"
+        progress = progress_bar(len(batches), show_progress_bar)
+        self.eval()  # dropout off, whatever training did to the module before
+        with torch.inference_mode():
+            for indices in batches:
+                batch = pad_token_ids(
+                    [features["input_ids"][i] for i in indices],
+                    self._pad_id,
+                    left=left,
+                    device=self.device,
+                )
+                if "token_type_ids" in features:
+                    types = [features["token_type_ids"][i] for i in indices]
+                    pad_type = int(getattr(self.tokenizer, "pad_token_type_id", 0) or 0)
+                    batch["token_type_ids"] = pad_token_ids(
+                        types, pad_type, left=left, device=self.device
+                    )["input_ids"]
+                logits = self(**batch)  # (B, num_labels)
+                batch_scores = self.activation(logits)
+                if self.num_labels == 1:
+                    batch_scores = batch_scores.squeeze(-1)  # (B,)
+                elif apply_softmax:
+                    batch_scores = torch.softmax(batch_scores, dim=1)
+                scores[indices] = batch_scores.float().cpu().numpy()
+                if progress is not None:
+                    progress.update(1)
+        if progress is not None:
+            progress.close()
+        return scores[0] if single else scores
+
+    # ------------------------------------------------------------------ saving
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write a folder sentence-transformers' ``CrossEncoder`` loads to the same scores:
+        safetensors weights, tokenizer (its ``model_max_length`` our :attr:`max_length`),
+        ``config.json`` with the activation, the sentence-transformers 6 files, and our
+        ``sbert_manifest.json``. The folder is built beside ``path`` and renamed into place.
+
+        Raises:
+            FileExistsError: ``path`` exists and is not empty, and ``overwrite`` is False.
+        """
+        import transformers
+
+        from sbert_core.version import __version__
+
+        path = Path(path)
+        if path.exists() and any(path.iterdir()) and not overwrite:
+            raise FileExistsError(
+                f"{path} exists and is not empty; pass overwrite=True to replace it"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            self.model.save_pretrained(staging, safe_serialization=True)
+            # sentence-transformers 6 keeps the max length as the tokenizer's model_max_length.
+            saved_length = self.tokenizer.model_max_length
+            try:
+                self.tokenizer.model_max_length = self.max_length
+                self.tokenizer.save_pretrained(staging)
+            finally:
+                self.tokenizer.model_max_length = saved_length
+            versions = {
+                "sbert_pipeline": __version__,
+                "transformers": transformers.__version__,
+                "pytorch": torch.__version__,
+            }
+            write_cross_encoder_files(
+                staging,
+                activation=activation_path(self.activation),
+                do_lower_case=self.do_lower_case,
+                versions=versions,
+            )
+            weights_sha256 = sha256_of_files([staging / SAFETENSORS_FILE])
+            manifest = {
+                **self.describe(),
+                "weights_sha256": weights_sha256,
+                "identity": _identity(weights_sha256, self.settings()),
+                "source": {"model_id": self.model_id, "weights_sha256": self.weights_sha256},
+                "software": {**versions, "python": platform.python_version()},
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            (staging / MANIFEST_FILE).write_text(
+                json.dumps(manifest, indent=2) + "\n", encoding="utf-8"
+            )
+            if path.exists():
+                shutil.rmtree(path)
+            staging.rename(path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return path
+
+
+def _identity(weights_sha256: str | None, settings: dict) -> str:
+    """SHA-256 of the canonical JSON of the weights' checksum and the settings."""
+    payload = {"weights_sha256": weights_sha256, **settings}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _check_architecture(config, source: Path) -> None:
+    """Refuse what sentence-transformers would not run as a sequence classifier."""
+    transformer_class(config, source)  # encoder-decoders other than T5's encoder
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and str(architectures[0]).endswith("ForCausalLM"):
+        raise ModelLoadError(
+            f"{source}: {architectures[0]} is a causal language model; sentence-transformers "
+            "scores pairs with it through yes/no token logits (LogitScore), which is not "
+            "supported here (use a sequence-classification model)"
+        )
+    if str(getattr(config, "model_type", "")) in ("t5", "mt5", "umt5"):
+        raise ModelLoadError(f"{source}: T5-family cross-encoders are not supported")
+
+
+def _max_length(config, tokenizer, saved: int | None, requested: int | None) -> int:
+    """The truncation length of a pair, as sentence-transformers 6 sets the tokenizer's
+    ``model_max_length``: a saved ``max_seq_length`` as is, else the tokenizer's capped at
+    ``max_position_embeddings``; a requested one must fit the positions."""
+    positions = getattr(config, "max_position_embeddings", None)
+    positions = positions if isinstance(positions, int) and 0 < positions < _NO_LIMIT else None
+    limit = positions
+    # RoBERTa-style models reserve two positions for the padding offset.
+    if limit and getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"}:
+        limit -= 2
+    if requested is not None:
+        if not 1 <= requested <= (limit or _NO_LIMIT):
+            raise ValueError(f"max_length must be in [1, {limit}], got {requested}")
+        return int(requested)
+    if saved is not None:
+        return int(min(saved, limit) if limit else saved)
+    own = tokenizer.model_max_length
+    own = own if isinstance(own, int) and 0 < own < _NO_LIMIT else None
+    candidates = [value for value in (own, positions) if value]
+    return int(min(candidates)) if candidates else 512
+
+
+def _is_single_pair(pairs) -> bool:
+    return (
+        isinstance(pairs, (tuple, list))
+        and len(pairs) == 2
+        and all(isinstance(text, str) for text in pairs)
+    )
+
+
+def _checked_pairs(pairs) -> list[Pair]:
+    if isinstance(pairs, str):
+        raise TypeError("pairs must be a sequence of (text, text) pairs, not a string")
+    try:
+        pairs = list(pairs)
+    except TypeError:
+        raise TypeError(
+            f"pairs must be a sequence of (text, text) pairs, got {type(pairs).__name__}"
+        ) from None
+    for position, pair in enumerate(pairs):
+        if (
+            isinstance(pair, str)
+            or not isinstance(pair, Sequence)
+            or len(pair) != 2
+            or not all(isinstance(text, str) for text in pair)
+        ):
+            raise TypeError(f"pairs[{position}] is {pair!r:.80}, expected a pair of str")
+    return [(str(a), str(b)) for a, b in pairs]
