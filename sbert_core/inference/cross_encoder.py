@@ -469,6 +469,8 @@ def _is_single_pair(pairs) -> bool:
 def _checked_pairs(pairs) -> list[Pair]:
     if isinstance(pairs, str):
         raise TypeError("pairs must be a sequence of (text, text) pairs, not a string")
+    if isinstance(pairs, np.ndarray):
+        pairs = pairs.tolist()  # an (n, 2) array of strings, as sentence-transformers takes
     try:
         pairs = list(pairs)
     except TypeError:

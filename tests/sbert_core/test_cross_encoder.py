@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from testdata import build_tiny_bert
+from tiny_models import BUILDERS
 
 from sbert_core import CrossEncoder
 from sbert_core.errors import ModelLoadError
@@ -231,3 +232,21 @@ def test_pairs_that_are_not_pairs_of_strings_are_refused(one_label):
     with pytest.raises(TypeError, match=r"pairs\[1\]"):
         one_label.predict([("a", "b"), ("only one",)])
     assert one_label.predict([]).shape == (0,)
+    as_array = one_label.predict(np.array(PAIRS))
+    assert np.abs(as_array - one_label.predict(PAIRS)).max() == 0
+
+
+@pytest.mark.parametrize("architecture", ["roberta", "distilbert", "deberta-v2"])
+def test_other_architectures_match_sentence_transformers(architecture, tmp_path):
+    # RoBERTa and DistilBERT take no token type ids, DeBERTa-v2 takes them (type_vocab_size 0).
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    base = BUILDERS[architecture](tmp_path / "base")
+    config = AutoConfig.from_pretrained(base, num_labels=1, initializer_range=0.2)
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_config(config).eval().save_pretrained(tmp_path / "hf")
+    AutoTokenizer.from_pretrained(base).save_pretrained(tmp_path / "hf")
+    folder = _st_folder(tmp_path / "hf", tmp_path / "st")
+    pairs = PAIRS + LONG_PAIRS
+    ours = CrossEncoder.load(folder, device="cpu").predict(pairs, batch_size=3)
+    assert np.abs(ours - _st_predict(folder, pairs)).max() <= TOL
