@@ -30,6 +30,7 @@ from pathlib import Path
 from torch import nn
 
 from sbert_core.errors import ModelLoadError
+from sbert_core.model.architectures import transformer_class
 from sbert_core.model.artifact import inside_model_dir
 from sbert_core.model.json_files import read_json, read_json_object
 from sbert_core.model.module_chain import TRANSFORMER_CONFIG_FILES
@@ -37,6 +38,8 @@ from sbert_core.model.module_chain import TRANSFORMER_CONFIG_FILES
 logger = logging.getLogger(__name__)
 
 ST_CONFIG_FILE = "config_sentence_transformers.json"
+# Position limits above this are "no limit" sentinels (tokenizers use 1e30).
+_NO_LIMIT = 1_000_000
 MODEL_TYPE = "CrossEncoder"
 TRANSFORMER_TYPE = "sentence_transformers.base.modules.transformer.Transformer"
 # What sentence-transformers 6 writes for a sequence-classification Transformer module: text fed
@@ -278,6 +281,50 @@ def write_cross_encoder_files(
             "prompts": {},
         },
     )
+
+
+def check_architecture(config, source: Path) -> None:
+    """Refuse what sentence-transformers would not run as a sequence classifier.
+
+    Raises:
+        ModelLoadError: a causal language model, a T5-family or other encoder-decoder model.
+    """
+    transformer_class(config, source)  # encoder-decoders other than T5's encoder
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and str(architectures[0]).endswith("ForCausalLM"):
+        raise ModelLoadError(
+            f"{source}: {architectures[0]} is a causal language model; sentence-transformers "
+            "scores pairs with it through yes/no token logits (LogitScore), which is not "
+            "supported here (use a sequence-classification model)"
+        )
+    if str(getattr(config, "model_type", "")) in ("t5", "mt5", "umt5"):
+        raise ModelLoadError(f"{source}: T5-family cross-encoders are not supported")
+
+
+def max_length_of(config, tokenizer, saved: int | None, requested: int | None) -> int:
+    """The truncation length of a pair, as sentence-transformers 6 sets the tokenizer's
+    ``model_max_length``: a saved ``max_seq_length`` as is, else the tokenizer's capped at
+    ``max_position_embeddings``; a requested one must fit the positions.
+
+    Raises:
+        ValueError: a requested length outside ``[1, position limit]``.
+    """
+    positions = getattr(config, "max_position_embeddings", None)
+    positions = positions if isinstance(positions, int) and 0 < positions < _NO_LIMIT else None
+    limit = positions
+    # RoBERTa-style models reserve two positions for the padding offset.
+    if limit and getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"}:
+        limit -= 2
+    if requested is not None:
+        if not 1 <= requested <= (limit or _NO_LIMIT):
+            raise ValueError(f"max_length must be in [1, {limit}], got {requested}")
+        return int(requested)
+    if saved is not None:
+        return int(min(saved, limit) if limit else saved)
+    own = tokenizer.model_max_length
+    own = own if isinstance(own, int) and 0 < own < _NO_LIMIT else None
+    candidates = [value for value in (own, positions) if value]
+    return int(min(candidates)) if candidates else 512
 
 
 def _write_json(path: Path, value) -> None:

@@ -121,6 +121,19 @@ def test_long_pairs_are_truncated_like_sentence_transformers(one_label_dir, one_
     assert np.abs(longer.predict(LONG_PAIRS) - ours).max() > 1e-4
 
 
+def test_very_long_texts_score_as_in_sentence_transformers(one_label_dir, one_label):
+    # Texts far past max_length * 32 characters are cut to a prefix before tokenising; which
+    # text of a pair is the longer must not change (longest_first gives it the odd token).
+    pairs = [
+        ("the dog runs " * 400, "a man plays the guitar"),
+        ("sky", "blue" + "x" * 5000 + " the red car " * 100),
+        ("the cat " * 300, "the man and the woman " * 300),  # both long: neither is cut
+        ("the cat " * 300, "the man and the woman " * 30),  # the other is long too, in tokens
+        ("the cat " * 600, "a " * 380),  # the first prefix must be widened past the other
+    ]
+    assert np.abs(one_label.predict(pairs) - _st_predict(one_label_dir, pairs)).max() <= TOL
+
+
 def test_mixed_lengths_in_small_batches_come_back_in_input_order(one_label_dir, one_label):
     pairs = [PAIRS[i % len(PAIRS)] if i % 3 else LONG_PAIRS[i % 3] for i in range(17)]
     pairs = [(a, b + " dog" * (i % 5)) for i, (a, b) in enumerate(pairs)]
