@@ -263,3 +263,14 @@ def test_other_architectures_match_sentence_transformers(architecture, tmp_path)
     pairs = PAIRS + LONG_PAIRS
     ours = CrossEncoder.load(folder, device="cpu").predict(pairs, batch_size=3)
     assert np.abs(ours - _st_predict(folder, pairs)).max() <= TOL
+
+
+def test_a_max_seq_length_in_sentence_bert_config_is_used_as_st_uses_it(one_label_dir, tmp_path):
+    folder = _copy(one_label_dir, tmp_path)
+    path = folder / "sentence_bert_config.json"
+    config = json.loads(path.read_text())
+    config["max_seq_length"] = 12
+    path.write_text(json.dumps(config))
+    model = CrossEncoder.load(folder, device="cpu")
+    assert model.max_length == 12
+    assert np.abs(model.predict(PAIRS) - _st_predict(folder, PAIRS)).max() <= TOL
