@@ -48,8 +48,13 @@ from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout
-from pipelines.stage_api.beam_options import is_local, runner_name
-from pipelines.stage_api.beam_run import options_for, show_progress, transform_runner
+from pipelines.stage_api.beam_options import runner_name
+from pipelines.stage_api.beam_run import (
+    options_for,
+    show_progress,
+    transform_runner,
+    workers_here,
+)
 from pipelines.stage_api.result import Result
 from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
@@ -113,7 +118,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     sample = _sample_size(options, items, datasets[0].dim) if options.method == "kmeans" else None
     source = text_source(options.text_from, datasets)
     beam_options = options_for(options.beam_options, pipeline)
-    refuse_remote_workers(datasets, workers_here=is_local(beam_options))
+    refuse_remote_workers(datasets, here=workers_here(beam_options, pipeline))
     out = stage_output("cluster", options, LAYOUT)
     with out:
         show_progress(beam_options)

@@ -60,8 +60,12 @@ from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_r
 from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout
 from pipelines.io.sizes import format_size
-from pipelines.stage_api.beam_options import is_local
-from pipelines.stage_api.beam_run import options_for, show_progress, transform_runner
+from pipelines.stage_api.beam_run import (
+    options_for,
+    show_progress,
+    transform_runner,
+    workers_here,
+)
 from pipelines.stage_api.result import Result
 from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
@@ -123,8 +127,8 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     budget = options.memory_budget_bytes()
     (data,) = open_inputs([options.embeddings], ExternalColumns.from_args(options))
     if options.shards is not None:  # the shards are filled by Beam workers
-        workers_here = is_local(options_for(options.beam_options, pipeline))
-        refuse_remote_workers([data], workers_here=workers_here)
+        here = workers_here(options_for(options.beam_options, pipeline), pipeline)
+        refuse_remote_workers([data], here=here)
     n = data.count
     if n == 0:
         raise ValueError(f"{options.embeddings} holds no embeddings; there is nothing to index")

@@ -330,16 +330,20 @@ def open_inputs(paths: list[str], columns: ExternalColumns | None) -> list[Embed
     return datasets
 
 
-def refuse_remote_workers(datasets: list[EmbeddingsDataset], workers_here: bool) -> None:
+def refuse_remote_workers(datasets: list[EmbeddingsDataset], *, here: bool) -> None:
     """Refuse external vectors for a pipeline whose workers run elsewhere.
 
     The converted float32 shards lie in a working folder of this machine, which Dataflow, Spark
     or Flink workers cannot read; an exact local search or a local runner reads them here.
 
+    Args:
+        datasets: the stage's inputs.
+        here: the workers run on this machine.
+
     Raises:
         ValueError: naming the dataset and what to do instead.
     """
-    if workers_here:
+    if here:
         return
     external = [d.directory for d in datasets if "external" in d.manifest]
     if external:

@@ -146,7 +146,8 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         blocking = plan_blocking(_blocking_request(options), n, dim, budget)
     beam_options = _beam_options(options, pipeline)
     local = beam_options is None or _is_local(beam_options)
-    refuse_remote_workers(datasets, workers_here=local)
+    here = beam_options is None or _workers_here(beam_options, pipeline)
+    refuse_remote_workers(datasets, here=here)
     # A local exact run that fits one worker searches the vectors of the scan itself.
     in_process = (
         method == "exact"
@@ -242,6 +243,12 @@ def _beam_options(options: Options, pipeline: beam.Pipeline | None) -> PipelineO
     from pipelines.stage_api.beam_run import options_for
 
     return options_for(options.beam_options, pipeline)
+
+
+def _workers_here(beam_options: PipelineOptions, pipeline: beam.Pipeline | None) -> bool:
+    from pipelines.stage_api.beam_run import workers_here
+
+    return workers_here(beam_options, pipeline)
 
 
 def _is_local(beam_options: PipelineOptions) -> bool:

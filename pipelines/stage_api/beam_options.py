@@ -21,6 +21,8 @@ from pipelines.stage_api.flag_recording import FlagRecording
 logger = logging.getLogger(__name__)
 
 LOCAL_RUNNER = "FnApiRunner"
+# The runners whose workers are this process (or its children on this machine).
+LOCAL_RUNNERS = frozenset({LOCAL_RUNNER, "BundleBasedDirectRunner", "TestDirectRunner"})
 # Beam's DirectRunner tries the Prism runner first, which downloads a binary at run time and
 # fails offline; the FnApiRunner is the same in-process engine without that step.
 _REPLACED_RUNNERS = {None, "DirectRunner", "SwitchingDirectRunner"}
@@ -127,4 +129,4 @@ def runner_name(options: PipelineOptions) -> str:
 
 def is_local(options: PipelineOptions) -> bool:
     """True for the in-process runner."""
-    return runner_name(options) in {LOCAL_RUNNER, "BundleBasedDirectRunner", "TestDirectRunner"}
+    return runner_name(options) in LOCAL_RUNNERS

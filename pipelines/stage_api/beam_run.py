@@ -19,7 +19,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
-from pipelines.stage_api.beam_options import is_local, pipeline_options, runner_name
+from pipelines.stage_api.beam_options import LOCAL_RUNNERS, is_local, pipeline_options, runner_name
 from pipelines.stage_api.stops import raise_pending_stop, stop_signal
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,14 @@ def options_for(
     if isinstance(beam_args, PipelineOptions):
         return beam_args
     return pipeline_options(list(beam_args))
+
+
+def workers_here(options: PipelineOptions, pipeline: beam.Pipeline | None) -> bool:
+    """Whether the pipeline's workers run on this machine: a given (test) pipeline's runner,
+    or the options' runner, is the in-process one."""
+    if pipeline is not None:
+        return type(pipeline.runner).__name__ in LOCAL_RUNNERS
+    return is_local(options)
 
 
 def show_progress(options: PipelineOptions | None = None) -> None:
