@@ -223,18 +223,25 @@ def config_from_dict(cls: type[ConfigT], data: Any, where: str = "") -> ConfigT:
             f"unknown config key(s) {', '.join(repr(where + str(k)) for k in unknown)}; "
             f"valid keys{' in ' + where.rstrip('.') if where else ''}: {', '.join(names)}"
         )
-    values = {key: _coerce(hints[key], value, where + key) for key, value in data.items()}
+    values = {key: coerce_value(hints[key], value, where + key) for key, value in data.items()}
     return cls(**values)
 
 
-def _coerce(kind: Any, value: Any, where: str) -> Any:
+def coerce_value(kind: Any, value: Any, where: str) -> Any:
+    """``value`` as a value of the type ``kind`` (text read as a number, a bool or a list where
+    the type says so: ``--set`` keeps ``1.20`` or ``.nan`` as written), or an error naming
+    ``where``.
+
+    Raises:
+        ValueError: ``"{where}: expected ..."``.
+    """
     origin, args = get_origin(kind), get_args(kind)
     if origin is Annotated:
         inner, *extras = args
         for extra in extras:
             if isinstance(extra, Aliases) and isinstance(value, str):
                 value = extra.names.get(value, value)
-        return _coerce(inner, value, where)
+        return coerce_value(inner, value, where)
     if origin in (typing.Union, types.UnionType):
         is_null = value is None or (
             isinstance(value, str) and value.lower() in {"null", "none", "~"}
@@ -244,7 +251,7 @@ def _coerce(kind: Any, value: Any, where: str) -> Any:
         errors = []
         for option in (arg for arg in args if arg is not type(None)):
             try:
-                return _coerce(option, value, where)
+                return coerce_value(option, value, where)
             except ValueError as err:
                 errors.append(str(err))
         raise ValueError(errors[-1] if errors else f"{where}: invalid value {value!r}")
@@ -262,18 +269,18 @@ def _coerce(kind: Any, value: Any, where: str) -> Any:
             if len(value) != len(args):
                 raise ValueError(f"{where}: expected {len(args)} values, got {list(value)}")
             return tuple(
-                _coerce(a, v, f"{where}[{i}]")
+                coerce_value(a, v, f"{where}[{i}]")
                 for i, (a, v) in enumerate(zip(args, value, strict=True))
             )
         item = args[0] if args else Any
-        items = [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [coerce_value(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected a mapping, got {value!r}")
         key_type, value_type = args or (Any, Any)
         return {
-            _coerce(key_type, k, f"{where}.{k}"): _coerce(value_type, v, f"{where}.{k}")
+            coerce_value(key_type, k, f"{where}.{k}"): coerce_value(value_type, v, f"{where}.{k}")
             for k, v in value.items()
         }
     if is_dataclass(kind):

@@ -29,16 +29,16 @@ one :class:`OptionError` naming the option. Beam-free and argparse-free: ``--hel
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
-import re
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from sbert_core.config import coerce_value
 
 OptionsT = TypeVar("OptionsT", bound="StageOptions")
 # The field of Beam pipeline options (a list of flags or a PipelineOptions): not recorded in
@@ -185,46 +185,12 @@ def options_from_mapping(
             raise ValueError(f"{where}.{key}: not an option of {where}{hint}")
         if name in owned:
             raise ValueError(f"{where}.{key}: set by {owner}, not by the config")
-        given[name] = from_text(value, field_types(cls)[name])
+        # Config text read as its field's type, as every other config of the project is read.
+        given[name] = coerce_value(field_types(cls)[name], value, f"{where}.{key}")
     try:
         return cls(**given, **owned)
     except OptionError as err:
         raise err.at(where) from None
-
-
-def from_text(value: Any, hint: Any) -> Any:
-    """A config value as the type of its field, where it was written as text: ``--set`` keeps
-    ``1.20`` or ``.nan`` as written (``sbert_core.config.override_value``), and YAML reads
-    ``2e-5`` as a string. Numbers, ``.nan``/``.inf`` and true/false are read for numeric and
-    on/off fields, a number is text for a text field, and ``a,b`` is a list for a list field;
-    anything else is left for :func:`conform` to judge."""
-    base = _without_none(hint)
-    if isinstance(value, str):
-        text = value.strip()
-        if base is float:
-            with contextlib.suppress(ValueError):
-                return float(re.sub(r"^([+-]?)\.(inf|nan)$", r"\1\2", text, flags=re.I))
-        elif base is int and re.fullmatch(r"[+-]?\d+", text):
-            return int(text)
-        elif base is bool and text.lower() in _TRUE | _FALSE:
-            return text.lower() in _TRUE
-        elif get_origin(base) is tuple:
-            return tuple(item.strip() for item in text.split(",") if item.strip())
-    elif base is str and isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-_TRUE = {"true", "yes", "on"}
-_FALSE = {"false", "no", "off"}
-
-
-def _without_none(hint: Any) -> Any:
-    if get_origin(hint) in (typing.Union, types.UnionType):
-        arms = [arm for arm in get_args(hint) if arm is not type(None)]
-        if len(arms) == 1:
-            return arms[0]
-    return hint
 
 
 @cache

@@ -307,10 +307,10 @@ beam:
             r"args.text_feld: not an option of args; did you mean 'text_field'",
         ),
         ("beam", "machine_typ: n2", r"unknown option --machine_typ; did you mean '--machine_type'"),
-        ("args", "model: true", "args.model: expected a string, got True"),
+        ("args", "model: true", "args.model: expected text, got True"),
         ("args", "keep-text: yes please", "args.keep_text: expected true or false"),
-        ("args", "keep-fields: {a: b}", "args.keep_fields: expected a list of strings"),
-        ("args", "dtype: float64", "args.dtype: expected one of 'float32', 'float16'"),
+        ("args", "keep-fields: {a: b}", "args.keep_fields: expected a list, got"),
+        ("args", "dtype: float64", "args.dtype: 'float64' is not one of: float32, float16"),
         ("beam", "max_num_workers: lots", "beam: argument --max_num_workers: invalid int value"),
     ],
 )

@@ -207,7 +207,7 @@ def test_sbert_run_refuses_an_unknown_cpu_backend_and_reads_the_flag_spelling(
 
     with pytest.raises(
         ValueError,
-        match=re.escape("embed.cpu_backend: expected one of 'torch', 'openvino', got 'onnx'"),
+        match=re.escape("embed.cpu_backend: 'onnx' is not one of: torch, openvino"),
     ):
         _run_config(tmp_path, tiny_st_dir, "{cpu_backend: onnx}")
     # options: spells the flag as on the command line; it sets the same field.
