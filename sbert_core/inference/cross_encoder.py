@@ -43,12 +43,9 @@ from sbert_core.model.architectures import check_plain_folder_tokenizer
 from sbert_core.model.artifact import (
     MANIFEST_FILE,
     SAFETENSORS_FILE,
-    SAFETENSORS_INDEX,
-    safetensors_tensors,
     sha256_of_files,
     weight_files,
 )
-from sbert_core.model.config_bounds import check_config_against_weights
 from sbert_core.model.cross_encoder_folder import (
     activation_path,
     check_architecture,
@@ -58,11 +55,7 @@ from sbert_core.model.cross_encoder_folder import (
     write_cross_encoder_files,
 )
 from sbert_core.model.source import resolve_model_dir
-from sbert_core.model.weight_checks import (
-    check_finite_weights,
-    check_loaded_model,
-    check_weight_coverage,
-)
+from sbert_core.model.weight_checks import check_loaded_model, check_weight_files
 
 logger = logging.getLogger(__name__)
 
@@ -170,16 +163,9 @@ class CrossEncoder(nn.Module):
         if not layout.is_sentence_transformer:
             check_plain_folder_tokenizer(tokenizer, directory)
         check_architecture(config, source / "config.json")
-        check_config_against_weights(config, files, source / "config.json")
-        uses_pickle = files[0].suffix != ".safetensors"
-        if not uses_pickle:
-            # The base model's tensors are checked from the headers here; the classification
-            # head (classifier, pooler) is checked by from_pretrained's loading info below.
-            single = files[0].name == SAFETENSORS_FILE
-            described_by = files[0] if single else source / SAFETENSORS_INDEX
-            check_weight_coverage(safetensors_tensors(files), config, described_by)
-            for path in files:
-                check_finite_weights(path)
+        # The base model's tensors are checked from the headers here; the classification head
+        # (classifier, pooler) is checked by from_pretrained's loading info below.
+        uses_pickle = check_weight_files(config, files, source)
         try:
             classifier, loading_info = AutoModelForSequenceClassification.from_pretrained(
                 source,

@@ -60,19 +60,30 @@ class ModelLayout:
         return bool(self.heads) and self.heads[-1].kind == "normalize"
 
 
+def is_sentence_transformers_folder(root: Path) -> bool:
+    """Whether ``root`` is a sentence-transformers folder (``modules.json``) rather than a plain
+    Hugging Face one (``config.json`` only).
+
+    Raises:
+        ModelLoadError: ``root`` has neither.
+    """
+    if (root / "modules.json").is_file():
+        return True
+    if not (root / "config.json").is_file():
+        raise ModelLoadError(
+            f"{root} is not a model directory: it has neither modules.json "
+            "(sentence-transformers) nor config.json (Hugging Face)"
+        )
+    return False
+
+
 def read_layout(root: Path) -> ModelLayout:
     """Inspect a model directory without loading weights.
 
     Raises:
         ModelLoadError: naming the file that is missing, unreadable or unsupported.
     """
-    modules_file = root / "modules.json"
-    if not modules_file.is_file():
-        if not (root / "config.json").is_file():
-            raise ModelLoadError(
-                f"{root} is not a model directory: it has neither modules.json "
-                "(sentence-transformers) nor config.json (Hugging Face)"
-            )
+    if not is_sentence_transformers_folder(root):
         # sentence-transformers reads no sentence-transformers config from a plain folder.
         return ModelLayout(root, root, None, (), None, False, is_sentence_transformer=False)
 

@@ -31,7 +31,7 @@ from torch import nn
 
 from sbert_core.errors import ModelLoadError
 from sbert_core.model.architectures import transformer_class
-from sbert_core.model.artifact import inside_model_dir
+from sbert_core.model.artifact import inside_model_dir, is_sentence_transformers_folder
 from sbert_core.model.json_files import read_json, read_json_object
 from sbert_core.model.module_chain import TRANSFORMER_CONFIG_FILES
 
@@ -92,12 +92,7 @@ def read_cross_encoder_layout(root: Path) -> CrossEncoderLayout:
             sentence-transformers would compute something else (naming the file and key).
     """
     modules_file = root / "modules.json"
-    if not modules_file.is_file():
-        if not (root / "config.json").is_file():
-            raise ModelLoadError(
-                f"{root} is not a model directory: it has neither modules.json "
-                "(sentence-transformers) nor config.json (Hugging Face)"
-            )
+    if not is_sentence_transformers_folder(root):
         return CrossEncoderLayout(root, root, None, False, _config_activation(root), False)
 
     st_config = _read_st_config(root)

@@ -20,15 +20,11 @@ from torch import nn
 from sbert_core.errors import ModelLoadError
 from sbert_core.model.architectures import check_plain_folder_tokenizer, transformer_class
 from sbert_core.model.artifact import (
-    SAFETENSORS_FILE,
-    SAFETENSORS_INDEX,
     ModelLayout,
     read_layout,
-    safetensors_tensors,
     sha256_of_files,
     weight_files,
 )
-from sbert_core.model.config_bounds import check_config_against_weights
 from sbert_core.model.head_modules import (
     HeadModule,
     Normalize,
@@ -40,11 +36,7 @@ from sbert_core.model.head_modules import (
 from sbert_core.model.pooling import PoolingConfig, PoolingMode, check_pooling_mode
 from sbert_core.model.prompts import PromptSettings, PromptTask
 from sbert_core.model.source import DEFAULT_MODEL, resolve_model_dir
-from sbert_core.model.weight_checks import (
-    check_finite_weights,
-    check_loaded_model,
-    check_weight_coverage,
-)
+from sbert_core.model.weight_checks import check_loaded_model, check_weight_files
 
 
 @dataclass(frozen=True)
@@ -154,16 +146,8 @@ def inspect_model(
     if layout.padding_side is not None:
         tokenizer.padding_side = layout.padding_side
     transformer_class(config, source / "config.json")
-    # Before anything is built from the config: building takes time and memory in proportion
-    # to the layers it claims, however few the weights hold.
-    check_config_against_weights(config, files, source / "config.json")
-    uses_pickle = files[0].suffix != ".safetensors"
-    if not uses_pickle:
-        single = files[0].name == SAFETENSORS_FILE
-        described_by = files[0] if single else source / SAFETENSORS_INDEX
-        check_weight_coverage(safetensors_tensors(files), config, described_by)
-        for path in files:
-            check_finite_weights(path)
+    # Before anything is built from the config.
+    uses_pickle = check_weight_files(config, files, source)
 
     hidden = int(getattr(config, "hidden_size", 0) or 0)
     pooling_config = layout.pooling or PoolingConfig(dim=hidden, mode="mean")

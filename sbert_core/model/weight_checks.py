@@ -191,3 +191,27 @@ def _patterns(model: nn.Module, attribute: str) -> list[re.Pattern]:
 
 def _matches(name: str, patterns: list[re.Pattern]) -> bool:
     return any(pattern.search(name) for pattern in patterns)
+
+
+def check_weight_files(config, files: list[Path], source: Path) -> bool:
+    """Check the weight files against the config before anything is built from it; returns
+    whether they are pickle files (``pytorch_model.bin``), which only loading can check.
+
+    The config's sizes against the tensors the files hold (building takes time and memory in
+    proportion to the layers it claims, however few the weights hold), then for safetensors:
+    every tensor the base model needs, with its shape, and every value finite.
+
+    Raises:
+        ModelLoadError: naming the file and the tensor or config key.
+    """
+    from sbert_core.model.artifact import SAFETENSORS_FILE, SAFETENSORS_INDEX, safetensors_tensors
+    from sbert_core.model.config_bounds import check_config_against_weights
+
+    check_config_against_weights(config, files, source / "config.json")
+    if files[0].suffix != ".safetensors":
+        return True
+    described_by = files[0] if files[0].name == SAFETENSORS_FILE else source / SAFETENSORS_INDEX
+    check_weight_coverage(safetensors_tensors(files), config, described_by)
+    for path in files:
+        check_finite_weights(path)
+    return False
