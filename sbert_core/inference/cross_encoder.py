@@ -26,8 +26,6 @@ import json
 import logging
 import os
 import platform
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,6 +52,7 @@ from sbert_core.model.cross_encoder_folder import (
     resolve_activation,
     write_cross_encoder_files,
 )
+from sbert_core.model.export import staged_model_folder
 from sbert_core.model.source import resolve_model_dir
 from sbert_core.model.weight_checks import check_loaded_model, check_weight_files
 
@@ -358,13 +357,7 @@ class CrossEncoder(nn.Module):
         from sbert_core.version import __version__
 
         path = Path(path)
-        if path.exists() and any(path.iterdir()) and not overwrite:
-            raise FileExistsError(
-                f"{path} exists and is not empty; pass overwrite=True to replace it"
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
+        with staged_model_folder(path, overwrite=overwrite) as staging:
             self.model.save_pretrained(staging, safe_serialization=True)
             # sentence-transformers 6 keeps the max length as the tokenizer's model_max_length.
             saved_length = self.tokenizer.model_max_length
@@ -396,12 +389,6 @@ class CrossEncoder(nn.Module):
             (staging / MANIFEST_FILE).write_text(
                 json.dumps(manifest, indent=2) + "\n", encoding="utf-8"
             )
-            if path.exists():
-                shutil.rmtree(path)
-            staging.rename(path)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         return path
 
 

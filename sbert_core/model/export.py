@@ -11,12 +11,13 @@ destination and renamed into place, so it appears whole or not at all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -69,11 +70,7 @@ def save_encoder(
     from sbert_core.version import __version__
 
     path = Path(path)
-    if path.exists() and any(path.iterdir()) and not overwrite:
-        raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with staged_model_folder(path, overwrite=overwrite) as staging:
         head_weights = _write_model(encoder, staging)
         manifest = {
             **encoder.describe(),
@@ -89,13 +86,29 @@ def save_encoder(
             **(extra_manifest or {}),
         }
         _write_json(staging / MANIFEST_FILE, manifest)
+    return path
+
+
+@contextlib.contextmanager
+def staged_model_folder(path: Path, *, overwrite: bool) -> Iterator[Path]:
+    """A new folder beside ``path`` to write a model into; it replaces ``path`` when the block
+    ends, and is removed if the block raises (``path`` is then as it was).
+
+    Raises:
+        FileExistsError: ``path`` exists and is not empty, and ``overwrite`` is False.
+    """
+    if path.exists() and any(path.iterdir()) and not overwrite:
+        raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield staging
         if path.exists():
             shutil.rmtree(path)
         staging.rename(path)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return path
 
 
 def _write_model(encoder: ExportableEncoder, out: Path) -> list[Path]:
