@@ -13,6 +13,8 @@ from pipelines.stage_api.options import OptionError, at_least, in_range, option
 from pipelines.stage_api.shared_options import (
     ExternalVectorOptions,
     beam_options_option,
+    kmeans_iterations_option,
+    kmeans_sample_option,
     output_option,
     overwrite_option,
     seed_option,
@@ -42,11 +44,8 @@ class Options(ExternalVectorOptions):
         "--min-size items within --threshold of a centre item",
     )
     k: int | None = option(help="number of clusters (kmeans)")
-    sample: int | None = option(
-        help=f"rows the k-means fit uses (default {SAMPLE_PER_CLUSTER} per cluster, at least "
-        f"{MIN_SAMPLE:,}, at most 2 GiB of vectors; clamped to the number of rows)"
-    )
-    iterations: int = option(20, "k-means iterations, at most")
+    sample: int | None = kmeans_sample_option("", SAMPLE_PER_CLUSTER, MIN_SAMPLE)
+    iterations: int = kmeans_iterations_option()
     refine_passes: int = option(
         0, "Lloyd passes over all rows after the sample fit (each reads the input once)"
     )

@@ -23,6 +23,8 @@ from pipelines.stage_api.options import OptionError, at_least, in_range, option
 from pipelines.stage_api.shared_options import (
     ExternalVectorOptions,
     beam_options_option,
+    kmeans_iterations_option,
+    kmeans_sample_option,
     output_option,
     overwrite_option,
     seed_option,
@@ -62,11 +64,8 @@ class Options(ExternalVectorOptions):
         help="clustered: clusters whose block would hold more vectors are split (default "
         f"{DEFAULT_MAX_BLOCK:,}, less if --worker-memory needs it)"
     )
-    sample: int | None = option(
-        help=f"clustered: rows the k-means fit uses (default {SAMPLE_PER_CLUSTER} per cluster, "
-        f"at least {MIN_SAMPLE:,}, at most 2 GiB of vectors; clamped to the number of rows)"
-    )
-    iterations: int = option(20, "k-means iterations, at most")
+    sample: int | None = kmeans_sample_option("clustered: ", SAMPLE_PER_CLUSTER, MIN_SAMPLE)
+    iterations: int = kmeans_iterations_option()
     recall_sample: int = option(
         1000, "clustered: queries whose lists are checked against exact search (0: none)"
     )

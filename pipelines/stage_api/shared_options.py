@@ -46,6 +46,20 @@ def seed_option(help: str) -> Any:
     return option(0, help)
 
 
+def kmeans_sample_option(scope: str, per_cluster: int, min_sample: int) -> Any:
+    """``--sample N`` of a k-means fit on a sample of the rows (``pipelines.vectors.sampling.
+    sample_size`` reads it); ``scope`` starts the help, e.g. ``"clustered: "``."""
+    return option(
+        help=f"{scope}rows the k-means fit uses (default {per_cluster} per cluster, at least "
+        f"{min_sample:,}, at most 2 GiB of vectors; clamped to the number of rows)"
+    )
+
+
+def kmeans_iterations_option() -> Any:
+    """``--iterations N`` of a k-means fit (default 20)."""
+    return option(20, "k-means iterations, at most")
+
+
 def beam_options_option() -> Any:
     """The Beam pipeline options of a stage that runs pipelines: a list of flags as Beam spells
     them (``["--runner=DataflowRunner", "--project=p"]``) or a ``PipelineOptions``. On the
@@ -81,6 +95,8 @@ __all__ = [
     "EXTERNAL_HELP",
     "ExternalVectorOptions",
     "beam_options_option",
+    "kmeans_iterations_option",
+    "kmeans_sample_option",
     "output_option",
     "overwrite_option",
     "seed_option",
