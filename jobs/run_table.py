@@ -18,9 +18,10 @@ from pipelines.finetune.job_stage import JOB_STAGE as FINETUNE
 from pipelines.index.job_stage import JOB_STAGE as INDEX
 from pipelines.pairs.job_stage import JOB_STAGE as PAIRS
 from pipelines.stage_api.job_stage import JobStage
+from pipelines.verify.job_stage import JOB_STAGE as VERIFY
 
 # In run order: each stage reads only what the ones before it wrote.
-STAGES: tuple[JobStage, ...] = (FINETUNE, EMBED, INDEX, CLUSTER, PAIRS, DEDUP)
+STAGES: tuple[JobStage, ...] = (FINETUNE, EMBED, INDEX, CLUSTER, PAIRS, VERIFY, DEDUP)
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in STAGES)
 # ``model: finetune`` means the model the finetune stage of the same job writes.
 FROM_FINETUNE = "finetune"

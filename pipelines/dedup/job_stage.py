@@ -10,11 +10,20 @@ from pipelines.stage_api.job_stage import JobContext, JobStage, ReportContext
 KNOWN_FACT = "known duplicates found"
 
 
+def _pairs_stage(context: JobContext) -> str:
+    # With a verify stage, dedup groups the cross-encoder's scores of the pairs.
+    return "verify" if "verify" in context.stages else "pairs"
+
+
+def _reads(stage: JobStage, context: JobContext) -> tuple[str, ...]:
+    return (_pairs_stage(context),)
+
+
 def _wire(context: JobContext) -> dict[str, Any]:
     # The corpus gives dedup the corpus order (keep: first), texts for the report and, with
     # apply, the rows to write.
     return {
-        "pairs": context.folders["pairs"],
+        "pairs": context.folders[_pairs_stage(context)],
         "output": context.folders["dedup"],
         "corpus": context.corpus["path"],
         "verify": context.verify,
@@ -49,6 +58,7 @@ JOB_STAGE = JobStage(
     folder="dedup",
     inputs=("pairs",),
     wire=_wire,
+    reads=_reads,
     job_defaults={"threshold": 0.9},  # the command requires one
     runs_pipelines=lambda options: False,  # dedup runs in this process
     preflight=_preflight,

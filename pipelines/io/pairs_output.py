@@ -7,6 +7,10 @@ complete, or null, ``n``, and the embeddings it was computed from under ``embedd
 ``pairs/part-*.parquet`` (``id_a < id_b``, ``score``; each pair once) and
 ``neighbors/part-*.parquet`` (``id``, ``neighbor_ids``, ``scores``; one row per item).
 
+A folder written by ``sbert verify`` keeps that contract: its ``pairs/`` parts add a ``cosine``
+column (the bi-encoder's score; ``score`` is then the cross-encoder's, see
+:data:`VERIFIED_PAIRS_SCHEMA`) and its manifest a ``verify`` section (:attr:`PairsOutput.verified`).
+
 :class:`PairsOutput` streams the pairs above a score as columns (dedup); :func:`read_pairs` and
 :func:`read_neighbors` return whole tables (recall checks, tests).
 """
@@ -29,6 +33,11 @@ from pipelines.vectors.checks import check_cosine
 
 NEIGHBORS = "neighbors"
 PAIRS = "pairs"
+# The bi-encoder's cosine of a verified pair, beside its cross-encoder ``score``.
+COSINE = "cosine"
+VERIFIED_PAIRS_SCHEMA = PAIRS_SCHEMA.append(pa.field(COSINE, pa.float32(), nullable=False))
+# The manifest section of a folder ``sbert verify`` wrote (the cross-encoder, band, counts).
+VERIFY_SECTION = "verify"
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,12 @@ class PairsOutput:
         """Score down to which ``pairs/`` holds every pair (None: not written for a threshold)."""
         value = self.manifest.get("threshold")
         return None if value is None else float(value)
+
+    @property
+    def verified(self) -> bool:
+        """Whether ``sbert verify`` wrote the folder (``score``: the cross-encoder's, ``cosine``:
+        the bi-encoder's)."""
+        return isinstance(self.manifest.get(VERIFY_SECTION), dict)
 
     @property
     def k(self) -> int | None:

@@ -33,6 +33,19 @@ def texts_from_embeddings(datasets: Sequence[EmbeddingsDataset], wanted: set[str
     return found
 
 
+def recorded_corpus_spec(embeddings_manifest: dict) -> CorpusSpec:
+    """How the embed job that wrote ``embeddings_manifest`` read its corpus (its ``input``), so
+    that the corpus read again gives the same ids (derived ``file:row`` ids included)."""
+    recorded = embeddings_manifest.get("input", {})
+    return CorpusSpec(
+        fmt=recorded.get("fmt"),
+        text_field=recorded.get("text_field") or "text",
+        id_field=recorded.get("id_field"),
+        max_record_bytes=recorded.get("max_record_bytes", CorpusSpec.max_record_bytes),
+        max_record_lines=recorded.get("max_record_lines", CorpusSpec.max_record_lines),
+    )
+
+
 def texts_from_corpus(pattern: str, spec: CorpusSpec, wanted: set[str]) -> dict:
     """``{id: text}`` for the wanted ids, read again from the corpus files.
 
@@ -43,6 +56,7 @@ def texts_from_corpus(pattern: str, spec: CorpusSpec, wanted: set[str]) -> dict:
     for path, id_prefix, _ in match_corpus(pattern):
         with open_decompressed(path) as stream:
             for item in read_corpus_file(stream, path, spec, id_prefix):
-                if isinstance(item, CorpusRecord) and item.id in wanted:
+                # The embed job keeps the first row of a repeated id (file, then row order).
+                if isinstance(item, CorpusRecord) and item.id in wanted and item.id not in found:
                     found[item.id] = item.text
     return found

@@ -1,0 +1,128 @@
+"""Beam ``ModelHandler`` around the cross-encoder: text pairs in, one score each out.
+
+As :class:`pipelines.embed.model_handler.SbertModelHandler` does for texts: the cross-encoder
+is loaded in ``load_model`` (once per worker process; once per machine on GPU workers, where
+``share_model_across_processes`` is on), never pickled with the pipeline. ``BatchElements``
+hands it large batches; inside each, ``CrossEncoder.predict`` sorts the pairs by token length
+and runs ``batch_size`` pairs per forward pass, so padding stays small. Keyed elements keep
+their ids::
+
+    scores = pairs | RunInference(CrossEncoderModelHandler(CrossEncoderSettings("ce_dir")))
+    keyed = keyed_pairs | RunInference(KeyedModelHandler(CrossEncoderModelHandler(settings)))
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+from sbert_core import CrossEncoder
+
+logger = logging.getLogger(__name__)
+
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class CrossEncoderSettings:
+    """How a worker loads and runs the cross-encoder (plain values: they pickle with the
+    pipeline). ``None``: as the model or :meth:`CrossEncoder.load` does by default."""
+
+    model: str
+    device: str | None = None
+    dtype: str = "float32"
+    backend: str = "torch"
+    allow_pickle: bool = False
+    max_length: int | None = None
+    num_threads: int | None = None
+    batch_size: int = 32
+
+    def load(self) -> CrossEncoder:
+        """The cross-encoder, loaded and checked.
+
+        Raises:
+            ModelLoadError, ValueError: as :meth:`CrossEncoder.load`.
+        """
+        # torch is load's default backend: it is passed only when another one is asked for.
+        backend = {} if self.backend == "torch" else {"backend": self.backend}
+        return CrossEncoder.load(
+            self.model,
+            device=self.device,
+            dtype=self.dtype,
+            allow_pickle=self.allow_pickle,
+            max_length=self.max_length,
+            num_threads=self.num_threads,
+            **backend,
+        )
+
+
+class CrossEncoderModelHandler(ModelHandler[Pair, PredictionResult, CrossEncoder]):
+    """Runs ``CrossEncoder.predict`` on batches of ``(text_a, text_b)`` pairs.
+
+    Each ``PredictionResult`` holds the pair and its score (a float). A batch that fails fails
+    the job: every pair of a band must be scored, so there are no dead letters here.
+
+    Args:
+        settings: how to load the cross-encoder on the worker.
+        min_batch_size, max_batch_size: bounds for Beam's adaptive ``BatchElements``.
+        share_across_processes: one model per machine instead of per process (default: on
+            CUDA devices).
+    """
+
+    def __init__(
+        self,
+        settings: CrossEncoderSettings,
+        *,
+        min_batch_size: int = 256,
+        max_batch_size: int = 4096,
+        share_across_processes: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self._settings = settings
+        self._batching = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
+        device = settings.device or ""
+        self._share = (
+            device.startswith("cuda") if share_across_processes is None else share_across_processes
+        )
+
+    def load_model(self) -> CrossEncoder:
+        """Load the cross-encoder on the worker (called once per process or machine)."""
+        model = self._settings.load()
+        if model.num_labels != 1:
+            raise ValueError(
+                f"{self._settings.model}: the cross-encoder gives {model.num_labels} scores per "
+                "pair; verify needs one (a duplicate score)"
+            )
+        logger.info("loaded the cross-encoder %s on %s", model.model_id, model.device)
+        return model
+
+    def run_inference(
+        self,
+        batch: Sequence[Pair],
+        model: CrossEncoder,
+        inference_args: dict | None = None,
+    ) -> Iterable[PredictionResult]:
+        """Score a batch; one ``PredictionResult`` per pair, in order."""
+        scores = model.predict(list(batch), batch_size=self._settings.batch_size)
+        return [
+            PredictionResult(pair, float(score)) for pair, score in zip(batch, scores, strict=True)
+        ]
+
+    def get_num_bytes(self, batch: Sequence[Pair]) -> int:
+        """Text bytes in a batch (Beam's default pickles the batch just to measure it)."""
+        return sum(len(a) + len(b) for a, b in batch)
+
+    def get_metrics_namespace(self) -> str:
+        """Namespace of RunInference's own metrics."""
+        return "sbert_verify"
+
+    def batch_elements_kwargs(self) -> dict:
+        """Large batches: the cross-encoder re-batches them by token length inside."""
+        return dict(self._batching)
+
+    def share_model_across_processes(self) -> bool:
+        """One model per machine on GPU workers, one per process elsewhere."""
+        return self._share
