@@ -9,8 +9,14 @@ tokenised length (smart batching) and the scores put back in input order.
 
 The folder is checked as :class:`~sbert_core.inference.encoder.SentenceEncoder` checks its own:
 no pickle weights without ``allow_pickle``, no remote code, the config checked against the
-weights before anything is built, every tensor present with its shape and finite. Only float32
-runs this round (the bf16, int8 and OpenVINO paths of the bi-encoder are not wired in here).
+weights before anything is built, every tensor present with its shape and finite.
+
+It runs the bi-encoder's compute paths (:mod:`sbert_core.inference.compute_paths`, with the same
+names and refusals; :mod:`sbert_core.inference.cross_encoder_paths` applies them to the
+classifier): float32 (the default, sentence-transformers' scores), bfloat16, float16 (CUDA),
+``auto``, int8 (CPU with VNNI), and on CPU the OpenVINO backend in float32, bfloat16 (native
+bf16 only) or int8. :meth:`CrossEncoder.describe` names the path that ran, and the identity
+changes with the dtype and the backend, as scores do.
 
 Example:
     >>> model = CrossEncoder.load("path/to/cross-encoder")
@@ -36,8 +42,10 @@ from torch import nn
 
 from sbert_core.errors import ModelLoadError
 from sbert_core.inference.batching import length_sorted_batches, progress_bar
-from sbert_core.inference.tokenizing import CUT_CHARS_PER_TOKEN, pad_token_ids
-from sbert_core.model.architectures import check_plain_folder_tokenizer
+from sbert_core.inference.compute_paths import TORCH, ComputePath, resolve_compute_path
+from sbert_core.inference.cross_encoder_paths import pad_pairs, prepare_classifier
+from sbert_core.inference.precision import DtypeName, dtype_name
+from sbert_core.inference.tokenizing import CUT_CHARS_PER_TOKEN
 from sbert_core.model.artifact import (
     MANIFEST_FILE,
     SAFETENSORS_FILE,
@@ -46,8 +54,8 @@ from sbert_core.model.artifact import (
 )
 from sbert_core.model.cross_encoder_folder import (
     activation_path,
-    check_architecture,
     max_length_of,
+    read_config_and_tokenizer,
     read_cross_encoder_layout,
     resolve_activation,
     write_cross_encoder_files,
@@ -72,6 +80,10 @@ class CrossEncoder(nn.Module):
         >>> model.predict([("a man plays guitar", "someone makes music")], batch_size=16)
         array([0.93], dtype=float32)
     """
+
+    # Set by load (what describe records of the dtype path); None: float32-like on torch, in
+    # the classifier's dtype (a model built in memory, e.g. by training).
+    compute_path: ComputePath | None = None
 
     def __init__(
         self,
@@ -110,7 +122,8 @@ class CrossEncoder(nn.Module):
         model: str | os.PathLike,
         *,
         device: str | torch.device | None = None,
-        dtype: str | torch.dtype = "float32",
+        dtype: DtypeName | ComputePath | torch.dtype = "float32",
+        backend: str = TORCH,
         allow_pickle: bool = False,
         max_length: int | None = None,
         num_threads: int | None = None,
@@ -122,7 +135,11 @@ class CrossEncoder(nn.Module):
             model: a local folder; any other name is taken for a Hugging Face Hub id, which
                 fails with advice when the hub cannot be reached (offline).
             device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available.
-            dtype: ``float32`` only (the fast CPU paths are not wired in for cross-encoders).
+            dtype: ``float32`` (default, sentence-transformers' scores), ``bfloat16``,
+                ``float16`` (CUDA), ``auto`` or ``int8`` (CPU with VNNI), or a resolved path
+                (:mod:`sbert_core.inference.compute_paths`).
+            backend: what runs the classifier: ``torch``, or ``openvino`` (CPU; float32,
+                bfloat16 or int8).
             allow_pickle: accept ``pytorch_model.bin`` weights (they can run code when read).
             max_length: override the truncation length of a pair (at most the model's
                 position limit); default the folder's, as sentence-transformers reads it.
@@ -131,17 +148,17 @@ class CrossEncoder(nn.Module):
         Raises:
             ModelLoadError: missing, corrupt or foreign files, an unsupported folder, pickle
                 weights without ``allow_pickle``, an unreachable hub id.
-            ValueError: a dtype other than float32, a max_length outside the model's range.
+            ValueError: a max_length outside the model's range; a dtype or backend this
+                machine cannot run, as
+                :func:`~sbert_core.inference.compute_paths.resolve_compute_path` refuses it.
         """
-        if dtype not in ("float32", torch.float32):
-            raise ValueError(
-                f"dtype {dtype!r} is not supported for cross-encoders yet (only float32)"
-            )
         if num_threads is not None:
-            torch.set_num_threads(num_threads)
+            torch.set_num_threads(num_threads)  # before OpenVINO compiles: it takes this count
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        from huggingface_hub.errors import StrictDataclassError
-        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+        if isinstance(dtype, torch.dtype):
+            dtype = dtype_name(dtype)
+        path = resolve_compute_path(dtype, device, backend)
+        from transformers import AutoModelForSequenceClassification
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -149,19 +166,7 @@ class CrossEncoder(nn.Module):
         layout = read_cross_encoder_layout(directory)
         source = layout.transformer_dir
         files = weight_files(source, allow_pickle=allow_pickle)
-        try:
-            config = AutoConfig.from_pretrained(source, trust_remote_code=False)
-            tokenizer = AutoTokenizer.from_pretrained(
-                source, use_fast=True, trust_remote_code=False
-            )
-        except (OSError, ValueError, KeyError, StrictDataclassError) as err:
-            reason = " ".join(str(err).split())
-            raise ModelLoadError(
-                f"{source}: could not read the config or tokenizer ({reason})"
-            ) from err
-        if not layout.is_sentence_transformer:
-            check_plain_folder_tokenizer(tokenizer, directory)
-        check_architecture(config, source / "config.json")
+        config, tokenizer = read_config_and_tokenizer(layout, directory)
         # The base model's tensors are checked from the headers here; the classification head
         # (classifier, pooler) is checked by from_pretrained's loading info below.
         uses_pickle = check_weight_files(config, files, source)
@@ -169,7 +174,7 @@ class CrossEncoder(nn.Module):
             classifier, loading_info = AutoModelForSequenceClassification.from_pretrained(
                 source,
                 config=config,
-                dtype=torch.float32,
+                dtype=path.load_dtype,
                 use_safetensors=not uses_pickle,
                 trust_remote_code=False,
                 output_loading_info=True,
@@ -189,6 +194,8 @@ class CrossEncoder(nn.Module):
         )
         encoder.eval()
         encoder.to(device=device)
+        encoder.model = prepare_classifier(encoder, path)
+        encoder.compute_path = path
         return encoder
 
     # ------------------------------------------------------------------ properties
@@ -203,17 +210,36 @@ class CrossEncoder(nn.Module):
         """Device the weights live on."""
         return next(self.model.parameters()).device
 
+    @property
+    def takes_token_types(self) -> bool:
+        """Whether the classifier's forward takes ``token_type_ids`` (BERT yes, RoBERTa no)."""
+        return self._takes_token_types
+
+    @property
+    def resolved_path(self) -> ComputePath:
+        """The compute path that runs: :attr:`compute_path` as :meth:`load` resolved it, or for
+        a model built in memory the classifier's dtype on torch."""
+        if self.compute_path is not None:
+            return self.compute_path
+        dtype = next(self.model.parameters()).dtype
+        return ComputePath(dtype_name(dtype), dtype, self.device.type)
+
     def settings(self) -> dict:
         """The settings that, with the weights, decide the scores (what :attr:`identity`
-        hashes besides ``weights_sha256``)."""
-        return {
+        hashes besides ``weights_sha256``): the compute dtype, and the backend when it is not
+        torch (torch float32 identities are those of float32-only releases)."""
+        path = self.resolved_path
+        settings = {
             "kind": "cross_encoder",
             "num_labels": self.num_labels,
             "max_length": self.max_length,
             "activation_fn": activation_path(self.activation),
             "do_lower_case": self.do_lower_case,
-            "dtype": "float32",
+            "dtype": path.name,
         }
+        if path.backend != TORCH:
+            settings["backend"] = path.backend
+        return settings
 
     @property
     def identity(self) -> str:
@@ -222,13 +248,15 @@ class CrossEncoder(nn.Module):
         return _identity(self.weights_sha256, self.settings())
 
     def describe(self) -> dict:
-        """What manifests record about the scores: model id, weight checksum, settings and
-        the identity over them."""
+        """What manifests record about the scores: model id, weight checksum, settings, the
+        identity over them, and ``compute``: the path that ran, as the bi-encoder's describe
+        names it (path, device, backend, quantizer, engine, CPU features)."""
         return {
             "model_id": self.model_id,
             "weights_sha256": self.weights_sha256,
             **self.settings(),
             "identity": self.identity,
+            "compute": self.resolved_path.describe()["compute"],
         }
 
     # ------------------------------------------------------------------ computing
@@ -311,24 +339,11 @@ class CrossEncoder(nn.Module):
         shape = (n,) if self.num_labels == 1 else (n, self.num_labels)
         scores = np.empty(shape, dtype=np.float32)
         batches = length_sorted_batches(lengths, batch_size=batch_size, token_budget=token_budget)
-        left = getattr(self.tokenizer, "padding_side", "right") == "left"
         progress = progress_bar(len(batches), show_progress_bar)
         self.eval()  # dropout off, whatever training did to the module before
         with torch.inference_mode():
             for indices in batches:
-                batch = pad_token_ids(
-                    [features["input_ids"][i] for i in indices],
-                    self._pad_id,
-                    left=left,
-                    device=self.device,
-                )
-                if "token_type_ids" in features:
-                    types = [features["token_type_ids"][i] for i in indices]
-                    pad_type = int(getattr(self.tokenizer, "pad_token_type_id", 0) or 0)
-                    batch["token_type_ids"] = pad_token_ids(
-                        types, pad_type, left=left, device=self.device
-                    )["input_ids"]
-                logits = self(**batch)  # (B, num_labels)
+                logits = self(**pad_pairs(self, features, indices))  # (B, num_labels)
                 batch_scores = self.activation(logits)
                 if self.num_labels == 1:
                     batch_scores = batch_scores.squeeze(-1)  # (B,)
@@ -351,11 +366,19 @@ class CrossEncoder(nn.Module):
 
         Raises:
             FileExistsError: ``path`` exists and is not empty, and ``overwrite`` is False.
+            ValueError: the model runs another path than float32 on torch (its weights are
+                rounded, quantized or compiled; the folder must hold the float32 ones).
         """
         import transformers
 
         from sbert_core.version import __version__
 
+        running = self.resolved_path
+        if running.name != "float32" or running.backend != TORCH:
+            raise ValueError(
+                f"save() writes float32 weights, and this cross-encoder runs {running.name} on "
+                f"{running.backend}; load it with dtype='float32', backend='torch' to save it"
+            )
         path = Path(path)
         with staged_model_folder(path, overwrite=overwrite) as staging:
             self.model.save_pretrained(staging, safe_serialization=True)
@@ -378,8 +401,10 @@ class CrossEncoder(nn.Module):
                 versions=versions,
             )
             weights_sha256 = sha256_of_files([staging / SAFETENSORS_FILE])
+            description = self.describe()
+            del description["compute"]  # the machine that saved, not the model
             manifest = {
-                **self.describe(),
+                **description,
                 "weights_sha256": weights_sha256,
                 "identity": _identity(weights_sha256, self.settings()),
                 "source": {"model_id": self.model_id, "weights_sha256": self.weights_sha256},

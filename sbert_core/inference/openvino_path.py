@@ -69,17 +69,38 @@ class HiddenStates:
     last_hidden_state: torch.Tensor  # (B, T, h) float32
 
 
-class _LastHiddenState(nn.Module):
-    """The Hugging Face model as a function of two tensors to one, which is what is converted."""
+@dataclass
+class ClassifierLogits:
+    """What the cross-encoder reads of a sequence-classification model's output."""
 
-    def __init__(self, transformer: nn.Module) -> None:
+    logits: torch.Tensor  # (B, num_labels) float32
+
+
+# The model inputs converted by default (an encoder's); a cross-encoder adds token_type_ids.
+ENCODER_INPUTS = ("input_ids", "attention_mask")
+# The output each converted model gives, by its name in the Hugging Face output, and the class
+# OpenVINOTransformer hands it back in.
+_OUTPUT_TYPES = {"last_hidden_state": HiddenStates, "logits": ClassifierLogits}
+
+
+class _LastHiddenState(nn.Module):
+    """The Hugging Face model as a function of its input tensors (``token_type_ids`` only where
+    given) to one of its outputs, which is what is converted."""
+
+    def __init__(self, transformer: nn.Module, output: str = "last_hidden_state") -> None:
         super().__init__()
         self.transformer = transformer
+        self.output = output
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.transformer(
-            input_ids=input_ids, attention_mask=attention_mask
-        ).last_hidden_state
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        output = self.transformer(input_ids=input_ids, attention_mask=attention_mask, **extra)
+        return getattr(output, self.output)
 
 
 def calibration_batches(info) -> list[dict[str, np.ndarray]]:
@@ -125,22 +146,26 @@ def convert_transformer(
     threads: int,
     calibration: list[dict[str, np.ndarray]] | None = None,
     probe: dict[str, np.ndarray] | None = None,
+    *,
+    output: str = "last_hidden_state",
 ):
     """The OpenVINO CPU model of ``transformer`` (float32 torch) for ``path_name``, compiled:
     :func:`compile_for_cpu` of :func:`openvino_model`.
 
     Args:
-        transformer: the Hugging Face encoder, float32, in eval mode.
+        transformer: the Hugging Face encoder (or sequence classifier), float32, in eval mode.
         path_name: ``float32``, ``bfloat16`` or ``int8`` (see :data:`PRECISION_HINTS`).
         threads: inference threads of the plugin (torch's intra-op thread count).
         calibration: int8 only: the batches activation ranges are calibrated on
             (:func:`calibration_batches`).
-        probe: what the conversion is checked on (:func:`probe_batch`).
+        probe: what the conversion is checked on (:func:`probe_batch`); its keys are the
+            inputs converted.
+        output: the Hugging Face output the model gives (``last_hidden_state``, ``logits``).
 
     Raises:
         ValueError: as :func:`openvino_model`.
     """
-    model = openvino_model(transformer, path_name, calibration, probe)
+    model = openvino_model(transformer, path_name, calibration, probe, output=output)
     return compile_for_cpu(model, path_name, threads)
 
 
@@ -149,16 +174,21 @@ def openvino_model(
     path_name: str,
     calibration: list[dict[str, np.ndarray]] | None = None,
     probe: dict[str, np.ndarray] | None = None,
+    *,
+    output: str = "last_hidden_state",
 ):
     """``transformer`` (float32 torch, eval mode) as an ``openvino.Model`` of dynamic batch
-    and length, for int8 quantized on ``calibration`` (not compiled yet).
+    and length giving its ``output`` (the hidden states of an encoder, the ``logits`` of a
+    sequence classifier), for int8 quantized on ``calibration`` (not compiled yet).
 
     It is traced with eager attention (the model's own implementation is restored after): a
     padded row's pad positions attend to nothing in a decoder's causal mask (and in some
     encoders' local masks), which the converted SDPA turns into NaN that then reaches every
     position; eager attention's additive mask keeps them finite, as torch's SDPA does. The
     float32 conversion is then checked against torch on ``probe`` (default
-    :func:`probe_batch`: two rows of different lengths, padded on the right).
+    :func:`probe_batch`: two rows of different lengths, padded on the right). The inputs
+    converted are the probe's (``input_ids``, ``attention_mask`` and, for a cross-encoder,
+    ``token_type_ids``).
 
     Raises:
         ValueError: the model cannot be converted (the message names the model class), its
@@ -167,6 +197,7 @@ def openvino_model(
     """
     import openvino as ov
 
+    probe = probe if probe is not None else probe_batch(transformer)
     example = torch.ones(1, 8, dtype=torch.long)  # (B, T)
     shape = ov.PartialShape([-1, -1])  # any batch size and length
     try:
@@ -175,16 +206,16 @@ def openvino_model(
             # Hugging Face's masking hold for every shape (mask length == sequence length).
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             model = ov.convert_model(
-                _LastHiddenState(transformer).eval(),
-                example_input=(example, example),
-                input=[("input_ids", shape, ov.Type.i64), ("attention_mask", shape, ov.Type.i64)],
+                _LastHiddenState(transformer, output).eval(),
+                example_input=tuple(example for _ in probe),
+                input=[(name, shape, ov.Type.i64) for name in probe],
             )
     except Exception as err:  # OpenVINO raises its own error types for unsupported graphs
         raise ValueError(
             f"--cpu-backend openvino cannot convert {type(transformer).__name__} ({err}); "
             "use --cpu-backend torch"
         ) from None
-    check_conversion(model, transformer, probe if probe is not None else probe_batch(transformer))
+    check_conversion(model, transformer, probe, output=output)
     if path_name == "int8":
         if not calibration:
             raise ValueError("the OpenVINO int8 path needs calibration batches")
@@ -214,11 +245,14 @@ def eager_attention(transformer: nn.Module):
         switch(before)
 
 
-def probe_batch(transformer: nn.Module, tokenizer=None) -> dict[str, np.ndarray]:
+def probe_batch(
+    transformer: nn.Module, tokenizer=None, *, token_types: bool = False
+) -> dict[str, np.ndarray]:
     """Two rows of fixed pseudo-random token ids, 11 and 5 tokens long, the short one padded
     as ``tokenizer`` pads (its pad id and side; without one id 0 on the right): the inputs
     :func:`check_conversion` compares on. A length other than the trace's (8) and a padded
-    row are what a wrong conversion gets wrong."""
+    row are what a wrong conversion gets wrong. ``token_types`` adds ``token_type_ids`` as a
+    pair has them (the last real tokens of each row of type 1, padding 0)."""
     pad_id = getattr(tokenizer, "pad_token_id", None) or 0
     left = getattr(tokenizer, "padding_side", "right") == "left"
     vocab = int(getattr(getattr(transformer, "config", None), "vocab_size", 0) or 100)
@@ -227,25 +261,43 @@ def probe_batch(transformer: nn.Module, tokenizer=None) -> dict[str, np.ndarray]
     mask = torch.ones_like(ids)
     pad = slice(0, 6) if left else slice(5, 11)
     ids[1, pad], mask[1, pad] = pad_id, 0
-    return {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    probe = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    if token_types:
+        # The second text of a pair: the later half of each row's real tokens.
+        position = mask.cumsum(1)  # (B, T): 1..n over real tokens
+        second = position > mask.sum(1, keepdim=True) // 2
+        probe["token_type_ids"] = (second & mask.bool()).long().numpy()
+    return probe
 
 
-def check_conversion(model, transformer: nn.Module, probe: dict[str, np.ndarray]) -> None:
-    """Raise ValueError unless ``model`` (converted, float32) gives ``transformer``'s hidden
-    states on ``probe`` at its unpadded positions, finite and within 1e-3 of the largest."""
+def check_conversion(
+    model,
+    transformer: nn.Module,
+    probe: dict[str, np.ndarray],
+    *,
+    output: str = "last_hidden_state",
+) -> None:
+    """Raise ValueError unless ``model`` (converted, float32) gives ``transformer``'s ``output``
+    on ``probe`` (hidden states at its unpadded positions, logits of every row), finite and
+    within 1e-3 of the largest."""
     compiled = compile_for_cpu(model, "float32", torch.get_num_threads())
     got = np.asarray(compiled.create_infer_request().infer(probe)[0])
     with torch.no_grad():
-        expected = _LastHiddenState(transformer)(
-            torch.from_numpy(probe["input_ids"]), torch.from_numpy(probe["attention_mask"])
-        ).numpy()
-    real = probe["attention_mask"].astype(bool)
+        expected = (
+            _LastHiddenState(transformer, output)(
+                **{name: torch.from_numpy(values) for name, values in probe.items()}
+            )
+            .float()
+            .numpy()
+        )
+    # Per-token outputs (B, T, h) are compared at real tokens, per-row ones (B, labels) whole.
+    real = probe["attention_mask"].astype(bool) if expected.ndim == 3 else slice(None)
     scale = max(1.0, float(np.abs(expected[real]).max()))
     difference = float(np.abs(got[real] - expected[real]).max())  # NaN if any is NaN
     if not difference <= 1e-3 * scale:
         raise ValueError(
             f"--cpu-backend openvino: the converted {type(transformer).__name__} gives other "
-            f"hidden states than torch on a padded probe batch (largest difference "
+            f"{output} than torch on a padded probe batch (largest difference "
             f"{difference:.3g} at values up to {scale:.3g}); use --cpu-backend torch"
         )
 
@@ -285,21 +337,37 @@ def _quantize_int8(model, calibration: list[dict[str, np.ndarray]]):
 
 
 class OpenVINOTransformer(nn.Module):
-    """A compiled OpenVINO model in place of a Hugging Face encoder (inference only).
+    """A compiled OpenVINO model in place of a Hugging Face encoder or sequence classifier
+    (inference only).
 
     Args:
         source: the float32 torch transformer it was converted from (kept for its config and
             so that the encoder's device and dtype read as before; it is not run).
         compiled: the ``openvino.CompiledModel`` of :func:`convert_transformer`.
         token_budget: at most this many padded tokens per inference.
+        output: what ``compiled`` gives, as it was converted: ``last_hidden_state`` (returned
+            as :class:`HiddenStates`) or ``logits`` (as :class:`ClassifierLogits`).
     """
 
-    def __init__(self, source: nn.Module, compiled, token_budget: int = OPENVINO_TOKEN_BUDGET):
+    def __init__(
+        self,
+        source: nn.Module,
+        compiled,
+        token_budget: int = OPENVINO_TOKEN_BUDGET,
+        *,
+        output: str = "last_hidden_state",
+    ):
         super().__init__()
+        if output not in _OUTPUT_TYPES:
+            raise ValueError(
+                f"unknown OpenVINO model output {output!r}; valid: {list(_OUTPUT_TYPES)}"
+            )
         self.source = source.requires_grad_(False)
         self.config = getattr(source, "config", None)
         self._compiled = compiled
         self._token_budget = token_budget
+        self._output = _OUTPUT_TYPES[output]
+        self._inputs = tuple(port.get_any_name() for port in compiled.inputs)
         # An infer request holds buffers and runs one inference at a time: one per thread, for
         # runners that share the model between threads.
         self._requests = threading.local()
@@ -312,22 +380,34 @@ class OpenVINOTransformer(nn.Module):
         return request
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: object
-    ) -> HiddenStates:
-        """The last hidden states ``(B, T, h)`` float32 of padded ids and mask ``(B, T)``."""
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        **_: object,
+    ) -> HiddenStates | ClassifierLogits:
+        """The last hidden states ``(B, T, h)`` (or the logits ``(B, labels)``) float32 of padded
+        ids and mask ``(B, T)``; ``token_type_ids`` go in where the model was converted with
+        them (zeros when not given, as Hugging Face models default them)."""
         if torch.is_grad_enabled() and self.training:
             raise RuntimeError(
                 "the OpenVINO backend runs inference only; train with --cpu-backend torch"
             )
-        ids = input_ids.cpu().numpy()
-        mask = attention_mask.cpu().numpy()
+        features = {
+            "input_ids": input_ids.cpu().numpy(),
+            "attention_mask": attention_mask.cpu().numpy(),
+        }
+        if "token_type_ids" in self._inputs:
+            features["token_type_ids"] = (
+                np.zeros_like(features["input_ids"])
+                if token_type_ids is None
+                else token_type_ids.cpu().numpy()
+            )
+        ids = features["input_ids"]
         rows = max(1, self._token_budget // max(1, ids.shape[1]))
         request = self._request()
         parts = []
         for start in range(0, ids.shape[0], rows):
-            inputs = {
-                "input_ids": ids[start : start + rows],
-                "attention_mask": mask[start : start + rows],
-            }
+            inputs = {name: values[start : start + rows] for name, values in features.items()}
             parts.append(np.array(request.infer(inputs)[0]))  # a copy: the request reuses it
-        return HiddenStates(torch.from_numpy(np.concatenate(parts)))
+        return self._output(torch.from_numpy(np.concatenate(parts)))

@@ -278,6 +278,39 @@ def write_cross_encoder_files(
     )
 
 
+def read_config_and_tokenizer(layout: CrossEncoderLayout, directory: Path) -> tuple:
+    """The Hugging Face config and fast tokenizer of a CrossEncoder folder (no remote code),
+    checked as the bi-encoder's are: a plain folder's tokenizer has no chat template, and the
+    architecture is a supported sequence classifier (:func:`check_architecture`).
+
+    Returns:
+        ``(config, tokenizer)``.
+
+    Raises:
+        ModelLoadError: an unreadable config or tokenizer (one line naming the folder), a chat
+            template in a plain folder, or an unsupported architecture.
+    """
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig, AutoTokenizer
+
+    from sbert_core.model.architectures import check_plain_folder_tokenizer
+
+    source = layout.transformer_dir
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, StrictDataclassError) as err:
+        # transformers' type errors span several lines; the refusal is one.
+        reason = " ".join(str(err).split())
+        raise ModelLoadError(
+            f"{source}: could not read the config or tokenizer ({reason})"
+        ) from err
+    if not layout.is_sentence_transformer:
+        check_plain_folder_tokenizer(tokenizer, directory)
+    check_architecture(config, source / "config.json")
+    return config, tokenizer
+
+
 def check_architecture(config, source: Path) -> None:
     """Refuse what sentence-transformers would not run as a sequence classifier.
 

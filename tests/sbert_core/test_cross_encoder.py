@@ -52,6 +52,19 @@ def _classifier_dir(directory: Path, num_labels: int, seed: int = 1) -> Path:
     return directory
 
 
+def architecture_folder(architecture: str, root: Path) -> Path:
+    """A one-label CrossEncoder folder (saved by sentence-transformers) of a tiny random model
+    of ``architecture`` (a key of tests/sbert_core/tiny_models.py's ``BUILDERS``), in ``root``."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    base = BUILDERS[architecture](root / "base")
+    config = AutoConfig.from_pretrained(base, num_labels=1, initializer_range=0.2)
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_config(config).eval().save_pretrained(root / "hf")
+    AutoTokenizer.from_pretrained(base).save_pretrained(root / "hf")
+    return _st_folder(root / "hf", root / "st")
+
+
 def _st_folder(hf_dir: Path, out: Path, **kwargs) -> Path:
     from sentence_transformers import CrossEncoder as STCrossEncoder
 
@@ -212,11 +225,6 @@ def test_a_bi_encoder_folder_is_not_taken_for_a_cross_encoder(tiny_st_dir):
         CrossEncoder.load(tiny_st_dir, device="cpu")
 
 
-def test_only_float32_runs(one_label_dir):
-    with pytest.raises(ValueError, match="only float32"):
-        CrossEncoder.load(one_label_dir, device="cpu", dtype="bfloat16")
-
-
 def test_a_plain_folder_reads_the_activation_from_config_json(tmp_path):
     # What sentence-transformers 4 and 5 saved: config.json's sentence_transformers section.
     folder = _classifier_dir(tmp_path / "hf", 1)
@@ -249,17 +257,13 @@ def test_pairs_that_are_not_pairs_of_strings_are_refused(one_label):
     assert np.abs(as_array - one_label.predict(PAIRS)).max() == 0
 
 
-@pytest.mark.parametrize("architecture", ["roberta", "distilbert", "deberta-v2"])
+@pytest.mark.parametrize(
+    "architecture", ["roberta", "distilbert", "deberta-v2", "mpnet", "electra"]
+)
 def test_other_architectures_match_sentence_transformers(architecture, tmp_path):
-    # RoBERTa and DistilBERT take no token type ids, DeBERTa-v2 takes them (type_vocab_size 0).
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
-
-    base = BUILDERS[architecture](tmp_path / "base")
-    config = AutoConfig.from_pretrained(base, num_labels=1, initializer_range=0.2)
-    torch.manual_seed(0)
-    AutoModelForSequenceClassification.from_config(config).eval().save_pretrained(tmp_path / "hf")
-    AutoTokenizer.from_pretrained(base).save_pretrained(tmp_path / "hf")
-    folder = _st_folder(tmp_path / "hf", tmp_path / "st")
+    # RoBERTa, DistilBERT and MPNet take no token type ids; DeBERTa-v2 takes them
+    # (type_vocab_size 0) and ELECTRA as BERT does, with its own two-layer classification head.
+    folder = architecture_folder(architecture, tmp_path)
     pairs = PAIRS + LONG_PAIRS
     ours = CrossEncoder.load(folder, device="cpu").predict(pairs, batch_size=3)
     assert np.abs(ours - _st_predict(folder, pairs)).max() <= TOL
