@@ -195,7 +195,8 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
                 f"read {len(candidates)} pairs but wrote {written}; nothing was published and "
                 f"the previous content of {options.output} is unchanged"
             )
-        FileSystems.delete([work])
+        if FileSystems.exists(work):  # an empty band writes no chunk
+            FileSystems.delete([work])
         counts = {**split.counts(), "written": written}
         movement = score_movement(candidates.scores[split.scored], scored)
         rate = None

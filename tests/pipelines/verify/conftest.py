@@ -26,14 +26,15 @@ def local_runner() -> TestPipeline:
     return TestPipeline(runner="FnApiRunner", is_integration_test=False, blocking=True)
 
 
-def build_cross_encoder(directory: Path, seed: int = 1) -> Path:
-    """A Hugging Face BERT sequence classifier with one label and random weights, wide enough
-    that scores spread (the default head gives every pair about 0.5)."""
+def build_cross_encoder(directory: Path, seed: int = 1, num_labels: int = 1) -> Path:
+    """A Hugging Face BERT sequence classifier with random weights (one label: a cross-encoder
+    with a Sigmoid), wide enough that scores spread (the default head gives every pair about
+    0.5)."""
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     base = build_tiny_bert(directory.parent / f"{directory.name}_base")
-    config = AutoConfig.from_pretrained(base, num_labels=1, initializer_range=0.2)
+    config = AutoConfig.from_pretrained(base, num_labels=num_labels, initializer_range=0.2)
     torch.manual_seed(seed)
     AutoModelForSequenceClassification.from_config(config).eval().save_pretrained(directory)
     AutoTokenizer.from_pretrained(base).save_pretrained(directory)
@@ -52,6 +53,7 @@ def write_corpus(path: Path, texts: list[str]) -> Path:
 def embed_and_pair(root: Path, model: Path, *, keep_text: bool = True) -> Path:
     """``TEXTS`` embedded with ``model`` and paired (exact, pairs >= PAIRS_THRESHOLD); the
     pairs folder."""
+    root.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(root / "corpus.jsonl", TEXTS)
     argv = ["--input", str(corpus), "--output", str(root / "embeddings")]
     argv += ["--model", str(model), "--id-field", "id", "--device", "cpu"]
