@@ -7,7 +7,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 from apache_beam.testing.util import assert_that
-from conftest import TEXTS, local_runner
+from verify_data import TEXTS, local_runner
 
 from pipelines.verify.model_handler import CrossEncoderModelHandler, CrossEncoderSettings
 from sbert_core import CrossEncoder

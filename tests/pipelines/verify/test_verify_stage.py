@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import TEXTS, build_cross_encoder, embed_and_pair, local_runner, write_corpus
+from verify_data import TEXTS, build_cross_encoder, embed_and_pair, local_runner, write_corpus
 
 from jobs.stage_cli import run_command
 from pipelines.io.pairs_output import PairsOutput, read_pairs

@@ -1,0 +1,103 @@
+"""``sbert run`` with a verify stage between pairs and dedup, on tiny random models: dedup reads
+the verified pairs, a second identical run skips every stage, a changed cross-encoder reruns
+verify and dedup only, and the report shows how many pairs were verified and how they moved."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from jobs.run import run
+from jobs.run_config import load_run_config
+from tests.pipelines.verify.verify_data import TEXTS, build_cross_encoder, write_corpus
+
+STAGES = ["embed", "pairs", "verify", "dedup"]
+
+
+def write_job(root: Path, bi_encoder: Path, cross_encoder: Path, *, keep_text: bool) -> Path:
+    """A job config: the small corpus, the tiny bi-encoder, the cross-encoder in verify."""
+    corpus = write_corpus(root / "corpus.jsonl", TEXTS)
+    config = root / "job.yaml"
+    config.write_text(
+        f"job_dir: {root / 'job'}\n"
+        f"input: {{path: {corpus}, id_field: id, keep_text: {str(keep_text).lower()}}}\n"
+        f"model: {bi_encoder}\n"
+        f"stages: [{', '.join(STAGES)}]\n"
+        "embed: {device: cpu}\n"
+        "pairs: {k: 3, threshold: 0.5, method: exact}\n"
+        f"verify: {{model: {cross_encoder}, device: cpu, band: [0.55, 0.99], batch_size: 4}}\n"
+        "dedup: {threshold: 0.5, method: components}\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def statuses(summary) -> dict[str, str]:
+    return {stage.name: stage.status for stage in summary.stages}
+
+
+@pytest.fixture(scope="module")
+def cross_encoders(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("run_verify_ce")
+    return build_cross_encoder(root / "ce1", seed=1), build_cross_encoder(root / "ce2", seed=2)
+
+
+@pytest.mark.parametrize("keep_text", [True, False])
+def test_run_verifies_before_dedup_then_skips_and_reruns_on_a_new_model(
+    tmp_path, tiny_st_dir, cross_encoders, keep_text
+):
+    first, second = cross_encoders
+    config = write_job(tmp_path, tiny_st_dir, first, keep_text=keep_text)
+    summary = run([str(config)])
+    assert statuses(summary) == dict.fromkeys(STAGES, "ran")
+    job = tmp_path / "job"
+    verified = json.loads((job / "verify" / "_manifest.json").read_text())
+    counts = verified["verify"]["counts"]
+    assert counts["read"] == counts["scored"] + counts["above_band"] + counts["below_band"]
+    assert counts["scored"] > 0 and verified["verify"]["band"] == [0.55, 0.99]
+    # Texts from the embeddings when the job keeps them, else from the job's corpus.
+    source = verified["verify"]["texts"]["source"]
+    assert source == (str(job / "embeddings") if keep_text else str(tmp_path / "corpus.jsonl"))
+    # dedup grouped the verified pairs, not the pairs stage's.
+    dedup = json.loads((job / "dedup" / "_manifest.json").read_text())
+    assert dedup["pairs"]["directory"] == str(job / "verify")
+    assert dedup["pairs"]["source"] == "pairs" and dedup["pairs"]["pairs_threshold"] == -1.0
+    facts = {stage.name: stage.facts for stage in summary.stages}
+    assert facts["verify"]["verified"] == counts["scored"]
+    page = re.sub(r"<[^>]+>", "", (job / "report.html").read_text(encoding="utf-8"))
+    assert f"scored {counts['scored']} of {counts['read']} candidate pairs" in page
+    moved = verified["verify"]["movement"]
+    assert f"crossed 0.5 upwards and {moved['down']} downwards" in page
+
+    again = run([str(config)])
+    assert statuses(again) == dict.fromkeys(STAGES, "skipped")
+
+    config.write_text(config.read_text().replace(str(first), str(second)), encoding="utf-8")
+    changed = run([str(config)])
+    assert statuses(changed) == {
+        "embed": "skipped",
+        "pairs": "skipped",
+        "verify": "ran",
+        "dedup": "ran",
+    }
+    model = json.loads((job / "verify" / "_manifest.json").read_text())["verify"]["model"]
+    assert model["model_id"] == str(second)
+
+
+def test_verify_needs_its_model_and_pairs(tmp_path, tiny_st_dir, cross_encoders):
+    config = write_job(tmp_path, tiny_st_dir, cross_encoders[0], keep_text=True)
+    text = config.read_text()
+    no_model = text.replace(f"model: {cross_encoders[0]}, ", "")
+    config.write_text(no_model, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"verify\.model: required"):
+        load_run_config(config)
+    config.write_text(text.replace("[embed, pairs, verify, dedup]", "[embed, verify]"))
+    with pytest.raises(ValueError, match="verify reads the output of pairs"):
+        load_run_config(config)
+    config.write_text(text.replace("band: [0.55, 0.99]", "band: [0.99, 0.55]"))
+    with pytest.raises(ValueError, match=r"verify\.band: LOW 0\.99 is above HIGH 0\.55"):
+        load_run_config(config)
+    assert not (tmp_path / "job").exists()
