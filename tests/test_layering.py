@@ -33,7 +33,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("sbert_core", "pipelines", "jobs")
-STAGES = {"embed", "index", "cluster", "pairs", "dedup", "search", "finetune"}
+STAGES = {"embed", "index", "cluster", "pairs", "verify", "dedup", "search", "finetune"}
 PACKAGES = {"io", "vectors", "stage_api", *STAGES}
 # The few stages that use another stage's code, with the reason. Any other import between
 # stage packages fails R6.
