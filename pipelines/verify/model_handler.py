@@ -46,16 +46,14 @@ class CrossEncoderSettings:
         Raises:
             ModelLoadError, ValueError: as :meth:`CrossEncoder.load`.
         """
-        # torch is load's default backend: it is passed only when another one is asked for.
-        backend = {} if self.backend == "torch" else {"backend": self.backend}
         return CrossEncoder.load(
             self.model,
             device=self.device,
             dtype=self.dtype,
+            backend=self.backend,
             allow_pickle=self.allow_pickle,
             max_length=self.max_length,
             num_threads=self.num_threads,
-            **backend,
         )
 
 

@@ -156,7 +156,6 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         num_threads=options.threads,
         batch_size=options.batch_size,
     )
-    verifier = _describe_verifier(settings)
     beam_options = options_for(options.beam_options, pipeline)
     here = workers_here(beam_options, pipeline)
     if not here and "://" not in options.output:
@@ -164,6 +163,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
             f"--output {options.output} is a local folder, where remote workers cannot read the "
             "pairs to score; write to storage the workers read (gs://, s3://) or run locally"
         )
+    verifier = _describe_verifier(settings, here=here)
     out = stage_output("verify", options, LAYOUT)
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     with out:
@@ -222,10 +222,11 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         return Result(options.output, out.commit(manifest), summary)
 
 
-def _describe_verifier(settings: CrossEncoderSettings) -> dict:
-    """The cross-encoder's identity for the manifest, loaded here on the CPU once: a model that
-    does not load, or gives more than one score per pair, is refused before the output is
-    touched (the workers load their own copy).
+def _describe_verifier(settings: CrossEncoderSettings, *, here: bool) -> dict:
+    """The cross-encoder's identity for the manifest, loaded here once: a model that does not
+    load, or gives more than one score per pair, is refused before the output is touched (the
+    workers load their own copy). Loaded on the workers' device when they run on this machine
+    (``auto`` resolves by device), else on the CPU (a launcher may have no accelerator).
 
     Raises:
         ModelLoadError, ValueError: as :meth:`CrossEncoder.load`; ValueError for a model with
@@ -233,7 +234,7 @@ def _describe_verifier(settings: CrossEncoderSettings) -> dict:
     """
     from dataclasses import replace
 
-    model = replace(settings, device="cpu").load()
+    model = (settings if here else replace(settings, device="cpu")).load()
     if model.num_labels != 1:
         raise ValueError(
             f"--model {settings.model}: the cross-encoder gives {model.num_labels} scores per "

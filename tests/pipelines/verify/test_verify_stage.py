@@ -338,3 +338,19 @@ def test_dedup_reads_the_verified_folder_with_labels_and_the_sweep(verified, tmp
     assert at["precision"] == pytest.approx(duplicate.sum() / np.sum(together), abs=1e-6)
     thresholds = [point["threshold"] for point in manifest["methods"][0]["points"]]
     assert min(thresholds) <= 0.1 + 1e-9  # the sweep reaches below the input's cosine floor
+
+
+def test_the_compute_options_reach_the_workers_and_the_manifest(
+    pairs_dir, cross_encoder_dir, verified, tmp_path
+):
+    out = tmp_path / "bf16"
+    argv = ["--pairs", str(pairs_dir), "--model", str(cross_encoder_dir), "--output", str(out)]
+    result = verify([*argv, "--compute-dtype", "bfloat16", "--batch-size", "3", "--threads", "1"])
+    section = result.manifest["verify"]
+    assert section["model"]["dtype"] == "bfloat16"
+    assert section["compute"]["batch_size"] == 3 and section["compute"]["threads"] == 1
+    full = verified_table(verified[0]).sort_by([("id_a", "ascending"), ("id_b", "ascending")])
+    fast = verified_table(out).sort_by([("id_a", "ascending"), ("id_b", "ascending")])
+    difference = np.abs(fast["score"].to_numpy() - full["score"].to_numpy())
+    # bfloat16 keeps 8 bits of mantissa: close to float32, not equal.
+    assert difference.max() < 0.05 and difference.max() > 0
