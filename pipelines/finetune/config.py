@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pipelines.finetune.dedup_test import DedupTestConfig
 from pipelines.finetune.options import Options
@@ -21,6 +22,10 @@ from sbert_core.training.losses import LossConfig
 class FinetuneConfig:
     """Everything a fine-tuning run needs; each section is a YAML mapping."""
 
+    # bi_encoder: a sentence embedding model (the objectives of sbert_core.training.losses).
+    # cross_encoder: a pair scorer (objective binary_cross_entropy, train/dev/test of kind
+    # duplicate_pairs, labelled_pairs or scored_pairs; pipelines/finetune/cross_encoder_run.py).
+    kind: Literal["bi_encoder", "cross_encoder"] = "bi_encoder"
     # The base model: a sentence-transformers or Hugging Face directory, or the bundled default.
     model: str = DEFAULT_MODEL
     output: str = ""
@@ -60,7 +65,33 @@ def resolve_config(options: Options) -> FinetuneConfig:
         raise ValueError("no output directory: set output in the config or pass --output")
     if not config.train.path:
         raise ValueError("no training data: set train.path in the config")
+    check_model_kind(config)
     if config.training.checkpoint_dir is None:
         config.training.checkpoint_dir = f"{Path(config.output)}.checkpoints"
     config.training.validate()
     return config
+
+
+def check_model_kind(config: FinetuneConfig) -> None:
+    """Refuse an objective or section the model kind cannot train with, naming the key.
+
+    Raises:
+        ValueError: ``binary_cross_entropy`` with a bi-encoder, another objective or a
+            ``dedup_test`` section with a cross-encoder.
+    """
+    bce = config.objective.name == "binary_cross_entropy"
+    if config.kind == "bi_encoder" and bce:
+        raise ValueError(
+            "objective.name: binary_cross_entropy trains a cross-encoder; set kind: cross_encoder"
+        )
+    if config.kind == "cross_encoder":
+        if not bce:
+            raise ValueError(
+                "objective.name: kind cross_encoder trains with binary_cross_entropy, not "
+                f"{config.objective.name}"
+            )
+        if config.dedup_test is not None:
+            raise ValueError(
+                "dedup_test: dedup pair-F1 embeds with a bi-encoder; a cross-encoder is scored "
+                "on the labelled pairs of its dev and test sections (AP, best F1)"
+            )

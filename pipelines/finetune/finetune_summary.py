@@ -38,7 +38,8 @@ class FinetuneSummary:
             parts.append(f"best dev {self.dev_metric} {self.dev_score:.2f}")
         for name, scores in self.test_metrics.items():
             before = scores.get("before")
-            digits = 4 if scores["metric"] == "pair_f1" else 2  # F1 changes of 0.01 matter
+            # F1 and AP changes of 0.01 matter.
+            digits = 4 if scores["metric"] in ("pair_f1", "ap", "f1") else 2
             change = f"{before:.{digits}f} -> " if before is not None else ""
             after = f"{scores['after']:.{digits}f}"
             parts.append(f"test {name} {scores['metric']} {change}{after}")

@@ -46,17 +46,8 @@ def model_card(manifest: dict) -> str:
         "",
         "## Training",
         "",
-        "| data | path | kind | examples | sha256 |",
-        "|---|---|---|---|---|",
+        *data_table(data),
     ]
-    entries = [("train", data["train"]), ("dev", data["dev"])]
-    entries += [("test", entry) for entry in data["test"]]
-    for role, entry in entries:
-        if entry is not None:
-            lines.append(
-                f"| {role} | `{entry['path']}` | {entry['kind']} | {entry['examples']} "
-                f"| `{entry['sha256'][:16]}…` |"
-            )
     run = manifest["training"]
     lines += [
         "",
@@ -98,3 +89,18 @@ def model_card(manifest: dict) -> str:
     software = ", ".join(f"{k} {v}" for k, v in manifest["software"].items())
     lines += [f"Software: {software}.", ""]
     return "\n".join(lines)
+
+
+def data_table(data: dict) -> list[str]:
+    """The card's table of the training, dev and test data (the manifest's training_data)."""
+    lines = ["| data | path | kind | examples | sha256 |", "|---|---|---|---|---|"]
+    entries = [("train", data["train"]), ("dev", data["dev"])]
+    entries += [("test", entry) for entry in data["test"]]
+    for role, entry in entries:
+        if entry is not None:
+            part = f" ({entry['part']})" if entry.get("part", "all") != "all" else ""
+            lines.append(
+                f"| {role} | `{entry['path']}` | {entry['kind']}{part} | {entry['examples']} "
+                f"| `{entry['sha256'][:16]}…` |"
+            )
+    return lines

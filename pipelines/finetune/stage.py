@@ -102,6 +102,10 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
     if output.exists() and any(output.iterdir()) and not config.overwrite:
         raise FileExistsError(f"{output} exists and is not empty; pass --overwrite to replace it")
 
+    if config.kind == "cross_encoder":
+        from pipelines.finetune.cross_encoder_run import finetune_cross_encoder
+
+        return finetune_cross_encoder(config)
     check_data_kind(config.objective.name, config.train.example_kind, config.train.path)
     # Copies of a text are the texts dedup treats as one (NFKC, casefold, punctuation).
     train_examples = load_examples(config.train, text_key)
@@ -118,7 +122,7 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
     loss = build_loss(config.objective, encoder, num_labels=len(train_examples.label_names))
     # Built up front, so that a test set the objective cannot score fails before training.
     dev_evaluator = build_evaluator(dev_examples, loss) if dev_examples is not None else None
-    names = _short_names([examples.source for examples in test_examples])
+    names = short_names([examples.source for examples in test_examples])
     test_evaluators = [
         build_evaluator(examples, loss, name)
         for examples, name in zip(test_examples, names, strict=True)
@@ -178,7 +182,20 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
     )
 
 
-def _short_names(paths: list[str]) -> list[str]:
+def describe_data(examples: ExampleSet | None) -> dict | None:
+    """A data set's manifest entry: its path, sha256, kind and example count (None: none)."""
+    if examples is None:
+        return None
+    path = Path(examples.source)
+    return {
+        "path": str(path.resolve()),
+        "sha256": sha256_of_files([path]),
+        "kind": examples.kind,
+        "examples": len(examples),
+    }
+
+
+def short_names(paths: list[str]) -> list[str]:
     """``folder/file`` names for test sets (``stsb/test.tsv.gz``, ``snli/test.tsv.gz``),
     numbered where they still collide."""
     names = []
@@ -200,25 +217,14 @@ def _manifest(
     import torch
     import transformers
 
-    def describe(examples: ExampleSet | None) -> dict | None:
-        if examples is None:
-            return None
-        path = Path(examples.source)
-        return {
-            "path": str(path.resolve()),
-            "sha256": sha256_of_files([path]),
-            "kind": examples.kind,
-            "examples": len(examples),
-        }
-
     return {
         "model_id": str(Path(config.output).resolve()),
         "base_model": base,
         "objective": config_to_dict(config.objective),
         "training_data": {
-            "train": describe(data["train"]),
-            "dev": describe(data["dev"]),
-            "test": [describe(examples) for examples in data["test"]],
+            "train": describe_data(data["train"]),
+            "dev": describe_data(data["dev"]),
+            "test": [describe_data(examples) for examples in data["test"]],
         },
         "config": config_to_dict(config),
         "training": {

@@ -32,7 +32,9 @@ PAIR_PARTS: tuple[str, ...] = get_args(PairPart)
 # The paper's choice for NLI (section 3, Table 6): (u, v, |u−v|) worked best.
 PAPER_PAIR_PARTS: tuple[PairPart, ...] = ("u", "v", "|u-v|")
 
-LossName = Literal["softmax", "cosine", "triplet", "mnrl"]
+# binary_cross_entropy trains a cross-encoder (finetune kind cross_encoder,
+# sbert_core.training.cross_encoder_fit), not the bi-encoder losses here.
+LossName = Literal["softmax", "cosine", "triplet", "mnrl", "binary_cross_entropy"]
 LOSS_NAMES: tuple[str, ...] = get_args(LossName)
 # Which kind of training examples each objective consumes (see sbert_core.training.data).
 LOSS_DATA_KINDS: dict[str, tuple[ExampleKind, ...]] = {
@@ -40,6 +42,7 @@ LOSS_DATA_KINDS: dict[str, tuple[ExampleKind, ...]] = {
     "cosine": ("scored_pairs",),
     "triplet": ("triplets",),
     "mnrl": ("pairs", "triplets"),
+    "binary_cross_entropy": ("scored_pairs", "labelled_pairs"),
 }
 
 # ---------------------------------------------------------------------------- tensor maths
@@ -384,6 +387,11 @@ def build_loss(config: LossConfig, model: nn.Module, num_labels: int = 0) -> nn.
     if config.name == "mnrl":
         return MultipleNegativesRankingLoss(
             model, scale=config.scale, gather_across_processes=config.gather_across_processes
+        )
+    if config.name == "binary_cross_entropy":
+        raise ValueError(
+            "the binary_cross_entropy objective trains a cross-encoder (finetune kind "
+            "cross_encoder), not a loss around a bi-encoder"
         )
     raise ValueError(f"unknown loss {config.name!r}; valid losses are: {', '.join(LOSS_NAMES)}")
 
