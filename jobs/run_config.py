@@ -11,6 +11,7 @@ A job config is one YAML mapping (see ``examples/quickstart.yaml``)::
     runner: local                     # or DataflowRunner, SparkRunner, FlinkRunner, ...
     beam: {}                          # other Beam pipeline options, as Beam spells them
     verify: true                      # false: later stages skip the inputs' sha256 check
+                                      # (also verify_inputs:, where verify: is the stage's)
     stages: [embed, index, cluster, pairs, dedup]
     cluster: {k: 40}
     dedup: {threshold: 0.9}
@@ -53,6 +54,9 @@ from sbert_core.config import apply_override, config_from_dict, config_to_dict, 
 # The order stages run in (the stage table's); each reads only what the ones before it wrote.
 STAGE_ORDER: tuple[str, ...] = STAGE_NAMES
 DEFAULT_STAGES = ("embed", "index", "cluster", "pairs", "dedup")
+# The job-wide digest check is `verify:` (a bool); with a verify stage section under that key,
+# it is written `verify_inputs:`.
+VERIFY_KEY, INPUT_CHECKS_KEY = "verify", "verify_inputs"
 # The job's record of finished stages, in the job directory; its presence marks a job's folder.
 STATE_FILE = "_job_state.json"
 # The effective config (after --set), kept in the job directory next to what it produced.
@@ -167,14 +171,26 @@ def _config_of(data: dict) -> RunConfig:
     """The job-wide keys typed by :class:`RunConfig`, the stage sections kept as written."""
     if "sections" in data:
         raise ValueError("sections: not a key of a job config; write each stage's section by name")
+    checks = data.pop(INPUT_CHECKS_KEY, None)
     sections = {}
     for name in STAGE_NAMES:
         section = data.pop(name, None)
         if section is None:
             continue
+        if name == VERIFY_KEY and isinstance(section, bool):
+            # `verify: true|false` is the job's digest check, as it always was; a mapping is
+            # the verify stage's section.
+            data[VERIFY_KEY] = section
+            continue
         if not isinstance(section, Mapping):
             raise ValueError(f"{name}: must be a mapping of that stage's options")
         sections[name] = dict(section)
+    if checks is not None:
+        if VERIFY_KEY in data:
+            raise ValueError(
+                f"{INPUT_CHECKS_KEY}: the same setting as verify: true|false; give one of them"
+            )
+        data[VERIFY_KEY] = checks
     config = config_from_dict(RunConfig, data)
     config.sections = sections
     return config
@@ -223,7 +239,10 @@ def config_as_dict(config: RunConfig) -> dict:
     job-wide keys, then every shown stage's options with its defaults filled in."""
     values = config_to_dict(config)
     values.pop("sections")
-    for name, options in all_stage_options(config).items():
+    shown = all_stage_options(config)
+    if VERIFY_KEY in shown:  # the verify stage's section takes the key
+        values[INPUT_CHECKS_KEY] = values.pop(VERIFY_KEY)
+    for name, options in shown.items():
         owned = job_owned(config, name)
         values[name] = {key: v for key, v in options.to_dict().items() if key not in owned}
     return values

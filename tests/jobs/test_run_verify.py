@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from jobs.run import run
 from jobs.run_config import load_run_config
@@ -101,3 +102,38 @@ def test_verify_needs_its_model_and_pairs(tmp_path, tiny_st_dir, cross_encoders)
     with pytest.raises(ValueError, match=r"verify\.band: LOW 0\.99 is above HIGH 0\.55"):
         load_run_config(config)
     assert not (tmp_path / "job").exists()
+
+
+def test_the_job_digest_check_is_verify_inputs_beside_a_verify_section(
+    tmp_path, tiny_st_dir, cross_encoders, capsys
+):
+    from jobs.run import main as run_main
+    from jobs.run_config import config_as_dict
+
+    config = write_job(tmp_path, tiny_st_dir, cross_encoders[0], keep_text=True)
+    text = config.read_text()
+    config.write_text(text + "verify_inputs: false\n", encoding="utf-8")
+    loaded = load_run_config(config)
+    assert loaded.verify is False and loaded.sections["verify"]["band"] == [0.55, 0.99]
+    assert run_main([str(config), "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["verify_inputs"] is False and printed["verify"]["model"] == str(
+        cross_encoders[0]
+    )
+    again = tmp_path / "printed.yaml"
+    again.write_text(yaml.safe_dump(printed), encoding="utf-8")
+    assert config_as_dict(load_run_config(again)) == printed
+    # Without a verify stage, `verify: false` is the digest check, as it always was.
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(
+        text.replace("[embed, pairs, verify, dedup]", "[embed, pairs, dedup]").replace(
+            f"verify: {{model: {cross_encoders[0]}, device: cpu, band: [0.55, 0.99], "
+            "batch_size: 4}\n",
+            "verify: false\n",
+        ),
+        encoding="utf-8",
+    )
+    assert load_run_config(plain).verify is False
+    config.write_text(text + "verify_inputs: false\n" + "verify: false\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="verify_inputs: the same setting as verify"):
+        load_run_config(config)
