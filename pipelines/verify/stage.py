@@ -252,9 +252,10 @@ def _check_scores(scored: np.ndarray, id_a: pa.Array, id_b: pa.Array, model: str
     bad = ~np.isfinite(scored) | (scored < -1.0) | (scored > 1.0)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
+        pair = f"{id_a[first].as_py()!r}, {id_b[first].as_py()!r}"
         raise JobFailedError(
             f"--model {model} gave {int(bad.sum())} scores outside [-1, 1] (first: "
-            f"{scored[first]!r} for the pair {id_a[first].as_py()!r}, {id_b[first].as_py()!r}); "
+            f"{float(scored[first]):g} for the pair {pair}); "
             "a pairs folder holds scores dedup compares with cosines: use a cross-encoder with "
             "a Sigmoid activation. Nothing was published"
         )

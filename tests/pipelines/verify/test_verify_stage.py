@@ -354,3 +354,31 @@ def test_the_compute_options_reach_the_workers_and_the_manifest(
     difference = np.abs(fast["score"].to_numpy() - full["score"].to_numpy())
     # bfloat16 keeps 8 bits of mantissa: close to float32, not equal.
     assert difference.max() < 0.05 and difference.max() > 0
+
+
+def test_scores_outside_a_cosines_range_publish_nothing_and_a_rerun_completes(
+    pairs_dir, cross_encoder_dir, tmp_path, monkeypatch
+):
+    from apache_beam.ml.inference.base import PredictionResult
+
+    from pipelines.stage_api.stops import JobFailedError
+    from pipelines.verify.model_handler import CrossEncoderModelHandler
+
+    out = tmp_path / "out"
+    argv = ["--pairs", str(pairs_dir), "--model", str(cross_encoder_dir), "--output", str(out)]
+    first = verify([*argv, "--band", "0.6", "0.9"])
+    before = (out / "_manifest.json").read_bytes()
+
+    def logits(self, batch, model, inference_args=None):  # an Identity head's raw logits
+        return [PredictionResult(pair, 3.5) for pair in batch]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CrossEncoderModelHandler, "run_inference", logits)
+        with pytest.raises(JobFailedError, match=r"scores outside \[-1, 1\] \(first: 3\.5"):
+            verify([*argv, "--overwrite"])
+    assert (out / "_manifest.json").read_bytes() == before
+    assert PairsOutput.open(str(out)).manifest["verify"]["band"] == [0.6, 0.9]
+    again = verify([*argv, "--overwrite"])
+    assert again.manifest["verify"]["band"] is None
+    assert again.manifest["commit"]["run_id"] != first.manifest["commit"]["run_id"]
+    assert not any((out / "_attempts").glob("*"))  # the failed run's remains were cleared
