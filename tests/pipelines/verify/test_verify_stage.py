@@ -25,6 +25,11 @@ def verify(argv: list[str]):
     return run_command("verify", [*argv, "--device", "cpu"], pipeline=local_runner())
 
 
+def args(pairs, model, output, *extra: str) -> list[str]:
+    """The command line of a verify run of ``pairs`` with ``model`` into ``output``."""
+    return ["--pairs", str(pairs), "--model", str(model), "--output", str(output), *extra]
+
+
 def texts_by_id() -> dict[str, str]:
     return {f"doc-{i}": text for i, text in enumerate(TEXTS)}
 
@@ -45,9 +50,7 @@ def verified_table(directory: Path):
 def verified(pairs_dir, cross_encoder_dir, tmp_path_factory):
     """The whole folder verified (no band)."""
     out = tmp_path_factory.mktemp("verified") / "out"
-    return out, verify(
-        ["--pairs", str(pairs_dir), "--model", str(cross_encoder_dir), "--output", str(out)]
-    )
+    return out, verify(args(pairs_dir, cross_encoder_dir, out))
 
 
 def test_scores_are_the_cross_encoders_on_every_pair(verified, pairs_dir, cross_encoder_dir):
@@ -121,19 +124,7 @@ def test_band_edges_score_only_the_band(pairs_dir, cross_encoder_dir, verified, 
     # Edges on actual cosines: a pair at LOW is scored, a pair at HIGH is not.
     low, high = float(cosines[len(cosines) // 4]), float(cosines[3 * len(cosines) // 4])
     out = tmp_path / "band"
-    result = verify(
-        [
-            "--pairs",
-            str(pairs_dir),
-            "--model",
-            str(cross_encoder_dir),
-            "--output",
-            str(out),
-            "--band",
-            repr(low),
-            repr(high),
-        ]
-    )
+    result = verify(args(pairs_dir, cross_encoder_dir, out, "--band", repr(low), repr(high)))
     table = verified_table(out)
     cosine, score = table["cosine"].to_numpy(), table["score"].to_numpy()
     full_score = dict(
@@ -166,19 +157,7 @@ def test_band_edges_score_only_the_band(pairs_dir, cross_encoder_dir, verified, 
 
 def test_an_empty_band_scores_nothing_and_keeps_every_pair(pairs_dir, cross_encoder_dir, tmp_path):
     out = tmp_path / "empty"
-    result = verify(
-        [
-            "--pairs",
-            str(pairs_dir),
-            "--model",
-            str(cross_encoder_dir),
-            "--output",
-            str(out),
-            "--band",
-            "0.99",
-            "0.99",
-        ]
-    )
+    result = verify(args(pairs_dir, cross_encoder_dir, out, "--band", "0.99", "0.99"))
     counts = result.manifest["verify"]["counts"]
     assert (
         counts["scored"] == 0
@@ -192,7 +171,7 @@ def test_texts_from_the_corpus_and_a_missing_text_refused_naming_the_id(
 ):
     pairs = embed_and_pair(tmp_path / "no_text", tiny_st_dir, keep_text=False)
     out = tmp_path / "out"
-    base = ["--pairs", str(pairs), "--model", str(cross_encoder_dir), "--output", str(out)]
+    base = args(pairs, cross_encoder_dir, out)
     with pytest.raises(ValueError, match=r"without --keep-text.*--corpus"):
         verify(base)
     assert not out.exists()
@@ -219,52 +198,15 @@ def test_bad_inputs_fail_before_any_output_is_touched(
 ):
     out = tmp_path / "out"
     with pytest.raises(ModelLoadError):
-        verify(
-            ["--pairs", str(pairs_dir), "--model", str(tmp_path / "no_model"), "--output", str(out)]
-        )
+        verify(args(pairs_dir, tmp_path / "no_model", out))
     with pytest.raises(FileNotFoundError):
-        verify(
-            [
-                "--pairs",
-                str(tmp_path / "no_pairs"),
-                "--model",
-                str(cross_encoder_dir),
-                "--output",
-                str(out),
-            ]
-        )
+        verify(args(tmp_path / "no_pairs", cross_encoder_dir, out))
     with pytest.raises(ValueError, match="written by sbert verify"):
-        verify(
-            ["--pairs", str(verified[0]), "--model", str(cross_encoder_dir), "--output", str(out)]
-        )
+        verify(args(verified[0], cross_encoder_dir, out))
     with pytest.raises(OptionError, match=r"--band: LOW 0\.9 is above HIGH 0\.5"):
-        verify(
-            [
-                "--pairs",
-                str(pairs_dir),
-                "--model",
-                str(cross_encoder_dir),
-                "--output",
-                str(out),
-                "--band",
-                "0.9",
-                "0.5",
-            ]
-        )
+        verify(args(pairs_dir, cross_encoder_dir, out, "--band", "0.9", "0.5"))
     with pytest.raises(OptionError, match=r"--band: must be in \[-1, 1\], got 1.5"):
-        verify(
-            [
-                "--pairs",
-                str(pairs_dir),
-                "--model",
-                str(cross_encoder_dir),
-                "--output",
-                str(out),
-                "--band",
-                "0.5",
-                "1.5",
-            ]
-        )
+        verify(args(pairs_dir, cross_encoder_dir, out, "--band", "0.5", "1.5"))
     assert not out.exists()
 
 
@@ -272,7 +214,7 @@ def test_a_cross_encoder_with_several_labels_is_refused(pairs_dir, tmp_path):
     model = build_cross_encoder(tmp_path / "ce3", num_labels=3)
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="3 scores per pair; verify needs one"):
-        verify(["--pairs", str(pairs_dir), "--model", str(model), "--output", str(out)])
+        verify(args(pairs_dir, model, out))
     assert not out.exists()
 
 
@@ -344,7 +286,7 @@ def test_the_compute_options_reach_the_workers_and_the_manifest(
     pairs_dir, cross_encoder_dir, verified, tmp_path
 ):
     out = tmp_path / "bf16"
-    argv = ["--pairs", str(pairs_dir), "--model", str(cross_encoder_dir), "--output", str(out)]
+    argv = args(pairs_dir, cross_encoder_dir, out)
     result = verify([*argv, "--compute-dtype", "bfloat16", "--batch-size", "3", "--threads", "1"])
     section = result.manifest["verify"]
     assert section["model"]["dtype"] == "bfloat16"
@@ -365,7 +307,7 @@ def test_scores_outside_a_cosines_range_publish_nothing_and_a_rerun_completes(
     from pipelines.verify.model_handler import CrossEncoderModelHandler
 
     out = tmp_path / "out"
-    argv = ["--pairs", str(pairs_dir), "--model", str(cross_encoder_dir), "--output", str(out)]
+    argv = args(pairs_dir, cross_encoder_dir, out)
     first = verify([*argv, "--band", "0.6", "0.9"])
     before = (out / "_manifest.json").read_bytes()
 
