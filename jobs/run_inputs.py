@@ -33,6 +33,8 @@ class CheckedInputs:
     corpus: tuple[CorpusFile, ...]
     model: dict | None  # model_id, weights_sha256, ...; None for model: finetune
     finetune: dict | None  # config digest and data files of the finetune stage
+    # The verify stage's cross-encoder folder, file by file; None without a verify stage.
+    verifier: dict | None = None
 
     def external(self, stage: str) -> dict:
         """The inputs of ``stage`` from outside the job, described for its fingerprint."""
@@ -40,6 +42,8 @@ class CheckedInputs:
             return {"corpus": [asdict(f) for f in self.corpus], "model": self.model}
         if stage == "finetune":
             return self.finetune or {}
+        if stage == "verify":
+            return {"model": self.verifier}
         return {}
 
 
@@ -59,7 +63,10 @@ def check_inputs(config: RunConfig) -> CheckedInputs:
     if config.enabled("embed") and config.model != FROM_FINETUNE:
         model = model_identity(stage_options(config, "embed"))
     finetune = _finetune_inputs(config) if config.enabled("finetune") else None
-    return CheckedInputs(corpus=corpus, model=model, finetune=finetune)
+    verifier = None
+    if config.enabled("verify"):
+        verifier = _model_files(stage_options(config, "verify").model)
+    return CheckedInputs(corpus=corpus, model=model, finetune=finetune, verifier=verifier)
 
 
 def check_between(stage: str, options: Any, checked: CheckedInputs) -> None:
@@ -110,6 +117,32 @@ def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:
         CorpusFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds))
         for m in sorted(matched, key=lambda m: m.path)
     )
+
+
+def _model_files(model: str) -> dict:
+    """A model folder described by its files (path, size, modification time), so that a model
+    retrained into the same folder changes the fingerprint; a name that is no local folder (a
+    Hub id) by the name alone.
+
+    Raises:
+        FileNotFoundError: ``model`` is a path (absolute, or starting with ``.`` or ``~``) to
+            no folder.
+    """
+    folder = Path(model)
+    if not folder.is_dir():
+        if folder.is_absolute() or model.startswith((".", "~")):  # a path, not a Hub id
+            raise FileNotFoundError(f"verify.model: {model} is not a folder")
+        return {"name": model}
+    files = [
+        {
+            "path": str(path.relative_to(folder)),
+            "size": path.stat().st_size,
+            "mtime": path.stat().st_mtime,
+        }
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    ]
+    return {"name": model, "files": files}
 
 
 def _check_job_dir(job_dir: str) -> None:

@@ -86,6 +86,17 @@ def test_run_verifies_before_dedup_then_skips_and_reruns_on_a_new_model(
     }
     model = json.loads((job / "verify" / "_manifest.json").read_text())["verify"]["model"]
     assert model["model_id"] == str(second)
+    # A cross-encoder retrained into the same folder is a changed model too.
+    retrained = build_cross_encoder(tmp_path / "retrained", seed=3)
+    config.write_text(config.read_text().replace(str(second), str(retrained)), encoding="utf-8")
+    assert statuses(run([str(config)]))["verify"] == "ran"
+    build_cross_encoder(retrained, seed=4)
+    assert statuses(run([str(config)])) == {
+        "embed": "skipped",
+        "pairs": "skipped",
+        "verify": "ran",
+        "dedup": "ran",
+    }
 
 
 def test_verify_needs_its_model_and_pairs(tmp_path, tiny_st_dir, cross_encoders):
@@ -101,6 +112,9 @@ def test_verify_needs_its_model_and_pairs(tmp_path, tiny_st_dir, cross_encoders)
     config.write_text(text.replace("band: [0.55, 0.99]", "band: [0.99, 0.55]"))
     with pytest.raises(ValueError, match=r"verify\.band: LOW 0\.99 is above HIGH 0\.55"):
         load_run_config(config)
+    config.write_text(text.replace(str(cross_encoders[0]), str(tmp_path / "no_model")))
+    with pytest.raises(FileNotFoundError, match=r"verify\.model: .*no_model is not a folder"):
+        run([str(config)])
     assert not (tmp_path / "job").exists()
 
 
