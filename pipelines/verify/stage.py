@@ -14,6 +14,10 @@ whose cosine lies in the band ``[LOW, HIGH)`` (default: every pair) is scored on
 or above HIGH keeps score 1.0 (always a duplicate) and one below LOW gets 0.0 (never one at a
 threshold above 0), both unscored and counted, so rows in == rows out.
 
+The launcher reads the pairs (their ids and cosines) and the texts of the band's pairs, and
+writes those as chunk files in the run's attempt area, which the workers read: it holds them
+in memory, and remote workers need an output on storage they read (gs://, s3://).
+
 Texts come from the embeddings the pairs were made from when they kept them (``sbert embed
 --keep-text``), else from ``--corpus`` (the corpus files, read by id as the embed job read
 them). A pair whose text is missing is refused, naming the id, before the output is touched;
