@@ -81,6 +81,8 @@ ENCODER_INPUTS = ("input_ids", "attention_mask")
 # The output each converted model gives, by its name in the Hugging Face output, and the class
 # OpenVINOTransformer hands it back in.
 _OUTPUT_TYPES = {"last_hidden_state": HiddenStates, "logits": ClassifierLogits}
+# How a refusal names each output.
+_OUTPUT_WORDS = {"last_hidden_state": "hidden states"}
 
 
 class _LastHiddenState(nn.Module):
@@ -297,8 +299,8 @@ def check_conversion(
     if not difference <= 1e-3 * scale:
         raise ValueError(
             f"--cpu-backend openvino: the converted {type(transformer).__name__} gives other "
-            f"{output} than torch on a padded probe batch (largest difference "
-            f"{difference:.3g} at values up to {scale:.3g}); use --cpu-backend torch"
+            f"{_OUTPUT_WORDS.get(output, output)} than torch on a padded probe batch (largest "
+            f"difference {difference:.3g} at values up to {scale:.3g}); use --cpu-backend torch"
         )
 
 
