@@ -20,6 +20,13 @@ config, dev and test metrics before and after, software versions) and a model ca
 With a ``dedup_test`` section (labelled duplicates, ``examples/finetune_qqp.yaml``), the card and
 manifest also hold dedup pair-F1 on the held-out part before and after
 (:mod:`pipelines.finetune.dedup_test`).
+
+``kind: cross_encoder`` with ``objective: {name: binary_cross_entropy}`` trains a cross-encoder
+instead (:mod:`pipelines.finetune.cross_encoder_run`, ``examples/cross_encoder_qqp.yaml``): a new
+one-label head on the model's encoder (or a cross-encoder trained further), binary cross-entropy
+on labelled pairs (``duplicate_pairs``, two-label ``labelled_pairs`` or ``scored_pairs``, targets
+in [0, 1]), AP and best F1 of each ``test`` set in the manifest and card, saved as a
+sentence-transformers CrossEncoder folder. One process (no torchrun); no ``dedup_test``.
 """
 
 from __future__ import annotations

@@ -16,18 +16,32 @@ kind                target
                     for scores already in [0, 1]); a score outside the range is refused
 =================== ===========================================================================
 
+**Mined negatives** (``duplicate_pairs``, part ``train``, ``hard_negatives: {mode: mined,
+vectors: base.npy, vector_ids: ids.txt}``): each duplicate pair ``(a, p)`` also gives a pair
+``(a, n)`` with target 0, ``n`` the train question nearest to ``a`` by the bi-encoder's vectors
+that is outside ``a``'s duplicate group, passes the false-negative guards
+(:func:`~sbert_core.training.hard_negatives.mined_candidates`: ``relative_margin``,
+``max_score``, ``range_max``) and is not labelled with ``a`` already (its labelled pairs, both
+labels, are training pairs anyway). Modes ``labelled`` and ``labelled+mined`` would only repeat
+labelled pairs, so they are refused.
+
 The result is an :class:`~sbert_core.training.data.ExampleSet` of kind ``scored_pairs``
 (two text columns, float32 targets), so the bi-encoder's batch plan and fingerprint serve it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import numpy as np
 
 from sbert_core.errors import DataFileError
 from sbert_core.training.data import DataSpec, ExampleSet, load_duplicate_split, load_examples
+from sbert_core.training.duplicate_pairs import DuplicateSplit
+from sbert_core.training.hard_negatives import load_vectors, mined_candidates
+
+logger = logging.getLogger(__name__)
 
 # The data kinds a cross-encoder trains and is evaluated on.
 CROSS_ENCODER_KINDS = ("duplicate_pairs", "labelled_pairs", "scored_pairs")
@@ -54,10 +68,15 @@ def load_cross_encoder_pairs(
             f"{name}.kind: a cross-encoder trains on {', '.join(CROSS_ENCODER_KINDS)}, "
             f"not {spec.kind}"
         )
-    if spec.hard_negatives.enabled:
+    negatives = spec.hard_negatives
+    if negatives.enabled and (
+        negatives.mode != "mined" or spec.kind != "duplicate_pairs" or spec.part != "train"
+    ):
         raise ValueError(
-            f"{name}.hard_negatives: a cross-encoder trains on the labelled pairs themselves; "
-            "set mode none"
+            f"{name}.hard_negatives: a cross-encoder takes mode mined (bi-encoder negatives "
+            "for the duplicate pairs of a duplicate_pairs train part) or none; the labelled "
+            f"non-duplicates are training pairs already (got mode {negatives.mode}, kind "
+            f"{spec.kind}, part {spec.part})"
         )
     if spec.kind == "duplicate_pairs":
         split = load_duplicate_split(spec, text_key)
@@ -65,8 +84,12 @@ def load_cross_encoder_pairs(
         if not rows.size:
             raise DataFileError(f"{spec.path}: no labelled pairs in the {spec.part} part")
         q1, q2 = split.row1[rows], split.row2[rows]
-        texts = (tuple(split.texts[q] for q in q1), tuple(split.texts[q] for q in q2))
         targets = split.label[rows].astype(np.float32)
+        if negatives.enabled:
+            n1, n2 = mined_negative_pairs(split, spec)
+            q1, q2 = np.r_[q1, n1], np.r_[q2, n2]
+            targets = np.r_[targets, np.zeros(n1.size, np.float32)]
+        texts = (tuple(split.texts[q] for q in q1), tuple(split.texts[q] for q in q2))
         return ExampleSet("scored_pairs", texts, targets, source=spec.path)
     if spec.kind == "labelled_pairs" and len(spec.labels) != 2:
         raise ValueError(
@@ -82,6 +105,39 @@ def load_cross_encoder_pairs(
             "outside [0, 1]"
         )
     return ExampleSet("scored_pairs", examples.texts, targets, source=examples.source)
+
+
+def mined_negative_pairs(split: DuplicateSplit, spec: DataSpec) -> tuple[np.ndarray, np.ndarray]:
+    """``(anchors, negatives)``: question indices of one mined negative per duplicate pair of
+    the train part (module docstring); pairs without a candidate get none (counted, logged).
+
+    Raises:
+        DataFileError / ValueError: as :func:`~sbert_core.training.hard_negatives.load_vectors`
+            and a bad ``hard_negatives`` setting.
+    """
+    config = spec.hard_negatives
+    config.check()
+    duplicates = np.flatnonzero(split.rows_in("train") & split.label)
+    q1, q2 = split.row1[duplicates], split.row2[duplicates]
+    candidates = mined_candidates(split, load_vectors(config, split), q1, q2, config)
+    labelled = {
+        (min(a, b), max(a, b))
+        for a, b in zip(split.row1.tolist(), split.row2.tolist(), strict=True)
+    }
+    anchors, chosen = [], []
+    for anchor, options in zip(q1.tolist(), candidates, strict=True):
+        fresh = [n for n in options if (min(anchor, n), max(anchor, n)) not in labelled]
+        if fresh:
+            anchors.append(anchor)
+            chosen.append(fresh[0])
+    logger.info(
+        "%s: %d mined negative pairs for %d duplicate pairs (%d without a candidate)",
+        spec.path,
+        len(chosen),
+        q1.size,
+        q1.size - len(chosen),
+    )
+    return np.asarray(anchors, dtype=np.int64), np.asarray(chosen, dtype=np.int64)
 
 
 def binary_labels(examples: ExampleSet) -> np.ndarray:

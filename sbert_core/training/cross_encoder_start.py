@@ -35,7 +35,7 @@ from sbert_core.model.cross_encoder_folder import (
     check_architecture,
     max_length_of,
 )
-from sbert_core.model.json_files import read_json
+from sbert_core.model.json_files import read_json_object
 from sbert_core.model.source import resolve_model_dir
 from sbert_core.model.weight_checks import check_weight_files
 
@@ -50,11 +50,11 @@ def is_cross_encoder_folder(directory: os.PathLike) -> bool:
     directory = Path(directory)
     if (directory / "modules.json").is_file():
         settings = directory / ST_CONFIG_FILE
-        return settings.is_file() and read_json(settings).get("model_type") == MODEL_TYPE
+        return settings.is_file() and read_json_object(settings).get("model_type") == MODEL_TYPE
     config = directory / "config.json"
     if not config.is_file():
         return False
-    architectures = read_json(config).get("architectures") or []
+    architectures = read_json_object(config).get("architectures") or []
     return any(str(name).endswith("ForSequenceClassification") for name in architectures)
 
 

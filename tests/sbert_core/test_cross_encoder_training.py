@@ -165,9 +165,10 @@ def test_other_kinds_and_hard_negatives_are_refused_naming_the_key(toy_file):
     spec = DataSpec(
         path=str(toy_file),
         kind="duplicate_pairs",
-        hard_negatives=HardNegativeConfig(mode="labelled"),
+        part="holdout",
+        hard_negatives=HardNegativeConfig(mode="mined", vectors="v.npy", vector_ids="i.txt"),
     )
-    with pytest.raises(ValueError, match=r"test\.0\.hard_negatives"):
+    with pytest.raises(ValueError, match=r"test\.0\.hard_negatives: .*part holdout"):
         load_cross_encoder_pairs(spec, name="test.0")
 
 
@@ -283,3 +284,60 @@ def test_a_killed_run_resumes_to_the_same_weights(bi_encoder_dir, toy_file, tmp_
     changed = quick(epochs=1, checkpoint_every=2, checkpoint_dir=checkpoints, batch_size=8)
     with pytest.raises(ValueError, match="batch_size"):
         fit_cross_encoder(fresh(), examples, changed)
+
+
+# ---------------------------------------------------------------------- mined negatives
+
+
+def test_mined_negatives_skip_the_group_labelled_pairs_and_near_duplicates(tmp_path):
+    rows = [
+        (1, 2, "q1", "q2", 1),
+        (1, 3, "q1", "q3", 0),
+        (5, 6, "q5", "q6", 1),
+        (7, 8, "q7", "q8", 1),
+        (4, 7, "q4", "q7", 0),
+    ]
+    header = ("qid1", "qid2", "question1", "question2", "dup")
+    path = write_tsv(tmp_path / "d.tsv", header, rows)
+    # Question 1's neighbours by cosine: 2 (its duplicate), 4 (0.99: above the false-negative
+    # bound 0.95 x cos(1, 2)), 3 (labelled with 1 already), then 5, the one to mine.
+    vectors = {
+        "1": [1, 0, 0, 0],
+        "2": [1, 0.1, 0, 0],
+        "3": [0.9, 0.43, 0, 0],
+        "4": [0.99, 0.14, 0, 0],
+        "5": [0.8, 0, 0.6, 0],
+        "6": [0, 0, 1, 0],
+        "7": [0, 0, 0, 1],
+        "8": [0, 0, 0.1, 1],
+    }
+    np.save(tmp_path / "v.npy", np.asarray(list(vectors.values()), dtype=np.float32))
+    (tmp_path / "ids.txt").write_text("\n".join(vectors) + "\n")
+    columns = {"id1": "qid1", "id2": "qid2", "sentence1": "question1", "sentence2": "question2"}
+    spec = DataSpec(
+        path=str(path),
+        kind="duplicate_pairs",
+        columns={**columns, "label": "dup"},
+        part="train",
+        holdout_fraction=0.0,
+        hard_negatives=HardNegativeConfig(
+            mode="mined", vectors=str(tmp_path / "v.npy"), vector_ids=str(tmp_path / "ids.txt")
+        ),
+    )
+    examples = load_cross_encoder_pairs(spec)
+    pairs = list(zip(*examples.texts, strict=True))
+    assert pairs[:5] == [(f"q{a}", f"q{b}") for a, b, *_ in rows]
+    mined = dict(pairs[5:])
+    assert examples.targets[5:].tolist() == [0.0] * 3
+    assert mined["q1"] == "q5"
+    assert mined["q5"] == "q8"  # 1-4 are above 0.95 x cos(5, 6) = 0.57
+    labelled = {frozenset((f"q{a}", f"q{b}")) for a, b, *_ in rows}
+    assert not any(frozenset(pair) in labelled for pair in mined.items())
+    assert mined["q7"] not in ("q7", "q8")
+
+    for mode in ("labelled", "labelled+mined"):
+        refused = DataSpec(
+            path=str(path), kind="duplicate_pairs", hard_negatives=HardNegativeConfig(mode=mode)
+        )
+        with pytest.raises(ValueError, match=r"train\.hard_negatives: .*mode mined"):
+            load_cross_encoder_pairs(refused)
