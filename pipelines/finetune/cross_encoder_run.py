@@ -36,8 +36,8 @@ from pathlib import Path
 
 from pipelines.finetune.config import FinetuneConfig
 from pipelines.finetune.cross_encoder_card import cross_encoder_card
+from pipelines.finetune.data_records import MODEL_CARD, describe_data, short_names
 from pipelines.finetune.finetune_summary import FinetuneSummary
-from pipelines.finetune.stage import MODEL_CARD, describe_data, short_names
 from pipelines.io.manifest_fields import software_versions
 from pipelines.io.text_normal import text_key
 from pipelines.stage_api.stops import JobFailedError

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.finetune.config import FinetuneConfig, resolve_config
+from pipelines.finetune.data_records import MODEL_CARD, describe_data, short_names
 from pipelines.finetune.dedup_test import dedup_metrics, evaluate_dedup, load_holdout
 from pipelines.finetune.finetune_summary import FinetuneSummary, PrintedConfig
 from pipelines.finetune.model_card import model_card
@@ -51,9 +52,9 @@ from pipelines.stage_api.result import Result
 from pipelines.stage_api.stops import JobFailedError
 from sbert_core.config import config_to_dict
 from sbert_core.evaluation.evaluators import build_evaluator
-from sbert_core.model.artifact import MANIFEST_FILE, sha256_of_files
+from sbert_core.model.artifact import MANIFEST_FILE
 from sbert_core.training.checkpoint import seed_everything
-from sbert_core.training.data import ExampleSet, load_examples
+from sbert_core.training.data import load_examples
 from sbert_core.training.loop import TrainingDivergedError, TrainingResult, load_base_encoder, train
 from sbert_core.training.losses import SoftmaxLoss, build_loss, check_data_kind
 
@@ -62,7 +63,6 @@ from sbert_core.training.losses import SoftmaxLoss, build_loss, check_data_kind
 TRAINING_LOGGER = "sbert_core.training.loop"
 
 CLASSIFIER_FILE = "softmax_classifier.safetensors"
-MODEL_CARD = "README.md"
 
 
 def run(options: Options, *, pipeline: Any = None) -> Result:
@@ -187,29 +187,6 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
         resumed_from=result.resumed_from,
         main_process=is_main,
     )
-
-
-def describe_data(examples: ExampleSet | None) -> dict | None:
-    """A data set's manifest entry: its path, sha256, kind and example count (None: none)."""
-    if examples is None:
-        return None
-    path = Path(examples.source)
-    return {
-        "path": str(path.resolve()),
-        "sha256": sha256_of_files([path]),
-        "kind": examples.kind,
-        "examples": len(examples),
-    }
-
-
-def short_names(paths: list[str]) -> list[str]:
-    """``folder/file`` names for test sets (``stsb/test.tsv.gz``, ``snli/test.tsv.gz``),
-    numbered where they still collide."""
-    names = []
-    for path in paths:
-        name = "/".join(Path(path).parts[-2:])
-        names.append(name if name not in names else f"{name}#{len(names) + 1}")
-    return names
 
 
 def _manifest(
