@@ -43,7 +43,10 @@ JOB_COMMANDS = dict(
     sorted(
         {
             **stage_cli.stage_commands(),
-            "run": "run a whole job (embed, index, cluster, pairs, dedup) from a config",
+            "run": (
+                "run a whole job (finetune, embed, index, cluster, pairs, verify, dedup) "
+                "from a config"
+            ),
             "submit": "run a job from a YAML config on Dataflow, Spark or Flink",
         }.items()
     )

@@ -1,4 +1,5 @@
-"""``sbert run``: a whole job from one config: embed, index, cluster, pairs, dedup, one report.
+"""``sbert run``: a whole job from one config (embed, index, cluster, pairs, verify, dedup), one
+report.
 
     sbert run job.yaml [--set key=value ...] [--only STAGE] [--force STAGE|all] [--print-config]
     sbert run examples/quickstart.yaml          # the bundled sample, local runner, default model

@@ -17,9 +17,10 @@ A job config is one YAML mapping (see ``examples/quickstart.yaml``)::
     dedup: {threshold: 0.9}
 
 Which stages run is the ``stages`` list (there are no per-stage enabled flags): they always run
-in the order finetune, embed, index, cluster, pairs, dedup whatever order the list gives, and a
-stage needs the stages it reads from (index, cluster and pairs need embed; dedup needs pairs;
-``model: finetune`` needs finetune). Each stage section holds that stage's options: the fields
+in the order finetune, embed, index, cluster, pairs, verify, dedup whatever order the list gives,
+and a stage needs the stages it reads from (index, cluster and pairs need embed; verify and dedup
+need pairs, and dedup reads verify's pairs when the job has verify; ``model: finetune`` needs
+finetune). Each stage section holds that stage's options: the fields
 of the stage's ``Options`` (``pipelines/<stage>/options.py``), which are its command's flags with
 ``_`` for ``-`` (``memory_budget`` is ``sbert index --memory-budget``), checked by that same
 type. The options the job sets itself (inputs, output, ``--overwrite``, ``--verify``, the Beam

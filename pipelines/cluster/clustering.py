@@ -37,7 +37,7 @@ from pipelines.io.corpus_reader import CorpusSpec
 from pipelines.io.embeddings import EmbeddingsDataset, all_shards
 from pipelines.io.html import write_text
 from pipelines.io.output_dir import MANIFEST, join
-from pipelines.io.texts import texts_from_corpus, texts_from_embeddings
+from pipelines.io.texts import recorded_corpus_spec, texts_from_corpus, texts_from_embeddings
 from pipelines.vectors.communities import detect_communities
 from pipelines.vectors.kmeans import fit_spherical_kmeans, lloyd_pass
 from pipelines.vectors.precision import normalize_rows
@@ -104,13 +104,7 @@ def text_source(text_from: str | None, datasets: list[EmbeddingsDataset]) -> Tex
             raise ValueError(f"--text-from {text_from}: embeddings written without --keep-text")
         return TextSource(embeddings=(source,))
     spec = datasets[0].manifest.get("input", {})
-    corpus_spec = CorpusSpec(
-        fmt=spec.get("fmt"),
-        text_field=spec.get("text_field", "text"),
-        id_field=spec.get("id_field"),
-        max_record_bytes=spec.get("max_record_bytes", CorpusSpec.max_record_bytes),
-        max_record_lines=spec.get("max_record_lines", CorpusSpec.max_record_lines),
-    )
+    corpus_spec = recorded_corpus_spec(datasets[0].manifest)
     if corpus_spec.id_field is None and text_from != spec.get("pattern"):
         logger.warning(
             "the embeddings' ids were derived from file and row under %r; texts from %r only "

@@ -14,7 +14,7 @@ from pipelines.dedup.corpus import CorpusScan
 from pipelines.dedup.groups import IndexedPairs, corpus_ranks, derived_id_ranks, id_ranks
 from pipelines.io.corpus_reader import CorpusSpec
 from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.texts import texts_from_embeddings
+from pipelines.io.texts import recorded_corpus_spec, texts_from_embeddings
 
 
 def paired_items(n: int, pairs: IndexedPairs, threshold: float) -> np.ndarray:
@@ -30,14 +30,7 @@ def corpus_spec(
     id_field: str | None = None,
 ) -> CorpusSpec:
     """How the embed job read the corpus, with this run's overrides (None: as recorded)."""
-    recorded = datasets[0].manifest.get("input", {})
-    return CorpusSpec(
-        fmt=fmt or recorded.get("fmt"),
-        text_field=text_field or recorded.get("text_field") or "text",
-        id_field=id_field if id_field is not None else recorded.get("id_field"),
-        max_record_bytes=recorded.get("max_record_bytes", CorpusSpec.max_record_bytes),
-        max_record_lines=recorded.get("max_record_lines", CorpusSpec.max_record_lines),
-    )
+    return recorded_corpus_spec(datasets[0].manifest, fmt, text_field, id_field)
 
 
 def order_rank(

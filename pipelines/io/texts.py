@@ -33,14 +33,20 @@ def texts_from_embeddings(datasets: Sequence[EmbeddingsDataset], wanted: set[str
     return found
 
 
-def recorded_corpus_spec(embeddings_manifest: dict) -> CorpusSpec:
+def recorded_corpus_spec(
+    embeddings_manifest: dict,
+    fmt: str | None = None,
+    text_field: str | None = None,
+    id_field: str | None = None,
+) -> CorpusSpec:
     """How the embed job that wrote ``embeddings_manifest`` read its corpus (its ``input``), so
-    that the corpus read again gives the same ids (derived ``file:row`` ids included)."""
+    that the corpus read again gives the same ids (derived ``file:row`` ids included); a given
+    ``fmt``, ``text_field`` or ``id_field`` overrides the recorded one."""
     recorded = embeddings_manifest.get("input", {})
     return CorpusSpec(
-        fmt=recorded.get("fmt"),
-        text_field=recorded.get("text_field") or "text",
-        id_field=recorded.get("id_field"),
+        fmt=fmt or recorded.get("fmt"),
+        text_field=text_field or recorded.get("text_field") or "text",
+        id_field=id_field if id_field is not None else recorded.get("id_field"),
         max_record_bytes=recorded.get("max_record_bytes", CorpusSpec.max_record_bytes),
         max_record_lines=recorded.get("max_record_lines", CorpusSpec.max_record_lines),
     )

@@ -16,7 +16,10 @@ from pipelines.stage_api.job_stage import ReportContext
 def pairs_sections(context: ReportContext) -> list[str]:
     """The histogram of the similar pairs' scores, with the dedup threshold when dedup runs."""
     dedup = context.options.get("dedup")
-    threshold = dedup.threshold if dedup is not None else None
+    # With verify in the job, dedup's threshold applies to the cross-encoder's scores, not to
+    # these cosines: no line is drawn (verify's section shows the scores dedup cut).
+    verified = "verify" in context.options
+    threshold = dedup.threshold if dedup is not None and not verified else None
     low = context.options["pairs"].threshold
     # Files the stages checked are not hashed again (the check remembers them); with
     # verify: false the report does not check them either.

@@ -16,13 +16,15 @@ SCORE_AXIS = "verified score of the pair (cross-encoder)"
 
 
 def verify_sections(context: ReportContext) -> list[str]:
-    """The counts, the score movement and the histogram of the verified scores."""
+    """The counts, the score movement and the histogram of the verified scores, with the dedup
+    threshold (which cuts these scores) when dedup runs."""
+    dedup = context.options.get("dedup")
     with content_checks(context.verify):  # files the stages checked are not hashed again
         output = PairsOutput.open(context.outputs["verify"])
-        return [_verified(output)]
+        return [_verified(output, dedup.threshold if dedup is not None else None)]
 
 
-def _verified(output: PairsOutput) -> str:
+def _verified(output: PairsOutput, dedup_threshold: float | None) -> str:
     section = output.manifest["verify"]
     counts, moved = section["counts"], section["movement"]
     band = section.get("band")
@@ -44,10 +46,12 @@ def _verified(output: PairsOutput) -> str:
             f"mean verified score {moved['mean_score']:.3f}, mean |score - cosine| "
             f"{moved['mean_abs_change']:.3f}.</p>"
         )
-    return text + _histogram(output)
+    if dedup_threshold is not None:
+        text += f"<p>The dashed line marks the dedup threshold {dedup_threshold:g}.</p>"
+    return text + _histogram(output, dedup_threshold)
 
 
-def _histogram(output: PairsOutput) -> str:
+def _histogram(output: PairsOutput, marker: float | None) -> str:
     """Histogram of the verified scores, streamed (bounded memory)."""
     bins = Bins.round(0.0, 1.0)
     for path in output.pair_files:
@@ -55,4 +59,4 @@ def _histogram(output: PairsOutput) -> str:
             for batch in pq.ParquetFile(handle).iter_batches(columns=["score"]):
                 scores = batch.column("score").to_numpy(zero_copy_only=False)
                 bins.add(scores)
-    return histogram_svg(bins, SCORE_AXIS, "pairs")
+    return histogram_svg(bins, SCORE_AXIS, "pairs", marker=marker)
