@@ -95,3 +95,29 @@ def check_model_kind(config: FinetuneConfig) -> None:
                 "dedup_test: dedup pair-F1 embeds with a bi-encoder; a cross-encoder is scored "
                 "on the labelled pairs of its dev and test sections (AP, best F1)"
             )
+        scored = [("dev", config.dev), *((f"test.{i}", s) for i, s in enumerate(config.test))]
+        for name, spec in scored:
+            if spec is not None:
+                _check_apart_from_training(name, spec, config.train)
+
+
+def _check_apart_from_training(name: str, spec: DataSpec, train: DataSpec) -> None:
+    """Refuse a dev or test part of the training file that overlaps the training part.
+
+    Raises:
+        ValueError: the same part (or ``all``) of the same duplicate_pairs file, or its other
+            part cut with another split, naming the section.
+    """
+    if not (spec.kind == train.kind == "duplicate_pairs" and spec.path == train.path):
+        return
+    if "all" in (spec.part, train.part) or spec.part == train.part:
+        raise ValueError(
+            f"{name}.part: {spec.part} of {spec.path} overlaps the training part ({train.part})"
+        )
+    mine = (spec.holdout_fraction, spec.split_seed, spec.limit)
+    theirs = (train.holdout_fraction, train.split_seed, train.limit)
+    if mine != theirs:
+        raise ValueError(
+            f"{name}: splits {spec.path} with (holdout_fraction, split_seed, limit) {mine} but "
+            f"train with {theirs}: its {spec.part} part would overlap the training part"
+        )

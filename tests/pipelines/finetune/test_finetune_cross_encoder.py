@@ -158,6 +158,40 @@ def test_config_errors_name_the_key(model_dir, data, tmp_path, changes, message)
         resolve_config(Options(config=str(config)))
 
 
+def test_a_test_part_that_overlaps_the_training_part_is_refused(model_dir, tmp_path):
+    rows = [(1, 2, "the man plays", "a woman plays", 1), (3, 4, "the dog", "a car", 0)]
+    header = ("qid1", "qid2", "question1", "question2", "is_duplicate")
+    path = str(write_tsv(tmp_path / "qqp.tsv", header, rows))
+    columns = {"id1": "qid1", "id2": "qid2", "sentence1": "question1", "sentence2": "question2"}
+    columns["label"] = "is_duplicate"
+    split = {"holdout_fraction": 0.5, "split_seed": 42}
+
+    def spec(part: str, **changes) -> dict:
+        base = {"path": path, "kind": "duplicate_pairs", "columns": dict(columns), "part": part}
+        return base | split | changes
+
+    data = {"train": path, "test": path}
+    for test, message in (
+        (spec("train"), r"test\.0\.part: train of .* overlaps the training part \(train\)"),
+        (spec("all"), r"test\.0\.part: all"),
+        (spec("holdout", split_seed=7), r"test\.0: splits .* \(0\.5, 7, None\) but train"),
+    ):
+        config = write_config(
+            tmp_path / "c.yaml", model_dir, data, tmp_path / "o", train=spec("train"), test=[test]
+        )
+        with pytest.raises(ValueError, match=message):
+            resolve_config(Options(config=str(config)))
+    config = write_config(
+        tmp_path / "c.yaml",
+        model_dir,
+        data,
+        tmp_path / "o",
+        train=spec("train"),
+        test=[spec("holdout")],
+    )
+    assert resolve_config(Options(config=str(config))).test[0].part == "holdout"
+
+
 def test_other_data_kinds_are_refused_naming_the_section(model_dir, data, tmp_path):
     test = [{"path": str(data["test"]), "kind": "triplets"}]
     config = write_config(tmp_path / "c.yaml", model_dir, data, tmp_path / "out", test=test)
