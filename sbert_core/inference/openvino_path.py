@@ -76,8 +76,6 @@ class ClassifierLogits:
     logits: torch.Tensor  # (B, num_labels) float32
 
 
-# The model inputs converted by default (an encoder's); a cross-encoder adds token_type_ids.
-ENCODER_INPUTS = ("input_ids", "attention_mask")
 # The output each converted model gives, by its name in the Hugging Face output, and the class
 # OpenVINOTransformer hands it back in.
 _OUTPUT_TYPES = {"last_hidden_state": HiddenStates, "logits": ClassifierLogits}
