@@ -155,6 +155,9 @@ class _CrossEncoderRun:
         self.best_weights: dict[str, torch.Tensor] | None = None
         self._window: list[float] = []
         self._last_checkpoint: Path | None = None
+        # When and at which step this call started training, for the s/step and ETA of the log.
+        self._started = time.perf_counter()
+        self._first_step = 0
         seed_everything(config.seed)
         checkpoint = latest_checkpoint(config.checkpoint_dir) if config.resume else None
         if checkpoint is not None:

@@ -205,7 +205,7 @@ def test_duplicate_pairs_give_every_labelled_pair_of_the_part(tmp_path):
 # ---------------------------------------------------------------------- training
 
 
-def test_training_reduces_the_loss_and_raises_ap(bi_encoder_dir, toy_file, tmp_path):
+def test_training_reduces_the_loss_and_raises_ap(bi_encoder_dir, toy_file):
     examples = toy_pairs(toy_file)
     torch.manual_seed(0)
     model = start_cross_encoder(bi_encoder_dir, device="cpu")
