@@ -21,7 +21,7 @@ without native bf16, ...) and hands the loaded classifier to :func:`prepare_clas
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -31,8 +31,22 @@ from sbert_core.inference.batching import length_sorted_batches
 from sbert_core.inference.compute_paths import INT8, TORCH, ComputePath, prepare_transformer
 from sbert_core.inference.tokenizing import pad_token_ids
 
-if TYPE_CHECKING:
-    from sbert_core.inference.cross_encoder import CrossEncoder
+
+class PairModel(Protocol):
+    """What these helpers use of :class:`sbert_core.inference.cross_encoder.CrossEncoder`
+    (typed structurally: that module imports this one)."""
+
+    model: nn.Module
+    tokenizer: Any
+    takes_token_types: bool
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def tokenize(self, pairs: Sequence[tuple[str, str]]) -> tuple[dict, np.ndarray]: ...
+
+    def predict(self, pairs: Sequence[tuple[str, str]], **kwargs: Any) -> np.ndarray: ...
+
 
 # Pairs per calibration batch of the OpenVINO int8 path (300 pairs: 19 batches).
 _CALIBRATION_BATCH = 16
@@ -48,7 +62,7 @@ def calibration_pairs() -> list[tuple[str, str]]:
 
 
 def pad_pairs(
-    encoder: CrossEncoder,
+    encoder: PairModel,
     features: dict[str, list[list[int]]],
     indices: Sequence[int],
     device: torch.device | None = None,
@@ -74,7 +88,7 @@ def pad_pairs(
 
 
 def padded_pair_batches(
-    encoder: CrossEncoder, pairs: list[tuple[str, str]], *, batch_size: int
+    encoder: PairModel, pairs: list[tuple[str, str]], *, batch_size: int
 ) -> list[dict[str, np.ndarray]]:
     """``pairs`` tokenised and padded as ``encoder.predict`` does, in length-sorted batches of
     at most ``batch_size`` pairs: the classifier's inputs as numpy arrays (``input_ids``,
@@ -90,7 +104,7 @@ def padded_pair_batches(
     return batches
 
 
-def prepare_classifier(encoder: CrossEncoder, path: ComputePath) -> nn.Module:
+def prepare_classifier(encoder: PairModel, path: ComputePath) -> nn.Module:
     """``encoder``'s sequence classifier (loaded in ``path.load_dtype``) ready to run ``path``:
     itself, its int8 dynamically quantized copy, or an
     :class:`~sbert_core.inference.openvino_path.OpenVINOTransformer` giving its logits.

@@ -31,7 +31,11 @@ from torch import nn
 
 from sbert_core.errors import ModelLoadError
 from sbert_core.model.architectures import transformer_class
-from sbert_core.model.artifact import inside_model_dir, is_sentence_transformers_folder
+from sbert_core.model.artifact import (
+    ModelLayout,
+    inside_model_dir,
+    is_sentence_transformers_folder,
+)
 from sbert_core.model.json_files import read_json, read_json_object
 from sbert_core.model.module_chain import TRANSFORMER_CONFIG_FILES
 
@@ -278,8 +282,9 @@ def write_cross_encoder_files(
     )
 
 
-def read_config_and_tokenizer(layout: CrossEncoderLayout, directory: Path) -> tuple:
-    """The Hugging Face config and fast tokenizer of a CrossEncoder folder (no remote code),
+def read_config_and_tokenizer(layout: CrossEncoderLayout | ModelLayout, directory: Path) -> tuple:
+    """The Hugging Face config and fast tokenizer of a CrossEncoder folder, or of the encoder
+    a new cross-encoder starts from (no remote code),
     checked as the bi-encoder's are: a plain folder's tokenizer has no chat template, and the
     architecture is a supported sequence classifier (:func:`check_architecture`).
 

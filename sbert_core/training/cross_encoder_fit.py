@@ -47,7 +47,7 @@ from sbert_core.training.loop import (
     TrainingDivergedError,
     TrainingProgress,
     TrainingResult,
-    _autocast_dtype,
+    autocast_dtype_for,
 )
 from sbert_core.training.optimizer import adamw, linear_schedule, warmup_steps
 
@@ -131,7 +131,7 @@ class _CrossEncoderRun:
         per_run = self.plan.steps_per_epoch * config.epochs
         self.total_steps = min(per_run, config.max_steps) if config.max_steps else per_run
         self.warmup = warmup_steps(self.total_steps, config.warmup_ratio)
-        self.autocast_dtype = _autocast_dtype(config.precision, self.device)
+        self.autocast_dtype = autocast_dtype_for(config.precision, self.device)
         self.optimizer = adamw(model, config, self.device)
         self.scaler = (
             torch.amp.GradScaler(self.device.type) if config.precision == "float16" else None

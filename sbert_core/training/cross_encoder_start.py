@@ -27,13 +27,12 @@ from torch import nn
 
 from sbert_core.errors import ModelLoadError
 from sbert_core.inference.cross_encoder import CrossEncoder
-from sbert_core.model.architectures import check_plain_folder_tokenizer
 from sbert_core.model.artifact import read_layout, sha256_of_files, weight_files
 from sbert_core.model.cross_encoder_folder import (
     MODEL_TYPE,
     ST_CONFIG_FILE,
-    check_architecture,
     max_length_of,
+    read_config_and_tokenizer,
 )
 from sbert_core.model.json_files import read_json_object
 from sbert_core.model.source import resolve_model_dir
@@ -94,25 +93,17 @@ def start_cross_encoder(
 
 def _new_head(directory, model_id: str, allow_pickle: bool, max_length: int | None):
     """The encoder in ``directory`` under a new one-label classification head."""
-    from huggingface_hub.errors import StrictDataclassError
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     layout = read_layout(directory)
     source = layout.transformer_dir
     files = weight_files(source, allow_pickle=allow_pickle)
-    try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=False, num_labels=1)
-        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, StrictDataclassError) as err:
-        reason = " ".join(str(err).split())
-        raise ModelLoadError(
-            f"{source}: could not read the config or tokenizer ({reason})"
-        ) from err
-    if not layout.is_sentence_transformer:
-        check_plain_folder_tokenizer(tokenizer, directory)
-    check_architecture(config, source / "config.json")
+    # The refusals of loading a cross-encoder (no remote code, a plain folder's tokenizer, a
+    # supported architecture), on the encoder's config, then one label for the new head.
+    config, tokenizer = read_config_and_tokenizer(layout, directory)
+    config.num_labels = 1
     uses_pickle = check_weight_files(config, files, source)
     # A bi-encoder saved no head: transformers warns that the head is newly initialised, which
     # is the point here, and the check below says what was drawn at random instead.

@@ -199,7 +199,7 @@ class _TrainingRun:
         per_run = self.plan.steps_per_epoch * config.epochs
         self.total_steps = min(per_run, config.max_steps) if config.max_steps else per_run
         self.warmup = warmup_steps(self.total_steps, config.warmup_ratio)
-        self.autocast_dtype = _autocast_dtype(config.precision, self.device)
+        self.autocast_dtype = autocast_dtype_for(config.precision, self.device)
 
         loss.to(self.device)
         # BERT-style poolers are computed but never used by sentence embeddings: their weights
@@ -476,7 +476,7 @@ class _TrainingRun:
         logger.info("resumed from %s (step %d)", path, self.step)
 
 
-def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+def autocast_dtype_for(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for ``precision`` on ``device``; None: no autocast (float32)."""
     if precision == "float32":
         return None
