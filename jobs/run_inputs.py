@@ -190,6 +190,14 @@ def _finetune_inputs(config: RunConfig) -> dict:
         resolved = resolve_config(options)
     except ValueError as err:
         raise ValueError(f"finetune.config: {err}") from None
+    if resolved.kind == "cross_encoder" and config.model == FROM_FINETUNE:
+        # Checked now, not when embed fails to load a pair scorer after the training.
+        raise ValueError(
+            f"model: 'finetune' embeds with the finetune stage's model, but {path} trains a "
+            "cross-encoder (kind: cross_encoder), which scores pairs and makes no vectors; "
+            "name a bi-encoder in model: and the trained cross-encoder's folder in "
+            "verify.model (train it first with sbert finetune --config ...)"
+        )
     specs = [("train", resolved.train), ("dev", resolved.dev)]
     specs += [(f"test.{i}", spec) for i, spec in enumerate(resolved.test)]
     files = []

@@ -151,3 +151,36 @@ def test_the_job_digest_check_is_verify_inputs_beside_a_verify_section(
     config.write_text(text + "verify_inputs: false\n" + "verify: false\n", encoding="utf-8")
     with pytest.raises(ValueError, match="verify_inputs: the same setting as verify"):
         load_run_config(config)
+
+
+def test_model_finetune_is_refused_when_the_finetune_stage_trains_a_cross_encoder(
+    tmp_path, tiny_st_dir, cross_encoders, capsys
+):
+    """A cross-encoder makes no vectors: ``model: finetune`` with a ``kind: cross_encoder``
+    recipe is refused before anything runs, not when embed fails after the training."""
+    from jobs.cli import main as cli_main
+
+    train = tmp_path / "train.tsv"
+    train.write_text("sentence1\tsentence2\tlabel\na b\ta c\t1\nd e\tf g\t0\n", encoding="utf-8")
+    recipe = tmp_path / "train.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "model": str(tiny_st_dir),
+                "kind": "cross_encoder",
+                "objective": {"name": "binary_cross_entropy"},
+                "train": {"path": str(train), "kind": "labelled_pairs"},
+                "evaluate_base_model": False,
+            }
+        ),
+        encoding="utf-8",
+    )
+    config = write_job(tmp_path, tiny_st_dir, cross_encoders[0], keep_text=True)
+    text = config.read_text().replace(f"model: {tiny_st_dir}\n", "model: finetune\n")
+    text = text.replace("stages: [embed,", "stages: [finetune, embed,")
+    config.write_text(text + f"finetune: {{config: {recipe}}}\n", encoding="utf-8")
+    assert cli_main(["run", str(config)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    assert "trains a cross-encoder (kind: cross_encoder)" in error and "verify.model" in error
+    assert not (tmp_path / "job").exists()
