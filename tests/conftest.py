@@ -71,3 +71,17 @@ def stsb_test_sentences() -> list[str]:
     """All distinct sentences of the STSb test split, in first-seen order."""
     rows = read_tsv(DATA_DIR / "stsb" / "test.tsv.gz")
     return list(dict.fromkeys(s for row in rows for s in (row["sentence1"], row["sentence2"])))
+
+
+@pytest.fixture
+def keep_torch_threads():
+    """Training sets torch's thread count for the process; give other tests theirs back.
+
+    Training test modules turn it on for each of their tests with
+    ``pytestmark = pytest.mark.usefixtures("keep_torch_threads")``.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -4,9 +4,7 @@ and how, and AP / best F1 on each test set before (the new head) and after train
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pipelines.finetune.model_card import data_table
+from pipelines.finetune.model_card import card_heading, data_table, dev_lines, software_lines
 
 # The metrics of a test set the card shows, in order, with their labels.
 CARD_METRICS = (
@@ -25,15 +23,7 @@ def cross_encoder_card(manifest: dict) -> str:
     run = manifest["training"]
     model_id = manifest["model_id"]
     lines = [
-        "---",
-        "library_name: sentence-transformers",
-        "pipeline_tag: text-ranking",
-        "tags: [sentence-transformers, cross-encoder, sbert-pipeline]",
-        f"base_model: {base['model_id']}",
-        "---",
-        "",
-        f"# {Path(model_id).name}",
-        "",
+        *card_heading(manifest, "text-ranking", "cross-encoder"),
         f"A cross-encoder trained from `{base['model_id']}` with binary cross-entropy by "
         f"sbert-pipeline {manifest['software']['sbert_pipeline']}. It reads both texts of a pair "
         f"together (truncated at {manifest['max_length']} tokens) and gives one score in "
@@ -67,13 +57,7 @@ def cross_encoder_card(manifest: dict) -> str:
         f"steps in {run['seconds']:.0f} s.",
         "",
     ]
-    dev = manifest["metrics"]["dev"]
-    if dev["best_step"] is not None:
-        lines += [
-            f"Dev {dev['primary_metric']}: best {dev['best_score']:.4f} at step "
-            f"{dev['best_step']} (these weights).",
-            "",
-        ]
+    lines += dev_lines(manifest, digits=4)
     tests = manifest["metrics"]["test"]
     if tests["after"]:
         lines += [
@@ -95,6 +79,5 @@ def cross_encoder_card(manifest: dict) -> str:
                     f"| {after[key]:.4f} |"
                 )
         lines.append("")
-    software = ", ".join(f"{k} {v}" for k, v in manifest["software"].items())
-    lines += [f"Software: {software}.", ""]
+    lines += software_lines(manifest)
     return "\n".join(lines)

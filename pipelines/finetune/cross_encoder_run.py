@@ -30,18 +30,20 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 import shutil
 from pathlib import Path
 
 from pipelines.finetune.config import FinetuneConfig
 from pipelines.finetune.cross_encoder_card import cross_encoder_card
-from pipelines.finetune.data_records import MODEL_CARD, describe_data, short_names
+from pipelines.finetune.data_records import (
+    MODEL_CARD,
+    describe_data,
+    short_names,
+    training_manifest,
+)
 from pipelines.finetune.finetune_summary import FinetuneSummary
-from pipelines.io.manifest_fields import software_versions
 from pipelines.io.text_normal import text_key
 from pipelines.stage_api.stops import JobFailedError
-from sbert_core.config import config_to_dict
 from sbert_core.inference.cross_encoder import CrossEncoder
 from sbert_core.model.artifact import MANIFEST_FILE
 from sbert_core.model.export import staged_model_folder
@@ -51,7 +53,7 @@ from sbert_core.training.cross_encoder_eval import PairScoreEvaluator
 from sbert_core.training.cross_encoder_fit import fit_cross_encoder
 from sbert_core.training.cross_encoder_start import start_cross_encoder
 from sbert_core.training.distributed import training_device
-from sbert_core.training.loop import TrainingDivergedError, TrainingResult
+from sbert_core.training.loop import TrainingDivergedError
 
 # Step, loss and ETA lines, and what the start model was built from, are shown unless the user
 # has set these loggers' levels.
@@ -123,7 +125,12 @@ def finetune_cross_encoder(config: FinetuneConfig) -> FinetuneSummary:
             _describe(examples, spec) for examples, spec in zip(tests, config.test, strict=True)
         ],
     }
-    _save(model, output, _manifest(config, base, data, result, before, after), config.overwrite)
+    _save(
+        model,
+        output,
+        training_manifest(config, base, data, result, before, after),
+        config.overwrite,
+    )
     if config.remove_checkpoints:
         shutil.rmtree(config.training.checkpoint_dir, ignore_errors=True)
     # The summary line reads "test NAME ap B -> A; test NAME best f1 B -> A".
@@ -157,53 +164,6 @@ def _describe(examples, spec) -> dict | None:
             kind=spec.kind, part=spec.part, pairs_positive=int((examples.targets >= 0.5).sum())
         )
     return entry
-
-
-def _manifest(
-    config: FinetuneConfig,
-    base: dict,
-    data: dict,
-    result: TrainingResult,
-    before: dict,
-    after: dict,
-) -> dict:
-    """The training fields of the manifest (the model's own fields come from ``save``)."""
-    import numpy
-    import torch
-    import transformers
-
-    return {
-        "model_id": str(Path(config.output).resolve()),
-        "base_model": base,
-        "objective": config_to_dict(config.objective),
-        "training_data": data,
-        "config": config_to_dict(config),
-        "training": {
-            "steps": result.steps,
-            "total_steps": result.total_steps,
-            "seconds": round(result.seconds, 3),
-            "examples_per_second": round(result.examples_per_second, 2),
-            "world_size": result.world_size,
-            "resumed_from": result.resumed_from,
-            "loss_history": result.loss_history,
-        },
-        "metrics": {
-            "dev": {
-                "primary_metric": result.primary_metric,
-                "best_step": result.best_step,
-                "best_score": result.best_score,
-                "history": result.dev_history,
-            },
-            "test": {"before": before, "after": after},
-        },
-        "software": software_versions(
-            beam=False,
-            torch=torch.__version__,
-            transformers=transformers.__version__,
-            numpy=numpy.__version__,
-            python=platform.python_version(),
-        ),
-    }
 
 
 def _save(model: CrossEncoder, output: Path, training: dict, overwrite: bool) -> None:

@@ -1,12 +1,18 @@
-"""What the finetune stage records about its data sets, for both model kinds: a data set's
-manifest entry and the short names its test sets are reported under."""
+"""What the finetune stage records about a run, for both model kinds: the training fields of
+the model's manifest, a data set's entry in it and the short names its test sets are reported
+under."""
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
+from pipelines.finetune.config import FinetuneConfig
+from pipelines.io.manifest_fields import software_versions
+from sbert_core.config import config_to_dict
 from sbert_core.model.artifact import sha256_of_files
 from sbert_core.training.data import ExampleSet
+from sbert_core.training.step_loop import TrainingResult
 
 # The model card's file name in a trained model's folder.
 MODEL_CARD = "README.md"
@@ -33,3 +39,60 @@ def short_names(paths: list[str]) -> list[str]:
         name = "/".join(Path(path).parts[-2:])
         names.append(name if name not in names else f"{name}#{len(names) + 1}")
     return names
+
+
+def training_manifest(
+    config: FinetuneConfig,
+    base: dict,
+    training_data: dict,
+    result: TrainingResult,
+    before: dict,
+    after: dict,
+) -> dict:
+    """The training fields of a fine-tuned model's manifest (the model's own fields come from
+    its ``save``).
+
+    Args:
+        config: the resolved finetune config, recorded whole.
+        base: the start model's description (``describe()``).
+        training_data: the ``train``/``dev``/``test`` entries (see :func:`describe_data`).
+        result: what training reported.
+        before, after: test-set metrics of the start and the trained model, by test name.
+    """
+    # Imported here: the versions are read only when a model is written.
+    import numpy
+    import torch
+    import transformers
+
+    return {
+        "model_id": str(Path(config.output).resolve()),
+        "base_model": base,
+        "objective": config_to_dict(config.objective),
+        "training_data": training_data,
+        "config": config_to_dict(config),
+        "training": {
+            "steps": result.steps,
+            "total_steps": result.total_steps,
+            "seconds": round(result.seconds, 3),
+            "examples_per_second": round(result.examples_per_second, 2),
+            "world_size": result.world_size,
+            "resumed_from": result.resumed_from,
+            "loss_history": result.loss_history,
+        },
+        "metrics": {
+            "dev": {
+                "primary_metric": result.primary_metric,
+                "best_step": result.best_step,
+                "best_score": result.best_score,
+                "history": result.dev_history,
+            },
+            "test": {"before": before, "after": after},
+        },
+        "software": software_versions(
+            beam=False,
+            torch=torch.__version__,
+            transformers=transformers.__version__,
+            numpy=numpy.__version__,
+            python=platform.python_version(),
+        ),
+    }

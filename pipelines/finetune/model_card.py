@@ -16,15 +16,7 @@ def model_card(manifest: dict) -> str:
     training = config["training"]
     data = manifest["training_data"]
     lines = [
-        "---",
-        "library_name: sentence-transformers",
-        "pipeline_tag: sentence-similarity",
-        "tags: [sentence-transformers, sentence-similarity, sbert-pipeline]",
-        f"base_model: {base['model_id']}",
-        "---",
-        "",
-        f"# {Path(manifest['model_id']).name}",
-        "",
+        *card_heading(manifest, "sentence-similarity", "sentence-similarity"),
         f"A Sentence-BERT model fine-tuned from `{base['model_id']}` with the "
         f"`{objective['name']}` objective by sbert-pipeline "
         f"{manifest['software']['sbert_pipeline']}. "
@@ -65,13 +57,7 @@ def model_card(manifest: dict) -> str:
         f"{run['steps']} steps in {run['seconds']:.0f} s.",
         "",
     ]
-    dev = manifest["metrics"]["dev"]
-    if dev["best_step"] is not None:
-        lines += [
-            f"Dev {dev['primary_metric']}: best {dev['best_score']:.2f} at step "
-            f"{dev['best_step']} (these weights).",
-            "",
-        ]
+    lines += dev_lines(manifest, digits=2)
     tests = manifest["metrics"]["test"]
     if tests["after"]:
         lines += ["## Evaluation", "", "| test set | metric | base model | fine-tuned |"]
@@ -86,8 +72,7 @@ def model_card(manifest: dict) -> str:
         lines.append("")
     if manifest["metrics"].get("dedup"):
         lines += card_lines(manifest["metrics"]["dedup"])
-    software = ", ".join(f"{k} {v}" for k, v in manifest["software"].items())
-    lines += [f"Software: {software}.", ""]
+    lines += software_lines(manifest)
     return "\n".join(lines)
 
 
@@ -104,3 +89,42 @@ def data_table(data: dict) -> list[str]:
                 f"| `{entry['sha256'][:16]}…` |"
             )
     return lines
+
+
+def card_heading(manifest: dict, pipeline_tag: str, tag: str) -> list[str]:
+    """The card's front matter (library, pipeline tag, tags, base model) and its title.
+
+    Args:
+        manifest: the model's manifest.
+        pipeline_tag: the Hugging Face pipeline tag (``sentence-similarity``, ``text-ranking``).
+        tag: the model kind's tag, listed between sentence-transformers' and ours.
+    """
+    return [
+        "---",
+        "library_name: sentence-transformers",
+        f"pipeline_tag: {pipeline_tag}",
+        f"tags: [sentence-transformers, {tag}, sbert-pipeline]",
+        f"base_model: {manifest['base_model']['model_id']}",
+        "---",
+        "",
+        f"# {Path(manifest['model_id']).name}",
+        "",
+    ]
+
+
+def dev_lines(manifest: dict, digits: int) -> list[str]:
+    """The card's line on the best dev score, whose weights were kept (none without dev)."""
+    dev = manifest["metrics"]["dev"]
+    if dev["best_step"] is None:
+        return []
+    return [
+        f"Dev {dev['primary_metric']}: best {dev['best_score']:.{digits}f} at step "
+        f"{dev['best_step']} (these weights).",
+        "",
+    ]
+
+
+def software_lines(manifest: dict) -> list[str]:
+    """The card's closing line: the software versions the model was trained with."""
+    software = ", ".join(f"{k} {v}" for k, v in manifest["software"].items())
+    return [f"Software: {software}.", ""]

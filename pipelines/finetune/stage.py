@@ -34,19 +34,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from pipelines.finetune.config import FinetuneConfig, resolve_config
-from pipelines.finetune.data_records import MODEL_CARD, describe_data, short_names
+from pipelines.finetune.data_records import (
+    MODEL_CARD,
+    describe_data,
+    short_names,
+    training_manifest,
+)
 from pipelines.finetune.dedup_test import dedup_metrics, evaluate_dedup, load_holdout
 from pipelines.finetune.finetune_summary import FinetuneSummary, PrintedConfig
 from pipelines.finetune.model_card import model_card
 from pipelines.finetune.options import Options
-from pipelines.io.manifest_fields import software_versions
 from pipelines.io.text_normal import text_key
 from pipelines.stage_api.result import Result
 from pipelines.stage_api.stops import JobFailedError
@@ -55,7 +58,7 @@ from sbert_core.evaluation.evaluators import build_evaluator
 from sbert_core.model.artifact import MANIFEST_FILE
 from sbert_core.training.checkpoint import seed_everything
 from sbert_core.training.data import load_examples
-from sbert_core.training.loop import TrainingDivergedError, TrainingResult, load_base_encoder, train
+from sbert_core.training.loop import TrainingDivergedError, load_base_encoder, train
 from sbert_core.training.losses import SoftmaxLoss, build_loss, check_data_kind
 
 # Training runs for minutes to hours: its step, loss and dev lines are shown unless the user
@@ -156,8 +159,12 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
         for evaluator in test_evaluators
     }
     if is_main:
-        data = {"train": train_examples, "dev": dev_examples, "test": test_examples}
-        manifest = _manifest(config, base, data, result, before, after)
+        data = {
+            "train": describe_data(train_examples),
+            "dev": describe_data(dev_examples),
+            "test": [describe_data(examples) for examples in test_examples],
+        }
+        manifest = training_manifest(config, base, data, result, before, after)
         if holdout is not None:
             dedup_after = evaluate_dedup(encoder, holdout, config.dedup_test)
             manifest["metrics"]["dedup"] = dedup_metrics(
@@ -187,56 +194,6 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
         resumed_from=result.resumed_from,
         main_process=is_main,
     )
-
-
-def _manifest(
-    config: FinetuneConfig,
-    base: dict,
-    data: dict,
-    result: TrainingResult,
-    before: dict,
-    after: dict,
-) -> dict:
-    import numpy
-    import torch
-    import transformers
-
-    return {
-        "model_id": str(Path(config.output).resolve()),
-        "base_model": base,
-        "objective": config_to_dict(config.objective),
-        "training_data": {
-            "train": describe_data(data["train"]),
-            "dev": describe_data(data["dev"]),
-            "test": [describe_data(examples) for examples in data["test"]],
-        },
-        "config": config_to_dict(config),
-        "training": {
-            "steps": result.steps,
-            "total_steps": result.total_steps,
-            "seconds": round(result.seconds, 3),
-            "examples_per_second": round(result.examples_per_second, 2),
-            "world_size": result.world_size,
-            "resumed_from": result.resumed_from,
-            "loss_history": result.loss_history,
-        },
-        "metrics": {
-            "dev": {
-                "primary_metric": result.primary_metric,
-                "best_step": result.best_step,
-                "best_score": result.best_score,
-                "history": result.dev_history,
-            },
-            "test": {"before": before, "after": after},
-        },
-        "software": software_versions(
-            beam=False,
-            torch=torch.__version__,
-            transformers=transformers.__version__,
-            numpy=numpy.__version__,
-            python=platform.python_version(),
-        ),
-    }
 
 
 def _save(encoder, loss, output: Path, manifest: dict, overwrite: bool) -> None:

@@ -54,6 +54,7 @@ from sbert_core.model.artifact import (
 )
 from sbert_core.model.cross_encoder_folder import (
     activation_path,
+    load_classifier,
     max_length_of,
     read_config_and_tokenizer,
     read_cross_encoder_layout,
@@ -62,7 +63,7 @@ from sbert_core.model.cross_encoder_folder import (
 )
 from sbert_core.model.export import staged_model_folder
 from sbert_core.model.source import resolve_model_dir
-from sbert_core.model.weight_checks import check_loaded_model, check_weight_files
+from sbert_core.model.weight_checks import check_loaded_model
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +159,6 @@ class CrossEncoder(nn.Module):
         if isinstance(dtype, torch.dtype):
             dtype = dtype_name(dtype)
         path = resolve_compute_path(dtype, device, backend)
-        from transformers import AutoModelForSequenceClassification
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -167,20 +167,9 @@ class CrossEncoder(nn.Module):
         source = layout.transformer_dir
         files = weight_files(source, allow_pickle=allow_pickle)
         config, tokenizer = read_config_and_tokenizer(layout, directory)
-        # The base model's tensors are checked from the headers here; the classification head
+        # The base model's tensors are checked from the headers; the classification head
         # (classifier, pooler) is checked by from_pretrained's loading info below.
-        uses_pickle = check_weight_files(config, files, source)
-        try:
-            classifier, loading_info = AutoModelForSequenceClassification.from_pretrained(
-                source,
-                config=config,
-                dtype=path.load_dtype,
-                use_safetensors=not uses_pickle,
-                trust_remote_code=False,
-                output_loading_info=True,
-            )
-        except (OSError, ValueError, KeyError, RuntimeError) as err:
-            raise ModelLoadError(f"{source}: could not load the weights ({err})") from err
+        classifier, loading_info = load_classifier(source, config, files, path.load_dtype)
         check_loaded_model(classifier, loading_info, source)
         num_labels = int(classifier.config.num_labels)
         encoder = cls(

@@ -27,6 +27,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from sbert_core.errors import ModelLoadError
@@ -36,8 +37,10 @@ from sbert_core.model.artifact import (
     inside_model_dir,
     is_sentence_transformers_folder,
 )
+from sbert_core.model.info import read_config_and_tokenizer_files
 from sbert_core.model.json_files import read_json, read_json_object
 from sbert_core.model.module_chain import TRANSFORMER_CONFIG_FILES
+from sbert_core.model.weight_checks import check_weight_files
 
 logger = logging.getLogger(__name__)
 
@@ -284,9 +287,10 @@ def write_cross_encoder_files(
 
 def read_config_and_tokenizer(layout: CrossEncoderLayout | ModelLayout, directory: Path) -> tuple:
     """The Hugging Face config and fast tokenizer of a CrossEncoder folder, or of the encoder
-    a new cross-encoder starts from (no remote code),
-    checked as the bi-encoder's are: a plain folder's tokenizer has no chat template, and the
-    architecture is a supported sequence classifier (:func:`check_architecture`).
+    a new cross-encoder starts from (no remote code), read and checked as the bi-encoder's are
+    (:func:`~sbert_core.model.info.read_config_and_tokenizer_files`: a plain folder's tokenizer
+    has no chat template), and the architecture a supported sequence classifier
+    (:func:`check_architecture`).
 
     Returns:
         ``(config, tokenizer)``.
@@ -295,25 +299,48 @@ def read_config_and_tokenizer(layout: CrossEncoderLayout | ModelLayout, director
         ModelLoadError: an unreadable config or tokenizer (one line naming the folder), a chat
             template in a plain folder, or an unsupported architecture.
     """
-    from huggingface_hub.errors import StrictDataclassError
-    from transformers import AutoConfig, AutoTokenizer
-
-    from sbert_core.model.architectures import check_plain_folder_tokenizer
-
     source = layout.transformer_dir
-    try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
-        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, StrictDataclassError) as err:
-        # transformers' type errors span several lines; the refusal is one.
-        reason = " ".join(str(err).split())
-        raise ModelLoadError(
-            f"{source}: could not read the config or tokenizer ({reason})"
-        ) from err
-    if not layout.is_sentence_transformer:
-        check_plain_folder_tokenizer(tokenizer, directory)
+    config, tokenizer = read_config_and_tokenizer_files(
+        source, directory, plain_folder=not layout.is_sentence_transformer
+    )
     check_architecture(config, source / "config.json")
     return config, tokenizer
+
+
+def load_classifier(
+    source: Path, config, files: list[Path], dtype: torch.dtype
+) -> tuple[nn.Module, dict]:
+    """The sequence classifier in ``source`` (no remote code), built from ``config``, after its
+    weight files are checked against it (:func:`check_weight_files`: shapes from the headers,
+    no NaN/inf, pickle only where allowed).
+
+    Args:
+        source: the folder with ``config.json`` and the weights.
+        config: the (checked) Hugging Face config to build from.
+        files: the weight files, from :func:`~sbert_core.model.artifact.weight_files`.
+        dtype: the dtype the weights are loaded in.
+
+    Returns:
+        ``(classifier, loading_info)``: the model and from_pretrained's missing/unexpected keys,
+        for the caller to judge (a new head is expected to be missing, a trained one not).
+
+    Raises:
+        ModelLoadError: weights that do not fit the config, or that transformers cannot load.
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    uses_pickle = check_weight_files(config, files, source)
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(
+            source,
+            config=config,
+            dtype=dtype,
+            use_safetensors=not uses_pickle,
+            trust_remote_code=False,
+            output_loading_info=True,
+        )
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ModelLoadError(f"{source}: could not load the weights ({err})") from err
 
 
 def check_architecture(config, source: Path) -> None:

@@ -120,8 +120,6 @@ def inspect_model(
         ValueError: unknown pooling mode, a max_seq_length beyond the model's limit, or a
             truncate_dim outside ``[1, dim]``.
     """
-    from huggingface_hub.errors import StrictDataclassError
-    from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -131,18 +129,9 @@ def inspect_model(
     layout = read_layout(directory)
     files = weight_files(layout.transformer_dir, allow_pickle=allow_pickle)
     source = layout.transformer_dir
-    try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
-        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, StrictDataclassError) as err:
-        # transformers checks the types of config fields (hidden_size: "2" is refused) with an
-        # error of several lines; the refusal is one.
-        reason = " ".join(str(err).split())
-        raise ModelLoadError(
-            f"{source}: could not read the config or tokenizer ({reason})"
-        ) from err
-    if not layout.is_sentence_transformer:
-        check_plain_folder_tokenizer(tokenizer, directory)
+    config, tokenizer = read_config_and_tokenizer_files(
+        source, directory, plain_folder=not layout.is_sentence_transformer
+    )
     if layout.padding_side is not None:
         tokenizer.padding_side = layout.padding_side
     transformer_class(config, source / "config.json")
@@ -286,3 +275,39 @@ def _max_seq_length(layout: ModelLayout, config, tokenizer, requested: int | Non
             raise ValueError(f"max_seq_length must be in [1, {model_limit}], got {requested}")
         return int(requested)
     return int(min(layout.max_seq_length or model_limit, model_limit))
+
+
+def read_config_and_tokenizer_files(source: Path, directory: Path, *, plain_folder: bool) -> tuple:
+    """The Hugging Face config and fast tokenizer in ``source`` (no remote code); a plain
+    folder's tokenizer is checked to have no chat template. Bi- and cross-encoders read theirs
+    here.
+
+    Args:
+        source: the folder holding ``config.json`` and the tokenizer files.
+        directory: the model folder, named in the chat-template refusal.
+        plain_folder: whether the model is a plain Hugging Face folder (no sentence-transformers
+            files around it).
+
+    Returns:
+        ``(config, tokenizer)``.
+
+    Raises:
+        ModelLoadError: an unreadable config or tokenizer (one line naming ``source``), or a
+            chat template in a plain folder.
+    """
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, StrictDataclassError) as err:
+        # transformers checks the types of config fields (hidden_size: "2" is refused) with an
+        # error of several lines; the refusal is one.
+        reason = " ".join(str(err).split())
+        raise ModelLoadError(
+            f"{source}: could not read the config or tokenizer ({reason})"
+        ) from err
+    if plain_folder:
+        check_plain_folder_tokenizer(tokenizer, directory)
+    return config, tokenizer

@@ -31,12 +31,12 @@ from sbert_core.model.artifact import read_layout, sha256_of_files, weight_files
 from sbert_core.model.cross_encoder_folder import (
     MODEL_TYPE,
     ST_CONFIG_FILE,
+    load_classifier,
     max_length_of,
     read_config_and_tokenizer,
 )
 from sbert_core.model.json_files import read_json_object
 from sbert_core.model.source import resolve_model_dir
-from sbert_core.model.weight_checks import check_weight_files
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,6 @@ def start_cross_encoder(
 
 def _new_head(directory, model_id: str, allow_pickle: bool, max_length: int | None):
     """The encoder in ``directory`` under a new one-label classification head."""
-    from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -104,22 +103,12 @@ def _new_head(directory, model_id: str, allow_pickle: bool, max_length: int | No
     # supported architecture), on the encoder's config, then one label for the new head.
     config, tokenizer = read_config_and_tokenizer(layout, directory)
     config.num_labels = 1
-    uses_pickle = check_weight_files(config, files, source)
     # A bi-encoder saved no head: transformers warns that the head is newly initialised, which
     # is the point here, and the check below says what was drawn at random instead.
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        classifier, info = AutoModelForSequenceClassification.from_pretrained(
-            source,
-            config=config,
-            dtype=torch.float32,
-            use_safetensors=not uses_pickle,
-            trust_remote_code=False,
-            output_loading_info=True,
-        )
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        raise ModelLoadError(f"{source}: could not load the weights ({err})") from err
+        classifier, info = load_classifier(source, config, files, torch.float32)
     finally:
         hf_logging.set_verbosity(verbosity)
     _check_only_head_is_new(classifier, info, source)

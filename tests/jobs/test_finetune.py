@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
 from training_examples import build_trainable_model, labelled_pairs, scored_pairs, write_tsv
 
@@ -31,12 +30,8 @@ QUICK = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """Training sets torch's thread count for the process; give other tests theirs back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+# Training sets torch's thread count for the process (tests/conftest.py gives it back).
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 @pytest.fixture(scope="module")

@@ -25,13 +25,8 @@ from sbert_core.training.cross_encoder_fit import fit_cross_encoder
 from sbert_core.training.cross_encoder_start import is_cross_encoder_folder, start_cross_encoder
 from sbert_core.training.data import DataSpec, ExampleSet, HardNegativeConfig
 
-
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """Training sets torch's thread count for the process; give other tests theirs back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+# Training sets torch's thread count for the process (tests/conftest.py gives it back).
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,8 @@ from sbert_core.training.losses import CosineSimilarityLoss
 PROMPTS = {"query": "query: ", "document": "passage: "}
 
 
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """Training sets torch's thread count for the process; give other tests theirs back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+# Training sets torch's thread count for the process (tests/conftest.py gives it back).
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 @pytest.fixture(scope="module")

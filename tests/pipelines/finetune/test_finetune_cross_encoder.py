@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
 from training_examples import build_trainable_model, write_tsv
 
@@ -32,12 +31,8 @@ QUICK = {
 HEADER = ("sentence1", "sentence2", "score")
 
 
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """Training sets torch's thread count for the process; give other tests theirs back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+# Training sets torch's thread count for the process (tests/conftest.py gives it back).
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 @pytest.fixture(scope="module")
