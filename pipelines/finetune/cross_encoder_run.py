@@ -40,6 +40,7 @@ from pipelines.finetune.data_records import (
     describe_data,
     short_names,
     training_manifest,
+    training_summary,
 )
 from pipelines.finetune.finetune_summary import FinetuneSummary
 from pipelines.io.text_normal import text_key
@@ -143,16 +144,7 @@ def finetune_cross_encoder(config: FinetuneConfig) -> FinetuneSummary:
         for name, scores in after.items()
         for label, metric in SUMMARY_METRICS
     }
-    return FinetuneSummary(
-        output=str(output),
-        steps=result.steps,
-        seconds=result.seconds,
-        examples_per_second=result.examples_per_second,
-        dev_metric=result.primary_metric,
-        dev_score=result.best_score,
-        test_metrics=test_metrics,
-        resumed_from=result.resumed_from,
-    )
+    return training_summary(output, result, test_metrics)
 
 
 def _describe(examples, spec) -> dict | None:

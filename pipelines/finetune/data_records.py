@@ -1,6 +1,6 @@
 """What the finetune stage records about a run, for both model kinds: the training fields of
-the model's manifest, a data set's entry in it and the short names its test sets are reported
-under."""
+the model's manifest, a data set's entry in it, the short names its test sets are reported
+under, and the run's summary."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import platform
 from pathlib import Path
 
 from pipelines.finetune.config import FinetuneConfig
+from pipelines.finetune.finetune_summary import FinetuneSummary
 from pipelines.io.manifest_fields import software_versions
 from sbert_core.config import config_to_dict
 from sbert_core.model.artifact import sha256_of_files
@@ -96,3 +97,21 @@ def training_manifest(
             python=platform.python_version(),
         ),
     }
+
+
+def training_summary(
+    output: Path, result: TrainingResult, test_metrics: dict, *, main_process: bool = True
+) -> FinetuneSummary:
+    """The run's summary from what training reported and the test metrics (``{name: {metric,
+    before, after}}``); a process other than the first reports no test metrics."""
+    return FinetuneSummary(
+        output=str(output),
+        steps=result.steps,
+        seconds=result.seconds,
+        examples_per_second=result.examples_per_second,
+        dev_metric=result.primary_metric,
+        dev_score=result.best_score,
+        test_metrics=test_metrics if main_process else {},
+        resumed_from=result.resumed_from,
+        main_process=main_process,
+    )

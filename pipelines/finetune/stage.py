@@ -45,6 +45,7 @@ from pipelines.finetune.data_records import (
     describe_data,
     short_names,
     training_manifest,
+    training_summary,
 )
 from pipelines.finetune.dedup_test import dedup_metrics, evaluate_dedup, load_holdout
 from pipelines.finetune.finetune_summary import FinetuneSummary, PrintedConfig
@@ -183,17 +184,7 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
         _save(encoder, loss, output, manifest, config.overwrite)
         if config.remove_checkpoints:
             shutil.rmtree(config.training.checkpoint_dir, ignore_errors=True)
-    return FinetuneSummary(
-        output=str(output),
-        steps=result.steps,
-        seconds=result.seconds,
-        examples_per_second=result.examples_per_second,
-        dev_metric=result.primary_metric,
-        dev_score=result.best_score,
-        test_metrics=test_metrics if is_main else {},
-        resumed_from=result.resumed_from,
-        main_process=is_main,
-    )
+    return training_summary(output, result, test_metrics, main_process=is_main)
 
 
 def _save(encoder, loss, output: Path, manifest: dict, overwrite: bool) -> None:
