@@ -7,8 +7,11 @@
 
 The defaults are Reimers & Gurevych (2019), section 4: batch 16, AdamW with learning rate 2e-5,
 linear warm-up over 10% of the steps then linear decay, one epoch, MEAN pooling. This module is
-the loop; each piece it drives has its own:
+the bi-encoder's entry point; each piece it drives has its own:
 
+- :mod:`sbert_core.training.step_loop`: the loop over optimizer steps that the cross-encoder's
+  trainer shares (schedule, progress log, divergence check, dev evaluation, checkpoints); this
+  module adds the loss module, the processes and the data-parallel step.
 - :mod:`sbert_core.training.config`: :class:`TrainingConfig`, read from YAML/JSON and overrides
   with :func:`sbert_core.config.load_config`.
 - :mod:`sbert_core.training.batches`: the data order and its sharding over processes and
