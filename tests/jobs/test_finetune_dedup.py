@@ -31,11 +31,7 @@ COLUMNS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 def duplicate_file(path, n_clusters=24, seed=0):

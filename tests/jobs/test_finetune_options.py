@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from training_examples import build_trainable_model, scored_pairs, write_tsv
 
@@ -19,12 +18,7 @@ from pipelines.stage_api.options import OptionError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """Training sets torch's thread count for the process; give other tests theirs back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 @pytest.fixture
