@@ -306,6 +306,10 @@ def _validate_between_stages(config: RunConfig, options: Mapping[str, Any]) -> N
     pairs, dedup = options.get("pairs"), options.get("dedup")
     if pairs is None or dedup is None or not config.enabled("dedup"):
         return
+    if config.enabled("verify"):
+        # Dedup then cuts the verifier's scores, and the verified pairs hold every candidate
+        # whatever its score: a threshold below the pairs' cosine threshold is meaningful.
+        return
     if not dedup.threshold >= pairs.threshold:
         raise ValueError(
             f"dedup.threshold: {dedup.threshold} is below pairs.threshold {pairs.threshold}, so "

@@ -112,6 +112,14 @@ def test_verify_needs_its_model_and_pairs(tmp_path, tiny_st_dir, cross_encoders)
     config.write_text(text.replace("band: [0.55, 0.99]", "band: [0.99, 0.55]"))
     with pytest.raises(ValueError, match=r"verify\.band: LOW 0\.99 is above HIGH 0\.55"):
         load_run_config(config)
+    # Dedup cuts the cross-encoder's scores: its threshold may lie below the pairs' cosine one
+    # (without verify that is refused: those pairs were never written).
+    low = text.replace("dedup: {threshold: 0.5,", "dedup: {threshold: 0.2,")
+    config.write_text(low, encoding="utf-8")
+    assert load_run_config(config).sections["dedup"]["threshold"] == 0.2
+    config.write_text(low.replace("[embed, pairs, verify, dedup]", "[embed, pairs, dedup]"))
+    with pytest.raises(ValueError, match=r"dedup\.threshold: 0\.2 is below pairs\.threshold"):
+        load_run_config(config)
     config.write_text(text.replace(str(cross_encoders[0]), str(tmp_path / "no_model")))
     with pytest.raises(FileNotFoundError, match=r"verify\.model: .*no_model is not a folder"):
         run([str(config)])
