@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -126,7 +127,7 @@ def duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-class StepLoop:
+class StepLoop(ABC):
     """One training call's state and its loop over optimizer steps.
 
     Subclasses set :attr:`logger` (their module's, so that each trainer's progress lines keep
@@ -188,6 +189,7 @@ class StepLoop:
 
     # ------------------------------------------------------------------ training
 
+    @abstractmethod
     def _optimizer_step(self, batch: np.ndarray) -> float:
         """One update from one global batch; returns the batch's mean loss.
 
@@ -195,7 +197,6 @@ class StepLoop:
         gradients over :meth:`BatchPlan.micro_batches` under :meth:`_autocast`, and finish with
         :meth:`_apply_update`.
         """
-        raise NotImplementedError
 
     def _run_steps(self, callbacks: Sequence[Callable[[TrainingProgress], None]]) -> TrainingResult:
         """Train from the current step to the last one; the run's summary."""
