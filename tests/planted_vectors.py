@@ -99,3 +99,58 @@ def write_embeddings(directory: Path, ids, vectors, *, shards: int = 2, **manife
     """:func:`write_embeddings_dir` with given ids and model ``planted`` (max length 48)."""
     fields = {"model_id": "planted", "max_seq_length": 48, **manifest_fields}
     return write_embeddings_dir(directory, vectors, n_shards=shards, ids=list(ids), **fields)
+
+
+def write_embeddings_version(
+    directory: Path, parts: dict[str, tuple[list[str], np.ndarray]], **manifest_fields
+) -> Path:
+    """Publish one version of an embeddings folder whose manifest lists each part's digest,
+    as an incremental embed does: ``parts`` maps part names (``part-<x>.parquet``) to
+    ``(ids, vectors)``.
+
+    A part already in the folder is kept as it is (same bytes, same digest), so calling this
+    again with some of the same parts and some new ones gives the next version of the folder
+    (pipelines/io/embeddings_versions.py); parts of the folder not in ``parts`` are deleted.
+    """
+    import hashlib
+
+    directory.mkdir(parents=True, exist_ok=True)
+    files = []
+    total, dim = 0, None
+    for name, (ids, vectors) in parts.items():
+        path = directory / name
+        if not path.exists():
+            table = embeddings_table(
+                list(ids), vectors, np.zeros(len(ids), np.int32), np.zeros(len(ids), bool)
+            )
+            pq.write_table(table, path)
+        data = path.read_bytes()
+        rows = pq.ParquetFile(path).metadata.num_rows
+        files.append(
+            {
+                "path": name,
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "rows": rows,
+            }
+        )
+        total += rows
+        dim = vectors.shape[1]
+    for stale in directory.glob("part-*.parquet"):
+        if stale.name not in parts:
+            stale.unlink()
+    manifest = {
+        "kind": "embeddings",
+        **PLANTED_MODEL,
+        "model_id": "planted",
+        "max_seq_length": 48,
+        "dim": dim,
+        "dtype": "float32",
+        "counts": {"read": total, "embedded": total, "rejected": 0},
+        "keep_text": False,
+        "shards": sorted(parts),
+        "commit": {"run_id": "0" * 12, "datasets": [""], "files": files},
+        **manifest_fields,
+    }
+    (directory / "_manifest.json").write_text(json.dumps(manifest))
+    return directory
