@@ -25,21 +25,27 @@ file or its folder) is refused before anything is touched; object stores have no
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import re
 import stat
 from dataclasses import dataclass
 
-from pipelines.io.atomic import is_local
+from pipelines.io.atomic import is_local, replace
+from pipelines.io.content_checks import ListedFile, digest_of, expected_digest
+from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import (
     ATTEMPTS,
     MANIFEST,
+    PREVIOUS,
     STARTED,
     OutputExistsError,
     OutputLayout,
+    delete_quietly,
     file_sizes,
     join,
+    list_files,
     read_json_or_none,
 )
 
@@ -310,3 +316,89 @@ def is_link_on_path(directory: str, relative: str) -> str | None:
         except FileNotFoundError:
             return None
     return None
+
+
+def restore_previous(found: Survey) -> None:
+    """Put back the files a killed commit had set aside, where that repairs the folder.
+
+    Only the ``_previous/`` area of a recorded run that did not publish is read (what it holds
+    was the previous output's, moved there by ``StagedOutput._publish``), and a file goes back
+    only when it is the one the manifest lists (size and sha256) and the file in its place is
+    not: a stale backup never replaces a good file.
+    """
+    committed = committed_run(found.manifest)
+    listed = {
+        entry["path"]: entry
+        for entry in (found.manifest or {}).get("commit", {}).get("files", [])
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str)
+    }
+    for run in found.runs:
+        if run == committed:
+            continue
+        saved = f"{ATTEMPTS}/{run}/{PREVIOUS}/"
+        for name in found.entries:
+            final = name.removeprefix(saved)
+            entry = listed.get(final)
+            if not name.startswith(saved) or entry is None or name in found.links:
+                continue
+            backup, target = join(found.directory, name), join(found.directory, final)
+            if _matches(backup, entry) and not _matches(target, entry):
+                replace(backup, target)
+
+
+def _matches(path: str, entry: dict) -> bool:
+    """Whether the file at ``path`` is the one a manifest entry describes: its size, and the
+    digest readers check (:func:`pipelines.io.content_checks.expected_digest`)."""
+    expected = expected_digest(entry)
+    found = FileSystems.match([path])[0].metadata_list if FileSystems.exists(path) else []
+    if expected is None or len(found) != 1 or found[0].size_in_bytes != entry.get("bytes"):
+        return False
+    algorithm, digest = expected
+    try:
+        return digest_of(ListedFile(path, found[0].size_in_bytes, 0.0, digest, algorithm)) == digest
+    except OSError:
+        return False
+
+
+def clear_attempt(directory: str, run_id: str) -> None:
+    """Delete one run's attempt area ``_attempts/<run id>/`` (ours by record), then
+    ``_attempts/`` itself if nothing else is in it.
+
+    Locally the walk never follows a link: a link found there (made after the folder was
+    checked) is left as it is, and so is the folder holding it.
+    """
+    area = join(directory, ATTEMPTS, run_id)
+    if not is_local(area):
+        delete_quietly(list_files(area))
+        return
+    local = area.removeprefix("file://")
+    if is_link_on_path(directory, f"{ATTEMPTS}/{run_id}") or not os.path.isdir(local):
+        return
+    for folder, _, names in sorted(os.walk(local), key=lambda item: -len(item[0])):
+        for name in names:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        with contextlib.suppress(OSError):  # not empty: what is not ours stays
+            os.rmdir(folder)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(local))
+
+
+def delete_owned(directory: str, names: list[str]) -> None:
+    """Delete files of ``directory`` that a record of ours lists, never through a link.
+
+    A name with a link on its path, or that is not a plain file, is left as it is (the checks
+    before the run refuse such folders; this guards what changed since).
+    """
+    for name in names:
+        path = join(directory, name)
+        if not is_local(directory):
+            delete_quietly([path])
+            continue
+        if is_link_on_path(directory, name):
+            continue
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            if os.path.isfile(path.removeprefix("file://")):
+                os.unlink(path.removeprefix("file://"))

@@ -15,19 +15,20 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import xxhash
 
 from pipelines.io import output_dir, ownership
 from pipelines.io.atomic import is_local, replace, write_json_replacing
-from pipelines.io.content_checks import ListedFile, digest_of, expected_digest
 from pipelines.io.filesystems import CompressionTypes, FileSystems
 from pipelines.io.output_dir import (
     ATTEMPTS,
     MANIFEST,
     PREVIOUS,
     STARTED,
+    CorruptOutputError,
     OutputExistsError,
     OutputLayout,
     OutputLockedError,
@@ -190,7 +191,7 @@ class StagedOutput:
             replace(backup, target)
         return None
 
-    def commit(self, manifest: dict) -> dict:
+    def commit(self, manifest: dict, *, keep: Sequence[Mapping] = ()) -> dict:
         """Publish the attempt: move its files, write the manifest, drop the previous run's files.
 
         Before anything moves, the commit writes its record (``_attempts/<run id>/_commit.json``:
@@ -200,6 +201,10 @@ class StagedOutput:
         Args:
             manifest: the stage's manifest; a ``commit`` section (run id, datasets, and every
                 file with bytes, sha256 and Parquet rows) is added to it.
+            keep: entries of the published manifest's ``commit.files`` to carry over into the
+                new version as they are (an incremental run's unchanged parts): each must still
+                be listed there and be on disk with its size; it is listed again with the same
+                entry and not deleted.
 
         Returns:
             The manifest written.
@@ -208,6 +213,8 @@ class StagedOutput:
             OutputLockedError: another run took the folder over; nothing was published.
             OutputExistsError: a link appeared at a name the commit writes; nothing was
                 published.
+            CorruptOutputError: a file to keep is not listed by the published manifest, is
+                missing or has another size; nothing was published.
         """
         if ownership.started_run(self.directory) != self.run_id:
             raise OutputLockedError(
@@ -220,8 +227,10 @@ class StagedOutput:
             if not self.layout.publishes(relative):
                 continue  # ledgers, retried writers' and runner temporaries stay behind
             moves.append((relative, self.final_name(relative), size))
+        kept_entries = self._kept_entries(previous, keep, {final for _, final, _ in moves})
         self._refuse_links([MANIFEST, STARTED, *(final for _, final, _ in moves)])
         entries = [_describe_file(self.path(source), final, size) for source, final, size in moves]
+        entries = sorted([*entries, *kept_entries], key=lambda entry: entry["path"])
         written = {
             **manifest,
             "commit": {
@@ -231,16 +240,47 @@ class StagedOutput:
             },
         }
         replaced = ownership.listed_files(previous)
-        record = {"run_id": self.run_id, "publishes": [e["path"] for e in entries]}
+        record = {"run_id": self.run_id, "publishes": [final for _, final, _ in moves]}
         write_json_replacing(self.path(ownership.COMMIT_RECORD), {**record, "replaced": replaced})
         self._publish([(source, final) for source, final, _ in moves], written)
         kept = {entry["path"] for entry in entries}
-        _delete_owned(self.directory, [name for name in replaced if name not in kept])
+        ownership.delete_owned(self.directory, [name for name in replaced if name not in kept])
         output_dir.remove_empty_folders(self.directory, self.layout.legacy_datasets)
-        _clear_attempt(self.directory, self.run_id)
+        ownership.clear_attempt(self.directory, self.run_id)
         delete_quietly([join(self.directory, STARTED)])  # last: until here it records the run
         self.release()
         return written
+
+    def _kept_entries(
+        self, previous: dict | None, keep: Sequence[Mapping], moved: set[str]
+    ) -> list[dict]:
+        """The published files to carry over, checked: listed by the published manifest with
+        the same entry, on disk with that size, no link on their path, not replaced by a file
+        this run moves in."""
+        listed = {
+            entry["path"]: entry
+            for entry in ((previous or {}).get("commit") or {}).get("files", [])
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str)
+        }
+        sizes = file_sizes(self.directory) if keep else {}
+        kept = []
+        for entry in keep:
+            path = entry.get("path")
+            where = join(self.directory, str(path))
+            if listed.get(path) != dict(entry) or path in moved:
+                raise CorruptOutputError(
+                    f"{where} is to be kept, but {MANIFEST} does not list it with that entry "
+                    "(another run published meanwhile?); this run published nothing"
+                )
+            if sizes.get(path) != entry.get("bytes") or ownership.is_link_on_path(
+                self.directory, path
+            ):
+                raise CorruptOutputError(
+                    f"{where} is to be kept, but it is missing, a link, or not of the "
+                    f"{entry.get('bytes')} bytes {MANIFEST} lists; this run published nothing"
+                )
+            kept.append(dict(entry))
+        return kept
 
     def _refuse_links(self, names: list[str]) -> None:
         """Refuse to publish when a link sits on the path of a name the commit writes."""
@@ -258,7 +298,7 @@ class StagedOutput:
 
         A fixed-name file of the previous output is first moved to ``_previous/`` in the
         attempt area, so a failure (a full disk at the manifest write) puts it back, and the
-        next run puts it back after a kill (see ``_restore_previous``).
+        next run puts it back after a kill (see ``ownership.restore_previous``).
         """
         done: list[tuple[str, str]] = []
         saved: list[tuple[str, str]] = []
@@ -280,48 +320,6 @@ class StagedOutput:
                 with contextlib.suppress(OSError):
                     replace(backup, target)
             raise
-
-
-def _restore_previous(found: Survey) -> None:
-    """Put back the files a killed commit had set aside, where that repairs the folder.
-
-    Only the ``_previous/`` area of a recorded run that did not publish is read (what it holds
-    was the previous output's, moved there by ``StagedOutput._publish``), and a file goes back
-    only when it is the one the manifest lists (size and sha256) and the file in its place is
-    not: a stale backup never replaces a good file.
-    """
-    committed = committed_run(found.manifest)
-    listed = {
-        entry["path"]: entry
-        for entry in (found.manifest or {}).get("commit", {}).get("files", [])
-        if isinstance(entry, dict) and isinstance(entry.get("path"), str)
-    }
-    for run in found.runs:
-        if run == committed:
-            continue
-        saved = f"{ATTEMPTS}/{run}/{PREVIOUS}/"
-        for name in found.entries:
-            final = name.removeprefix(saved)
-            entry = listed.get(final)
-            if not name.startswith(saved) or entry is None or name in found.links:
-                continue
-            backup, target = join(found.directory, name), join(found.directory, final)
-            if _matches(backup, entry) and not _matches(target, entry):
-                replace(backup, target)
-
-
-def _matches(path: str, entry: dict) -> bool:
-    """Whether the file at ``path`` is the one a manifest entry describes: its size, and the
-    digest readers check (:func:`pipelines.io.content_checks.expected_digest`)."""
-    expected = expected_digest(entry)
-    found = FileSystems.match([path])[0].metadata_list if FileSystems.exists(path) else []
-    if expected is None or len(found) != 1 or found[0].size_in_bytes != entry.get("bytes"):
-        return False
-    algorithm, digest = expected
-    try:
-        return digest_of(ListedFile(path, found[0].size_in_bytes, 0.0, digest, algorithm)) == digest
-    except OSError:
-        return False
 
 
 def _describe_file(path: str, final: str, size: int) -> dict:
@@ -349,52 +347,14 @@ def _describe_file(path: str, final: str, size: int) -> dict:
     return entry
 
 
-def _clear_attempt(directory: str, run_id: str) -> None:
-    """Delete one run's attempt area ``_attempts/<run id>/`` (ours by record), then
-    ``_attempts/`` itself if nothing else is in it.
-
-    Locally the walk never follows a link: a link found there (made after the folder was
-    checked) is left as it is, and so is the folder holding it.
-    """
-    area = join(directory, ATTEMPTS, run_id)
-    if not is_local(area):
-        delete_quietly(list_files(area))
-        return
-    local = area.removeprefix("file://")
-    if ownership.is_link_on_path(directory, f"{ATTEMPTS}/{run_id}") or not os.path.isdir(local):
-        return
-    for folder, _, names in sorted(os.walk(local), key=lambda item: -len(item[0])):
-        for name in names:
-            path = os.path.join(folder, name)
-            if not os.path.islink(path):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-        with contextlib.suppress(OSError):  # not empty: what is not ours stays
-            os.rmdir(folder)
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.dirname(local))
-
-
-def _delete_owned(directory: str, names: list[str]) -> None:
-    """Delete files of ``directory`` that a record of ours lists, never through a link.
-
-    A name with a link on its path, or that is not a plain file, is left as it is (the checks
-    before the run refuse such folders; this guards what changed since).
-    """
-    for name in names:
-        path = join(directory, name)
-        if not is_local(directory):
-            delete_quietly([path])
-            continue
-        if ownership.is_link_on_path(directory, name):
-            continue
-        with contextlib.suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            if os.path.isfile(path.removeprefix("file://")):
-                os.unlink(path.removeprefix("file://"))
-
-
 def prepare_output(
-    directory: str, *, overwrite: bool, job: dict, layout: OutputLayout | None = None
+    directory: str,
+    *,
+    overwrite: bool,
+    job: dict,
+    layout: OutputLayout | None = None,
+    replace_kind: str | None = None,
+    adopt: Callable[[str], Collection[str]] | None = None,
 ) -> StagedOutput:
     """Take ``directory`` for a new run: lock it, check what it holds, mark it as started.
 
@@ -408,6 +368,14 @@ def prepare_output(
             not write (they are left alone, with a warning) unless they are in the way.
         job: what the ``_STARTED`` marker and the lock record (command, argv).
         layout: the names the stage writes; default: none but markers.
+        replace_kind: also replace, without ``overwrite``, a complete output of ours whose
+            manifest has this ``kind`` (an incremental run's previous version) when the folder
+            holds no foreign file; anything else is refused as without it.
+        adopt: given the attempt area of a killed run of ours (the run ``_STARTED`` names),
+            the names in it (relative) that this run takes over instead of clearing them (a
+            resumed run's finished work); when it names any, this run goes on under the killed
+            run's id and everything else of that run is cleared as usual. Called holding the
+            lock.
 
     Returns:
         The run's :class:`StagedOutput`; write below its ``attempt``, then ``commit``.
@@ -421,9 +389,9 @@ def prepare_output(
     """
     layout = layout or OutputLayout()
     refuse_output_folder(directory, "output folder")  # the root, $HOME: before any listing
-    ownership.refuse_takeover(ownership.survey(directory, layout), layout, overwrite=overwrite)
+    found = ownership.survey(directory, layout)
+    ownership.refuse_takeover(found, layout, overwrite=_may_replace(found, overwrite, replace_kind))
     run_id = uuid.uuid4().hex[:12]
-    holder = _holder(run_id, job)
     if is_local(directory):
         os.makedirs(directory.removeprefix("file://"), exist_ok=True)  # two runs may race here
     elif not FileSystems.exists(directory):
@@ -431,8 +399,12 @@ def prepare_output(
     lock = _take_lock(directory)
     try:
         found = ownership.survey(directory, layout)  # again: it may have changed before the lock
-        ownership.refuse_takeover(found, layout, overwrite=overwrite)
-        _clear_remains(found, layout)
+        may = _may_replace(found, overwrite, replace_kind)
+        ownership.refuse_takeover(found, layout, overwrite=may)
+        adopted = _adopted(found, adopt)
+        if adopted:
+            run_id = found.started or run_id
+        _clear_remains(found, layout, {run_id: adopted})
         if found.foreign:
             logger.warning(
                 "%s holds %d file(s) this stage did not write (%s); they are left as they are",
@@ -440,7 +412,7 @@ def prepare_output(
                 len(found.foreign),
                 ownership.describe(found.foreign),
             )
-        write_json_replacing(join(directory, STARTED), holder)
+        write_json_replacing(join(directory, STARTED), _holder(run_id, job))
     except BaseException:
         if lock is not None:
             lock.release()
@@ -448,14 +420,40 @@ def prepare_output(
     return StagedOutput(directory, run_id, layout, lock)
 
 
-def _clear_remains(found: Survey, layout: OutputLayout) -> None:
+def _may_replace(found: Survey, overwrite: bool, replace_kind: str | None) -> bool:
+    """``overwrite``, or a folder holding only our complete output of ``replace_kind``."""
+    ours = found.manifest is not None and found.manifest.get("kind") == replace_kind
+    return overwrite or (replace_kind is not None and ours and not found.foreign)
+
+
+def _adopted(found: Survey, adopt: Callable[[str], Collection[str]] | None) -> set[str]:
+    """What this run takes over from the killed run's attempt area (see ``prepare_output``):
+    only plain files inside it, with no link on their path."""
+    killed = found.started
+    if adopt is None or killed is None or killed == committed_run(found.manifest):
+        return set()
+    area = f"{ATTEMPTS}/{killed}/"
+    present = {name.removeprefix(area) for name in found.entries if name.startswith(area)}
+    names = {name for name in adopt(join(found.directory, ATTEMPTS, killed)) if name in present}
+    return {
+        name
+        for name in names
+        if ownership.is_inside(name) and not ownership.is_link_on_path(found.directory, area + name)
+    }
+
+
+def _clear_remains(
+    found: Survey, layout: OutputLayout, adopted: Mapping[str, Collection[str]] | None = None
+) -> None:
     """Clear what a killed run of ours left (only what our records list), keeping the output.
 
     Called only by a run that holds the folder and goes on: files a killed commit had set
     aside go back, the files it had moved in (or, if its manifest is in, the previous files it
-    had not yet deleted) go, and the recorded attempt areas are deleted.
+    had not yet deleted) go, and the recorded attempt areas are deleted, except the files
+    ``adopted`` names (``{run id: names inside its attempt area}``) that this run takes over.
     """
-    _restore_previous(found)
+    adopted = {run: set(names) for run, names in (adopted or {}).items() if names}
+    ownership.restore_previous(found)
     found = ownership.survey(found.directory, layout)
     listed = found.listed
     leftovers = [
@@ -465,6 +463,15 @@ def _clear_remains(found: Survey, layout: OutputLayout) -> None:
         and name not in (MANIFEST, STARTED)
         and not name.startswith(f"{ATTEMPTS}/")
     ]
-    _delete_owned(found.directory, sorted(leftovers))
+    ownership.delete_owned(found.directory, sorted(leftovers))
     for run in found.runs:
-        _clear_attempt(found.directory, run)
+        if run in adopted:
+            area = f"{ATTEMPTS}/{run}/"
+            others = [
+                name
+                for name in found.entries
+                if name.startswith(area) and name.removeprefix(area) not in adopted[run]
+            ]
+            ownership.delete_owned(found.directory, others)
+        else:
+            ownership.clear_attempt(found.directory, run)
