@@ -76,9 +76,17 @@ def search_all(
     calls it itself on a local runner); ``(shard, neighbour rows, pairs)`` per range."""
     s = settings
     result = search_block(vectors, s.k, threshold=s.threshold, precision=s.precision)
+    yield from write_ranges(s, ids, result, ranges)
+
+
+def write_ranges(
+    settings: PairsSettings, ids: pa.Array, result: BlockResult, ranges: list[tuple[int, int]]
+) -> Iterator[tuple[int, int, int]]:
+    """Write every range's shards from ``result``, every row's lists and every pair (by
+    position into ``ids``, ascending); ``(shard, neighbour rows, pairs)`` per range."""
 
     def write(index: int, rows: tuple[int, int]) -> tuple[int, int, int]:
-        return write_range(s, ids, index, len(ranges), rows, _range_of(result, rows))
+        return write_range(settings, ids, index, len(ranges), rows, _range_of(result, rows))
 
     # Shards are separate files, built and written by Arrow without Python's lock: a few at once.
     with ThreadPoolExecutor(_WRITERS, thread_name_prefix="pairs-write") as pool:

@@ -89,6 +89,13 @@ class Options(ExternalVectorOptions):
         "auto", "candidate pass of the exact search; results are the fp32 answer either way"
     )
     overwrite: bool = overwrite_option()
+    incremental: bool = option(
+        False,
+        "reuse this output folder's previous pairs: only rows of new or changed embeddings "
+        "parts are searched (against all rows), old rows' lists and pairs are kept and "
+        "updated; a full run when the settings or the model changed. Replaces the folder's own "
+        "previous output without --overwrite",
+    )
     verify: bool = verify_option()
     beam_options: Any = beam_options_option()
 

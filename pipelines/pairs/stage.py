@@ -46,6 +46,7 @@ empty input gives empty outputs and a manifest.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,10 +62,17 @@ from pipelines.io.manifest_fields import created_now, model_fields, software_ver
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from pipelines.pairs.incremental import Previous, Reuse, find_previous, full_section, plan_reuse
 from pipelines.pairs.known_pairs import known_pairs_recall
 from pipelines.pairs.options import Options
 from pipelines.pairs.output_tables import part_path
-from pipelines.pairs.plan import BlockingRequest, choose_method, exact_path, plan_blocking
+from pipelines.pairs.plan import (
+    BlockingRequest,
+    choose_method,
+    exact_path,
+    exact_worker_bytes,
+    plan_blocking,
+)
 from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
 from pipelines.stage_api.result import Result
 from pipelines.stage_api.stage_output import stage_output
@@ -93,10 +101,17 @@ class PairsSummary:
     pairs: int
     recall: float | None
     seconds: float
+    incremental: dict | None = None  # the manifest's section of an incremental run
 
     def line(self) -> str:
         """One-line human summary."""
         pairs = f", {self.pairs} pairs >= {self.threshold}" if self.threshold is not None else ""
+        if self.incremental is not None:
+            done = self.incremental
+            pairs += (
+                f"; incremental: {done['rows_new']} new rows searched, {done['rows_old']} "
+                f"reused, {done['rows_gone']} gone"
+            )
         if self.method == "exact":
             recall = "exact"
         elif self.recall is None:
@@ -128,6 +143,10 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
 
 def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     """:func:`run` inside the content checks."""
+    # The previous version is read and verified before the output is prepared.
+    previous = (
+        find_previous(options.output, LAYOUT) if options.incremental else Previous(None, False)
+    )
     datasets = open_inputs(options.embeddings, ExternalColumns.from_args(options))
     dim = datasets[0].dim
     n = sum(dataset.count for dataset in datasets)
@@ -148,12 +167,12 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     local = beam_options is None or _is_local(beam_options)
     here = beam_options is None or _workers_here(beam_options, pipeline)
     refuse_remote_workers(datasets, here=here)
-    # A local exact run that fits one worker searches the vectors of the scan itself.
-    in_process = (
-        method == "exact"
-        and n > 0
-        and local
-        and exact_path(n, dim, options.k, options.threshold is not None, budget) == "whole"
+    reuse = _reuse(options, previous, datasets, method, reader, local, budget)
+    # A local exact run that fits one worker searches the vectors of the scan itself; so does an
+    # incremental one.
+    in_process = method == "exact" and n > 0 and local
+    in_process &= isinstance(reuse, Reuse) or (
+        exact_path(n, dim, options.k, options.threshold is not None, budget) == "whole"
     )
     start = time.perf_counter()
     # Unique ids and finite values are checked here, before any output exists. Arrow decodes
@@ -172,7 +191,9 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
             warm_up(dim, options.k, options.precision)
         scan = scanning.result()
     seconds = {"scan": time.perf_counter() - start}
-    out = stage_output("pairs", options, LAYOUT)
+    # --incremental replaces the folder's own previous pairs output (nothing else) as a rerun.
+    replacing = dataclasses.replace(options, overwrite=True) if previous.replaceable else options
+    out = stage_output("pairs", replacing, LAYOUT)
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     attempt = out.attempt
     with out:
@@ -185,6 +206,19 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         if n == 0:
             write_table(part_path(attempt, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
             runner = "launcher"
+        elif isinstance(reuse, Reuse):
+            from pipelines.pairs.exact_incremental import run_exact_incremental
+
+            details["incremental"] = run_exact_incremental(
+                settings, *scan.loaded, reuse, options.output, options.ranges
+            )
+            del scan
+            details["exact"] = {
+                "ranges": details["incremental"]["ranges"],
+                "path": "incremental",
+                "worker_bytes_needed": exact_worker_bytes(n, dim),
+            }
+            runner, seconds["pipeline"] = "in-process", details["incremental"]["seconds"]
         elif method == "exact":
             details["exact"], finished = run_exact(
                 settings, n, dim, options.ranges, run_transform, budget, loaded=scan.loaded
@@ -227,11 +261,30 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
             pairs,
             recall,
             time.perf_counter() - start,
+            details.get("incremental"),
         )
+        if not isinstance(reuse, Reuse):
+            details["incremental"] = full_section(reuse, logged=options.incremental)
         manifest = _manifest(options, datasets, summary, reader, budget, details, runner, seconds)
         if FileSystems.exists(join(attempt, WORK_DIR)):
             FileSystems.delete([join(attempt, WORK_DIR)])
         return Result(options.output, out.commit(manifest), summary)
+
+
+def _reuse(options, previous, datasets, method, reader, local, budget) -> Reuse | str:
+    """What this run reuses of its previous output (:func:`plan_reuse`), or why it is a full
+    run; the exact incremental search runs in the launcher, on every vector."""
+    reuse = plan_reuse(options, previous, datasets, method, reader.normalize)
+    if not isinstance(reuse, Reuse):
+        return reuse
+    if method != "exact":
+        return "the clustered method reruns in full"
+    n = sum(dataset.count for dataset in datasets)
+    if not local:
+        return "the incremental exact search runs in the launcher, with a local runner only"
+    if exact_worker_bytes(n, reader.dim) > budget:
+        return f"all {n} vectors do not fit --worker-memory {options.worker_memory}"
+    return reuse
 
 
 def _beam_options(options: Options, pipeline: beam.Pipeline | None) -> PipelineOptions | None:

@@ -55,6 +55,7 @@ from pipelines.vectors.exact_scores import pair_scores_into, rescored_topk
 from pipelines.vectors.precision import Precision, one_thread, use_bf16
 from pipelines.vectors.progress import stage_progress
 from pipelines.vectors.tile_scan import scan_tile, start_lists
+from pipelines.vectors.tile_topk import tile_topk
 
 # Rows per block when block_size is not given: a row's list starts from the top scores of its
 # 4,096-row block (a 32 MB bf16 diagonal tile), which makes later insertions rare.
@@ -432,19 +433,11 @@ def _exact_rows(
         rows = query_rows[first : first + step]
         tile = data[rows] @ data.T  # (r, n) fp32
         tile[torch.arange(len(rows)), rows] = -torch.inf
-        kth = tile.topk(k, dim=1).values[:, -1]
-        limit = kth - 2 * bound * max_norm * norms[rows].float()
-        row, column = (tile >= limit[:, None]).nonzero(as_tuple=True)
-        final = pair_scores(data, rows[row], column)
+        found = tile_topk(data, rows, tile, k, 2 * bound * max_norm * norms[rows].float())
         if stats is not None:
-            stats.rescored_pairs += len(row)
-        # Sort all found pairs by (row, score desc, column) and keep the first k of each row.
-        order = np.lexsort((column.numpy(), -final.numpy(), row.numpy()))
-        row_sorted = row.numpy()[order]
-        bounds = np.searchsorted(row_sorted, np.arange(len(rows)))
-        picks = (bounds[:, None] + np.arange(k)).ravel()
-        indices[first : first + len(rows)] = column.numpy()[order][picks].reshape(-1, k)
-        scores[first : first + len(rows)] = final.numpy()[order][picks].reshape(-1, k)
+            stats.rescored_pairs += found.rescored
+        indices[first : first + len(rows)] = found.indices
+        scores[first : first + len(rows)] = found.scores
     return indices, scores
 
 

@@ -1,0 +1,162 @@
+"""What an incremental pairs run (``--incremental``) may reuse of the folder's previous output.
+
+The previous version is the output folder's published manifest, read and verified before the
+run prepares its output. It is reused only when it was written by this stage (``kind: pairs``,
+not rewritten by ``sbert verify``) with the same settings: method, ``k``, threshold, precision,
+normalisation, the same model identity, and the same embeddings directories in the same order.
+Its ``embeddings`` section holds the embeddings manifests it was computed from; each is
+compared with the current manifest of that directory
+(:func:`pipelines.io.embeddings_versions.compare_versions`): rows of parts listed in both with
+the same digest are OLD, every other current row is NEW, and previous ids outside the unchanged
+parts are GONE (a changed row comes back as NEW under its id).
+
+Otherwise the run is a full one and says why (one INFO line, and the manifest's ``incremental``
+section). Either way, with ``--incremental`` the stage may replace its own previous output
+without ``--overwrite``; a folder holding anything this stage did not write is refused as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.io import ownership
+from pipelines.io.embeddings import EmbeddingsDataset, parquet_source
+from pipelines.io.embeddings_versions import compare_versions
+from pipelines.io.filesystems import FileSystems
+from pipelines.io.manifest_fields import model_fields
+from pipelines.io.output_dir import MANIFEST, OutputLayout, join, read_manifest, relative_to
+from pipelines.io.pairs_output import VERIFY_SECTION
+from pipelines.pairs.options import Options
+
+logger = logging.getLogger(__name__)
+
+# More new rows than this share of all rows: a full run (an incremental one would cost about as
+# much, and a clustered one would route most rows through centroids fitted on the old ones).
+MAX_NEW_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The output folder's previous version, as found before the run prepares its output.
+
+    Attributes:
+        manifest: its verified manifest, or None (none published, or not this stage's).
+        replaceable: whether ``--incremental`` may replace the folder without ``--overwrite``:
+            it holds a complete pairs output of ours and nothing we did not write.
+    """
+
+    manifest: dict | None
+    replaceable: bool
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """What an incremental run reuses: the previous manifest and the OLD rows' ids.
+
+    Attributes:
+        previous: the previous pairs manifest.
+        old_ids: ids of the current rows in unchanged embeddings parts (string array).
+        rows_new: current rows outside them.
+        rows_gone: previous rows outside them.
+    """
+
+    previous: dict
+    old_ids: pa.Array
+    rows_new: int
+    rows_gone: int
+
+    @property
+    def rows_old(self) -> int:
+        return len(self.old_ids)
+
+
+def find_previous(output: str, layout: OutputLayout) -> Previous:
+    """Read (and verify) the previous output of ``output`` before the run prepares it.
+
+    Raises:
+        CorruptOutputError: the folder's manifest disagrees with its files (the message says
+            to rerun with ``--overwrite``).
+    """
+    if not FileSystems.exists(join(output, MANIFEST)):
+        return Previous(None, False)
+    found = ownership.survey(output, layout)
+    if found.manifest is None or found.manifest.get("kind") != "pairs":
+        return Previous(None, False)
+    manifest = read_manifest(output)
+    return Previous(manifest, not found.foreign and not found.links)
+
+
+def plan_reuse(
+    options: Options,
+    previous: Previous,
+    datasets: Sequence[EmbeddingsDataset],
+    method: str,
+    normalize: bool,
+) -> Reuse | str:
+    """What this run can reuse of ``previous``, or why it is a full run (a sentence)."""
+    if not options.incremental:
+        return "--incremental not asked"
+    manifest = previous.manifest
+    if manifest is None:
+        return f"{options.output} holds no previous pairs output"
+    if VERIFY_SECTION in manifest:
+        return "the previous output was rewritten by sbert verify"
+    asked = {
+        "method": method,
+        "k": options.k,
+        "threshold": options.threshold,
+        "precision": options.precision,
+        "normalized_here": normalize,
+    }
+    for name, value in asked.items():
+        if manifest.get(name) != value:
+            return f"{name} changed ({manifest.get(name)!r} before, {value!r} now)"
+    recorded = manifest.get("embeddings") or []
+    directories = [entry.get("directory") for entry in recorded]
+    if directories != [dataset.directory for dataset in datasets]:
+        return f"the embeddings inputs changed ({directories} before)"
+    inputs = list(zip((entry.get("manifest") or {} for entry in recorded), datasets, strict=True))
+    for before_manifest, dataset in inputs:
+        before, now = model_fields(before_manifest), model_fields(dataset.manifest)
+        changed = sorted(
+            name for name in before.keys() | now.keys() if before.get(name) != now.get(name)
+        )
+        if changed:
+            return f"the model of {dataset.directory} changed ({', '.join(changed)})"
+    old = [_unchanged_ids(before_manifest, dataset) for before_manifest, dataset in inputs]
+    old_ids = pa.concat_arrays(old) if old else pa.array([], pa.string())
+    total = sum(dataset.count for dataset in datasets)
+    if not len(old_ids):
+        return "no embeddings part is unchanged since the previous run"
+    rows_new = total - len(old_ids)
+    if rows_new > MAX_NEW_SHARE * total:
+        return f"{rows_new} of {total} rows are new (more than {MAX_NEW_SHARE:.0%})"
+    rows_gone = int(manifest.get("counts", {}).get("items", 0)) - len(old_ids)
+    return Reuse(manifest, old_ids, rows_new, rows_gone)
+
+
+def _unchanged_ids(previous: dict, dataset: EmbeddingsDataset) -> pa.Array:
+    """The ids of ``dataset``'s rows in parts unchanged since ``previous`` (its manifest then)."""
+    unchanged = compare_versions(previous, dataset.manifest).unchanged
+    parts = []
+    for path in dataset.shards:
+        if relative_to(dataset.directory, path) in unchanged:
+            with parquet_source(path) as source:
+                column = pq.read_table(source, columns=["id"])["id"].combine_chunks()
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+            parts.append(column.cast(pa.string()))
+    return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+
+
+def full_section(reason: str, *, logged: bool) -> dict:
+    """The manifest's ``incremental`` section of a full run (logged once, if ``logged``: where
+    ``--incremental`` was asked)."""
+    if logged:
+        logger.info("pairs: full run: %s", reason)
+    return {"mode": "full", "reason": reason}
