@@ -55,6 +55,12 @@ class Options(ExternalVectorOptions):
     shards: int | None = option(
         help="fill S shards in a Beam pipeline and merge them (default: one process, no Beam)"
     )
+    incremental: bool = option(
+        False,
+        "reuse the previous index in --output (its trained index and tuned search parameters): "
+        "remove the rows of changed or removed embeddings parts, add the new rows, and retrain "
+        "only when recall@10 on held-out new rows falls below --target-recall",
+    )
     overwrite: bool = overwrite_option()
     verify: bool = verify_option()
     beam_options: Any = beam_options_option()

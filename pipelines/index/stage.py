@@ -40,6 +40,12 @@ from pipelines.index.files import (
     write_ids,
     write_index_file,
 )
+from pipelines.index.incremental import (
+    PreviousIndex,
+    UpdatedIndex,
+    find_previous,
+    update_index,
+)
 from pipelines.index.options import Options
 from pipelines.index.planner import (
     POINTS_PER_CENTROID,
@@ -59,7 +65,9 @@ from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
 from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout
+from pipelines.io.previous_output import full_run, incremental_record
 from pipelines.io.sizes import format_size
+from pipelines.io.staged_output import prepare_output
 from pipelines.stage_api.beam_run import (
     options_for,
     show_progress,
@@ -67,13 +75,20 @@ from pipelines.stage_api.beam_run import (
     workers_here,
 )
 from pipelines.stage_api.result import Result
-from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)
 
 # What an index run writes (see pipelines/index/files.py).
 LAYOUT = OutputLayout(files=(INDEX_FILE, IDS_FILE, "shards/*.faiss"))
+# What an incremental update keeps of the previous manifest: the choice it made at training.
+_KEPT_FIELDS = (
+    "factory_requested",
+    "train_sample_requested",
+    "memory_budget_bytes",
+    "plan",
+    "trial",
+)
 
 
 @dataclass(frozen=True)
@@ -145,9 +160,24 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         batch_size=options.batch_size,
         seed=options.seed,
     )
-    out = stage_output("index", options, LAYOUT)
+    previous = find_previous(options, data, plan)  # before the output is prepared
+    out = prepare_output(
+        options.output,
+        overwrite=options.overwrite,
+        job={"command": "index", "options": options.to_dict()},
+        layout=LAYOUT,
+        replace_kind="index" if options.incremental else None,
+    )
     with out:
-        return _build(options, out, data, (plan, n, budget), settings, pipeline)
+        reason = previous
+        if isinstance(previous, PreviousIndex):
+            start = time.perf_counter()
+            updated = update_index(previous, data, options)
+            if isinstance(updated, UpdatedIndex):
+                return _write_update(options, out, data, previous.manifest, updated, start)
+            reason = updated
+        record = full_run("index", options.output, reason)
+        return _build(options, out, data, (plan, n, budget), settings, pipeline, record)
 
 
 def _check_trainable(factory: str, dim: int, metric: str, n: int, train_sample: int | None) -> None:
@@ -168,8 +198,9 @@ def _check_trainable(factory: str, dim: int, metric: str, n: int, train_sample: 
         )
 
 
-def _build(options: Options, out, data, sized, settings, pipeline) -> Result:
-    """Choose, build, tune and write the index into ``out``'s attempt area, then publish."""
+def _build(options: Options, out, data, sized, settings, pipeline, record: dict) -> Result:
+    """Choose, build, tune and write the index into ``out``'s attempt area, then publish;
+    ``record`` is the manifest's ``incremental`` section (why this is a full build)."""
     plan, n, budget = sized
     start = time.perf_counter()
     trial = None
@@ -198,12 +229,20 @@ def _build(options: Options, out, data, sized, settings, pipeline) -> Result:
         index_files=index_files,
         ids_file=FileDigest(IDS_FILE, ids_size, ids_sha),
         ids_rows=rows,
-        fields=_manifest_fields(options, data, n, (plan, trial), built, budget, runner, seconds),
+        fields={
+            **_manifest_fields(options, data, n, (plan, trial), built, budget, runner, seconds),
+            "incremental": record,
+        },
     )
+    return _result(options, manifest, built, seconds)
+
+
+def _result(options: Options, manifest: dict, built: BuiltIndex, seconds: float) -> Result:
+    """The stage's result for a published ``manifest``."""
     summary = IndexSummary(
         output=options.output,
-        factory=factory,
-        n=n,
+        factory=built.factory,
+        n=int(manifest["ntotal"]),
         search_params=built.tuning.search_params,
         recall=built.tuning.recall,
         target=options.target_recall,
@@ -212,6 +251,62 @@ def _build(options: Options, out, data, sized, settings, pipeline) -> Result:
         seconds=seconds,
     )
     return Result(options.output, manifest, summary)
+
+
+def _write_update(
+    options: Options,
+    out,
+    data: EmbeddingsDataset,
+    previous: dict,
+    updated: UpdatedIndex,
+    start: float,
+) -> Result:
+    """Write the updated index and its ids into ``out``'s attempt area, then publish."""
+    built = updated.built
+    size, sha256 = write_index_file(built.index, out.path(INDEX_FILE))
+    rows, ids_size, ids_sha = write_ids(out.path(IDS_FILE), updated.id_batches, data.has_text)
+    seconds = time.perf_counter() - start
+    estimate = estimate_for_factory(built.factory, rows, data.dim, options.metric)
+    params = built.tuning.search_params
+    reused = [
+        f"the trained index {built.factory} (not retrained)",
+        f"the vectors of {updated.rows[0]} unchanged rows",
+    ]
+    recomputed = [
+        f"removed {updated.rows[2]} gone or changed rows",
+        f"added {updated.rows[1]} new rows",
+        f"recall@10 on {built.n_queries} held-out new rows",
+        "ids.parquet",
+    ]
+    if params == previous["search_params"]:
+        reused.append(f"its tuned search parameters ({params or 'exact search'})")
+    else:
+        recomputed.append(f"search parameters re-tuned: {previous['search_params']} -> {params}")
+    record = incremental_record(
+        previous, rows=updated.rows, reused=reused, recomputed=recomputed, seconds=seconds
+    )
+    fields = {
+        **built.manifest_fields(),
+        "recall_method": updated.recall_method,
+        **{name: previous.get(name) for name in _KEPT_FIELDS},
+        "memory_estimate_bytes": estimate.bytes if estimate else None,
+        "memory_estimate_formula": estimate.formula if estimate else None,
+        "shards": None,
+        "has_text": data.has_text,
+        "embeddings": {"directory": data.directory, "manifest": data.manifest},
+        "software": software_versions(faiss=faiss.__version__),
+        "total_seconds": round(seconds, 3),
+        "created": created_now(),
+        "incremental": record,
+    }
+    manifest = commit_index_output(
+        out,
+        index_files=[FileDigest(INDEX_FILE, size, sha256)],
+        ids_file=FileDigest(IDS_FILE, ids_size, ids_sha),
+        ids_rows=rows,
+        fields=fields,
+    )
+    return _result(options, manifest, built, seconds)
 
 
 def _build_sharded(options: Options, attempt: str, data, settings, pipeline):
@@ -246,6 +341,7 @@ def _manifest_fields(
     return {
         **built.manifest_fields(),
         "factory_requested": options.factory,
+        "train_sample_requested": options.train_sample,
         "memory_budget_bytes": budget,
         "memory_estimate_bytes": estimate.bytes if estimate else None,
         "memory_estimate_formula": estimate.formula if estimate else None,
