@@ -46,7 +46,9 @@ from pipelines.io.corpus_reader import (
     read_corpus_file,
 )
 from pipelines.io.filesystems import CompressionTypes, FileSystems
+from pipelines.io.output_dir import join
 from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
+from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.records import field_record
 from sbert_core.tabular import detect_format
 
@@ -348,3 +350,35 @@ def _row_number(source: str) -> int:
 def _describe(spec: CorpusSpec) -> str:
     id_field = f"--id-field {spec.id_field}" if spec.id_field else "derived file:row ids"
     return f"--text-field {spec.text_field}, {id_field}"
+
+
+def apply_corpus(
+    folder: str, scan: CorpusScan, index: dict[str, int], kept_rows: np.ndarray, n_removed: int
+) -> dict:
+    """Write the deduplicated corpus into ``folder`` (``corpus/`` and the rejected rows); check
+    that its counts agree with the corpus rows kept (``kept_rows``, ``(n,)`` bool) and removed.
+
+    Raises:
+        JobFailedError: the counts disagree (nothing is published).
+    """
+    counts = write_deduplicated_corpus(
+        scan,
+        index,
+        kept_rows,
+        join(folder, CORPUS_DIR),
+        join(folder, REJECTED_FILE),
+    )
+    kept = int(kept_rows.sum())
+    if (
+        counts.rows != counts.written + counts.removed + counts.not_embedded
+        or counts.written != kept
+        or counts.removed != n_removed
+        or counts.rows != scan.rows
+    ):
+        raise JobFailedError(
+            f"the deduplicated corpus does not add up: read {counts.rows} rows (scan: "
+            f"{scan.rows}), wrote {counts.written} (kept: {kept}), removed {counts.removed} "
+            f"(expected {n_removed}), {counts.not_embedded} not embedded; nothing was "
+            "published and the previous output is unchanged"
+        )
+    return counts.to_json()

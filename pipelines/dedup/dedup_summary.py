@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.dedup.corpus import REJECTED_FILE
+from pipelines.dedup.decisions import changes_line
 from pipelines.dedup.groups import SweepPoint
 from pipelines.dedup.known import Found
 from pipelines.dedup.labels import LabelPoint
@@ -43,6 +44,10 @@ class DedupSummary:
     # Known duplicate pairs (duplicate_of, or the labelled duplicates) the groups found; None:
     # there are none (pipelines/dedup/known.py).
     known: Found | None = None
+    # What changed since the version in the output folder (pipelines/dedup/previous.py).
+    changes: dict | None = None
+    # --against: the manifest's ``against`` section (pipelines/dedup/against.py).
+    against: dict | None = None
 
     @property
     def chosen(self) -> MethodSweep | None:
@@ -84,10 +89,17 @@ class DedupSummary:
                 f"({self.corpus['not_embedded']} not embedded, see {REJECTED_FILE})"
             )
         copies = f" ({self.copies} copies of a normalised text)" if self.copies else ""
+        against = (
+            f" ({self.against['corpus_rows_matched']} match one of {self.against['rows']} "
+            "reference rows)"
+            if self.against is not None
+            else ""
+        )
         return (
             f"deduplicated {self.rows_in} rows at threshold {self.threshold:g} ({self.how()}): "
             f"{self.groups} groups (largest {self.largest}), kept {self.kept}, removed "
-            f"{self.removed}{copies}{corpus}{labels} in {self.seconds:.1f}s -> {self.output}"
+            f"{self.removed}{against}{copies}{corpus}{labels}{changes_line(self.changes)} in "
+            f"{self.seconds:.1f}s -> {self.output}"
         )
 
     def _labels_line(self) -> str:

@@ -107,6 +107,15 @@ def load_pairs(
     )
 
 
+def no_pairs(thresholds: list[float]) -> PairSource:
+    """The pairs of a run without ``--pairs`` (``--against`` only): none, at every threshold."""
+    note = (
+        "no --pairs: the corpus is not deduplicated within itself; only the rows that "
+        "duplicate a --against reference row are removed"
+    )
+    return PairSource(IndexedPairs.empty(), thresholds[0], thresholds, None, "none", [note])
+
+
 def _indexed(ids: pa.Array, columns: PairColumns) -> IndexedPairs:
     return index_pairs(ids, columns.id_a, columns.id_b, columns.scores)
 

@@ -42,7 +42,8 @@ def dedup_manifest(
     Args:
         options: the stage's options.
         settings: the method settings every method of the sweep ran with.
-        pairs_output: the :class:`pipelines.io.pairs_output.PairsOutput` read.
+        pairs_output: the :class:`pipelines.io.pairs_output.PairsOutput` read (None: no
+            ``--pairs``).
         datasets: the embeddings.
         source: the pairs loaded.
         groups: the chosen method's groups at the threshold.
@@ -82,19 +83,8 @@ def dedup_manifest(
             "singletons": summary.rows_in - int(groups.sizes.sum()),
             "largest_group": groups.largest,
         },
-        "pairs": {
-            "directory": options.pairs,
-            "source": source.origin,
-            "used": groups.pairs_used,
-            "loaded": len(source.pairs),
-            "loaded_min_score": source.low,
-            "pairs_threshold": pairs_output.threshold,
-            "k": pairs_output.k,
-            "method": pairs_output.manifest.get("method"),
-            "recall_at_k": pairs_output.manifest.get("recall_at_k"),
-            "limited_by_k": source.limited(options.threshold),
-        },
-        "pairs_manifest": pairs_output.manifest,
+        "pairs": _pairs(options, pairs_output, source, groups),
+        "pairs_manifest": None if pairs_output is None else pairs_output.manifest,
         "embeddings": [
             {"directory": d.directory, "model_id": d.manifest.get("model_id")} for d in datasets
         ],
@@ -118,6 +108,24 @@ def dedup_manifest(
         "software": software_versions(),
         "seconds": round(summary.seconds, 3),
         "created": created_now(),
+    }
+
+
+def _pairs(options: Options, pairs_output, source: PairSource, groups: Grouping) -> dict | None:
+    """The pairs read and used (None without ``--pairs``: ``--against`` only)."""
+    if pairs_output is None:
+        return None
+    return {
+        "directory": options.pairs,
+        "source": source.origin,
+        "used": groups.pairs_used,
+        "loaded": len(source.pairs),
+        "loaded_min_score": source.low,
+        "pairs_threshold": pairs_output.threshold,
+        "k": pairs_output.k,
+        "method": pairs_output.manifest.get("method"),
+        "recall_at_k": pairs_output.manifest.get("recall_at_k"),
+        "limited_by_k": source.limited(options.threshold),
     }
 
 

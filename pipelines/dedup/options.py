@@ -21,6 +21,7 @@ from pipelines.dedup.choices import (
     LABEL_ID_B,
     NO_KNOWN_FIELD,
     Method,
+    StableKeep,
     canonical_keep,
     default_keep,
     is_keep,
@@ -35,7 +36,9 @@ class Options(StageOptions):
     """How to deduplicate the pairs of an ``sbert pairs`` output (see
     ``pipelines/dedup/stage.py``)."""
 
-    pairs: str = option(help="an sbert pairs output directory", required=True)
+    pairs: str | None = option(
+        help="an sbert pairs output directory (required unless --against with --embeddings)"
+    )
     output: str | None = option(help="output directory (not with --dry-run)")
     threshold: float = option(help="cosine at or above which pairs join", required=True)
     method: Method = option(
@@ -103,6 +106,24 @@ class Options(StageOptions):
         "the embeddings the pairs were computed from, if they moved since (default: as "
         "named in the pairs manifest)",
     )
+    against: tuple[str, ...] = option(
+        (),
+        "reference embeddings (one or more folders, the corpus's model identity): remove "
+        "every corpus row whose cosine with a reference row is >= --threshold, by exact "
+        "search of corpus x reference; reference rows are never removed nor listed in the id "
+        "lists. Alone (no --pairs; the corpus is --embeddings) only those rows are removed, "
+        "each grouped with its most similar reference row; with --pairs the corpus is also "
+        "deduplicated and a corpus group holding such a row is removed whole",
+        metavar="REF_EMBEDDINGS",
+    )
+    stable_keep: StableKeep = option(
+        "on",
+        "on: the rows the dedup version already in --output kept stay kept (a new row that "
+        "duplicates one is the one removed), whatever its method, threshold or keep rule, but "
+        "not when it was made from another model identity (then nothing is pinned, and the "
+        "manifest says why); group ids stay where membership did not change. off: ignore it "
+        "(a previously kept row may be removed). Replacing the version needs --overwrite",
+    )
     sweep_from: float = option(0.80, "lowest sweep threshold")
     sweep_to: float = option(0.99, "highest sweep threshold")
     sweep_step: float = option(0.01, "sweep step")
@@ -116,6 +137,10 @@ class Options(StageOptions):
         in_range("threshold", self.threshold, -1.0, 1.0)
         if self.dry_run and self.apply:
             raise OptionError("apply", "--dry-run writes nothing; leave out --apply")
+        if self.pairs is None and not (self.against and self.embeddings):
+            raise OptionError(
+                "pairs", "required, unless --against REF with the corpus's --embeddings DIR"
+            )
         if not self.dry_run and self.output is None:
             raise OptionError("output", "required (unless --dry-run)")
         if self.apply and self.corpus is None:

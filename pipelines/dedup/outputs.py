@@ -10,10 +10,11 @@ with :func:`read_id_list` (split on LF only, then unescape).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.grouping import Grouping
@@ -74,16 +75,19 @@ def largest_groups(
     rank: np.ndarray,
     scores: np.ndarray,
     texts: dict[str, str],
+    group_ids: np.ndarray | None = None,
 ) -> list[GroupView]:
-    """The ``limit`` largest groups as the report shows them (at most REPORT_MEMBERS each)."""
+    """The ``limit`` largest groups as the report shows them (at most REPORT_MEMBERS each),
+    numbered by ``group_ids`` (``(G,)`` the published ids; default ``0 .. G-1``)."""
     shown = min(limit, groups.n_groups)
+    numbers = range(shown) if group_ids is None else group_ids[:shown].tolist()
     return group_views(
         ids,
         [groups.members(g, rank)[:REPORT_MEMBERS] for g in range(shown)],
         groups.kept,
         scores,
         texts,
-        list(range(shown)),
+        list(numbers),
         groups.sizes[:shown].tolist(),
     )
 
@@ -97,10 +101,11 @@ def write_report(
     views: list[GroupView],
     labels: dict | None = None,
     known: KnownView | None = None,
+    first_sections: Sequence[str] = (),
 ) -> None:
     """``report.html``: the counts, the plots, every method's sweep, the calibration against
     the labelled pairs (``labels``: their counts), the known duplicates found (``known``) and
-    the largest groups with their texts."""
+    the largest groups with their texts; ``first_sections`` (HTML) come before the others."""
     counts = {
         "threshold": f"{summary.threshold:g}",
         "method": summary.method,
@@ -125,7 +130,7 @@ def write_report(
             f"{summary.corpus['written']} / {summary.corpus['rows_read']}"
         )
         counts["corpus rows not embedded"] = summary.corpus["not_embedded"]
-    sections = []
+    sections = [section for section in first_sections if section]
     if known is not None:
         sections.append(known_section(known, summary.sweeps, summary.threshold))
     if summary.sweeps:
@@ -147,7 +152,13 @@ def write_report(
     write_text(join(output, REPORT_FILE), page)
 
 
-def groups_table(ids: pa.Array, groups: Grouping, rank: np.ndarray, scores: np.ndarray) -> pa.Table:
+def groups_table(
+    ids: pa.Array,
+    groups: Grouping,
+    rank: np.ndarray,
+    scores: np.ndarray,
+    group_ids: np.ndarray | None = None,
+) -> pa.Table:
     """``groups.parquet``: one row per grouped item, by group, representative first, then rank.
 
     Args:
@@ -155,6 +166,8 @@ def groups_table(ids: pa.Array, groups: Grouping, rank: np.ndarray, scores: np.n
         groups: the groups.
         rank: the order rank.
         scores: ``(n,)`` each member's score with its representative (NaN: unknown / itself).
+        group_ids: ``(G,)`` the id written for each group (default: its number ``0 .. G-1``;
+            stable ids: pipelines/dedup/previous.py).
     """
     rows = np.flatnonzero(groups.group >= 0)
     rows = rows[np.lexsort((rank[rows], ~groups.representative[rows], groups.group[rows]))]
@@ -162,12 +175,25 @@ def groups_table(ids: pa.Array, groups: Grouping, rank: np.ndarray, scores: np.n
     return pa.Table.from_arrays(
         [
             ids.take(pa.array(rows, pa.int64())),
-            pa.array(groups.group[rows], pa.int64()),
+            pa.array(
+                groups.group[rows] if group_ids is None else group_ids[groups.group[rows]],
+                pa.int64(),
+            ),
             pa.array(groups.representative[rows], pa.bool_()),
             pa.array(groups.sizes[groups.group[rows]], pa.int64()),
             pa.array(member_scores, pa.float32(), mask=np.isnan(member_scores)),
         ],
         schema=GROUPS_SCHEMA,
+    )
+
+
+def reference_column(table: pa.Table, ids: pa.Array, reference: np.ndarray) -> pa.Table:
+    """``groups.parquet`` with a ``reference`` column: whether each member is a row of the
+    ``--against`` reference (always kept, never in the id lists). Written with ``--against``
+    only, so other runs keep their schema."""
+    rows = pc.index_in(table["id"], value_set=ids).to_numpy()
+    return table.append_column(
+        pa.field("reference", pa.bool_(), nullable=False), pa.array(reference[rows], pa.bool_())
     )
 
 

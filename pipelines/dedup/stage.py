@@ -85,22 +85,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipelines.dedup.against import open_reference
 from pipelines.dedup.choices import DEFAULT_KEEP, DEFAULT_RADIUS_GAP, KEEP_POLICIES
 from pipelines.dedup.copies import read_copies, reason_column
-from pipelines.dedup.corpus import (
-    CORPUS_DIR,
-    REJECTED_FILE,
-    CorpusScan,
-    scan_corpus,
-    write_deduplicated_corpus,
-)
+from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE, apply_corpus, scan_corpus
+from pipelines.dedup.decisions import changes_html, decide, reference_texts, shown_ids
 from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.deduplicate import deduplicate
 from pipelines.dedup.groups import similarity_histogram, sweep_thresholds
 from pipelines.dedup.inputs import embed_error_ids, embedding_ids, open_embeddings
 from pipelines.dedup.known import known_found, load_known
 from pipelines.dedup.labels import LabelColumns, LabelledPairs, load_labels
-from pipelines.dedup.load import check_count, load_pairs
+from pipelines.dedup.load import check_count, load_pairs, no_pairs
 from pipelines.dedup.manifest import dedup_manifest
 from pipelines.dedup.options import Options
 from pipelines.dedup.order import corpus_spec, item_texts, order_rank, paired_items, text_lengths
@@ -111,13 +107,16 @@ from pipelines.dedup.outputs import (
     REPORT_FILE,
     groups_table,
     largest_groups,
+    reference_column,
     write_id_lists,
     write_report,
 )
+from pipelines.dedup.previous import changes, pinned_rows, read_previous, stable_group_ids
 from pipelines.dedup.report_methods import KnownView, known_view
 from pipelines.dedup.sweep import MethodSettings, Ranker, group_at, sweep_methods
 from pipelines.io.atomic import write_table
 from pipelines.io.content_checks import content_checks
+from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import PairsOutput
@@ -129,6 +128,12 @@ from pipelines.stage_api.stops import JobFailedError
 __all__ = ["DedupResult", "run"]
 
 logger = logging.getLogger(__name__)
+
+# The manifest's ``incremental`` section (the same shape in every stage, issue 28).
+FULL_REASON = (
+    "dedup recomputes its groups from the full pairs (cheap); with --stable-keep on it pins "
+    "the rows the previous version kept (stable_keep, changes)"
+)
 
 # What a dedup run writes (see docs/architecture.md, ``dedup/``).
 LAYOUT = OutputLayout(
@@ -174,9 +179,13 @@ def _run(options: Options) -> DedupResult:
         raise FileNotFoundError(f"--labels {options.labels}: no such file")
     show_progress()  # dedup runs in this process
     start = time.perf_counter()
-    pairs_output = PairsOutput.open(options.pairs)
-    datasets = open_embeddings(pairs_output, list(options.embeddings) or None)
-    settings = settings_of(options, pairs_output.threshold)
+    pairs_output = None if options.pairs is None else PairsOutput.open(options.pairs)
+    datasets = (
+        EmbeddingsDataset.open_many(list(options.embeddings))
+        if pairs_output is None
+        else open_embeddings(pairs_output, list(options.embeddings) or None)
+    )
+    settings = settings_of(options, None if pairs_output is None else pairs_output.threshold)
     # The chosen method keeps by ``keep``; the other methods of the sweep by settings.keep (the
     # same unless --keep was left to each method's default).
     keep = options.keep_for(options.method)
@@ -188,14 +197,19 @@ def _run(options: Options) -> DedupResult:
             "so pass the corpus with --corpus GLOB"
         )
     ids = embedding_ids(datasets)
-    check_count(pairs_output, len(ids))
+    if pairs_output is not None:
+        check_count(pairs_output, len(ids))
     copies = read_copies(datasets, ids)  # rows of --exact-dedup embeddings: joined after grouping
     thresholds = sweep_thresholds(
         options.sweep_from, options.sweep_to, options.sweep_step, options.threshold
     )
     check_settings(settings, thresholds)
     reach = min(settings.radius_at(t) for t in thresholds)
-    source = load_pairs(pairs_output, ids, options.threshold, thresholds, reach)
+    source = (
+        load_pairs(pairs_output, ids, options.threshold, thresholds, reach)
+        if pairs_output is not None
+        else no_pairs(thresholds)
+    )
     source = dataclasses.replace(source, pairs=copies.distinct(source.pairs))
     for note in source.notes:
         logger.warning("%s", note)
@@ -209,6 +223,16 @@ def _run(options: Options) -> DedupResult:
     if known is not None:  # the report shows the known pairs the groups split, with texts
         wanted = wanted | known.rows(n)
     index = {item: row for row, item in enumerate(id_list)}
+    # Read before the output is prepared: --overwrite replaces it.
+    stability = read_previous(
+        None if options.dry_run else options.output, options.stable_keep, datasets[0].manifest
+    )
+    logger.info("stable keep: %s", stability.reason)
+    reference = (
+        open_reference(options.against, datasets, id_list, options.threshold)
+        if options.against
+        else None
+    )
     scan = _scan(options, datasets, index, wanted, settings.column) if options.corpus else None
     rank, order_basis = order_rank(id_list, datasets, scan)
     # A dry run reads texts only when the ranking needs their lengths (the report shows them).
@@ -246,6 +270,19 @@ def _run(options: Options) -> DedupResult:
         groups = group_at(options.method, settings, source.pairs, options.threshold, ranker)
     groups = copies.join(groups, rank)
     radius = settings.radius_at(options.threshold) if options.method in ("star", "split") else None
+    decided = decide(
+        groups,
+        rank,
+        source.pairs,
+        options.threshold if radius is None else radius,
+        pinned_rows(stability, index, n),
+        reference,
+    )
+    groups = decided.grouping
+    every_id, shown = shown_ids(ids, reference)
+    all_ids = every_id.to_pylist()  # as groups.parquet and the id lists write them
+    if reference is not None:
+        texts = {**texts, **reference_texts(reference, decided, shown)}
     facts = dict(
         threshold=options.threshold,
         keep=keep,
@@ -260,7 +297,8 @@ def _run(options: Options) -> DedupResult:
         sweeps=sweeps,
         target_precision=options.target_precision,
         copies=copies.n_copies if copies.n_copies else None,
-        known=None if known is None else known_found(groups.group, known),
+        known=None if known is None else known_found(groups.group[:n], known),
+        against=None if reference is None else reference.to_json(),
     )
     if options.dry_run:
         removed = groups.n_removed
@@ -278,17 +316,24 @@ def _run(options: Options) -> DedupResult:
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     folder = out.attempt
     with out:
-        table = groups_table(ids, groups, rank, groups.matched_score)
+        group_ids = stable_group_ids(groups, all_ids, stability.previous)
+        table = groups_table(every_id, groups, decided.rank, groups.matched_score, group_ids)
         if copies.n_copies:  # otherwise groups.parquet keeps its schema
-            table = reason_column(table, ids, groups.reason)
+            table = reason_column(table, every_id, groups.reason)
+        if reference is not None:
+            table = reference_column(table, every_id, decided.reference_column())
         write_table(join(folder, GROUPS_FILE), table)
-        n_kept, n_removed = write_id_lists(folder, id_list, groups.kept, rank)
+        n_kept, n_removed = write_id_lists(folder, id_list, decided.corpus_kept, rank)
         if n_kept + n_removed != n or n_removed != groups.n_removed:
             raise JobFailedError(
                 f"rows in ({n}) != kept ({n_kept}) + removed ({n_removed}; expected "
                 f"{groups.n_removed}); {folder} has no manifest and must not be used"
             )
-        corpus = _apply(folder, scan, index, groups) if options.apply else None
+        corpus = (
+            apply_corpus(folder, scan, index, decided.corpus_kept, groups.n_removed)
+            if options.apply
+            else None
+        )
         summary = DedupSummary(
             output=options.output,
             dry_run=False,
@@ -296,10 +341,11 @@ def _run(options: Options) -> DedupResult:
             removed=n_removed,
             seconds=time.perf_counter() - start,
             corpus=corpus,
+            changes=changes(groups, all_ids, decided.corpus_kept, stability.previous),
             **facts,
         )
         report_facts = {
-            "pairs": options.pairs,
+            "pairs": options.pairs or "none (--against only)",
             "model": datasets[0].manifest.get("model_id"),
             "first means": order_basis,
             "texts from": text_source or "none (ids shown)",
@@ -307,11 +353,28 @@ def _run(options: Options) -> DedupResult:
         # The histogram's bins are 0.01 wide and start at or below 0.99, so there is always a bin.
         histogram = similarity_histogram(source.pairs.scores, min(source.low, 0.99))
         views = largest_groups(
-            groups, options.report_groups, id_list, rank, groups.matched_score, texts
+            groups,
+            options.report_groups,
+            shown,
+            decided.rank,
+            groups.matched_score,
+            texts,
+            group_ids,
         )
         label_counts = labelled.to_json() if labelled is not None else None
-        shown = _known_view(known, groups, summary, source, id_list, texts)
-        write_report(folder, summary, groups, report_facts, histogram, views, label_counts, shown)
+        known_shown = _known_view(known, groups, summary, source, id_list, texts)
+        stable = stability.to_json(int(decided.pinned[:n].sum()))
+        write_report(
+            folder,
+            summary,
+            groups,
+            report_facts,
+            histogram,
+            views,
+            label_counts,
+            known_shown,
+            first_sections=[changes_html(summary.changes, stable)],
+        )
         manifest = dedup_manifest(
             options,
             settings,
@@ -322,9 +385,13 @@ def _run(options: Options) -> DedupResult:
             summary,
             histogram,
             labelled,
-            shown,
+            known_shown,
         )
         manifest["first_order"] = order_basis
+        manifest["stable_keep"] = stable
+        manifest["changes"] = summary.changes
+        manifest["against"] = summary.against
+        manifest["incremental"] = {"mode": "full", "reason": FULL_REASON}
         if copies.n_copies:
             manifest["exact_copies"] = copies.to_json()
         manifest["texts"] = {
@@ -406,29 +473,3 @@ def _scan(options: Options, datasets, index: dict[str, int], wanted: np.ndarray,
     return scan_corpus(
         options.corpus, spec, index, wanted, lambda: embed_error_ids(datasets), value_field=column
     )
-
-
-def _apply(folder: str, scan: CorpusScan, index: dict[str, int], groups) -> dict:
-    """Write the deduplicated corpus into ``folder``; check that its counts agree with the
-    groups."""
-    counts = write_deduplicated_corpus(
-        scan,
-        index,
-        groups.kept,
-        join(folder, CORPUS_DIR),
-        join(folder, REJECTED_FILE),
-    )
-    kept = int(groups.kept.sum())
-    if (
-        counts.rows != counts.written + counts.removed + counts.not_embedded
-        or counts.written != kept
-        or counts.removed != groups.n_removed
-        or counts.rows != scan.rows
-    ):
-        raise JobFailedError(
-            f"the deduplicated corpus does not add up: read {counts.rows} rows (scan: "
-            f"{scan.rows}), wrote {counts.written} (kept: {kept}), removed {counts.removed} "
-            f"(expected {groups.n_removed}), {counts.not_embedded} not embedded; nothing was "
-            "published and the previous output is unchanged"
-        )
-    return counts.to_json()

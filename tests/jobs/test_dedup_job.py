@@ -424,8 +424,12 @@ def test_apply_writes_the_kept_rows_in_the_corpus_format(tmp_path, fmt, gz):
     assert manifest["corpus"]["written"] + manifest["corpus"]["removed"] == 6
     assert manifest["corpus"]["not_embedded"] == 1
     assert manifest["first_order"] == "corpus order (file, then row)"
-    # "first" in corpus order, though the embeddings' rows are shuffled.
-    run([*argv, "--overwrite", "--corpus", pattern, "--apply", "--method", "components"])
+    # "first" in corpus order, though the embeddings' rows are shuffled (--stable-keep off:
+    # else the rows the longest run kept would stay kept).
+    run(
+        [*argv, "--overwrite", "--stable-keep", "off"]
+        + ["--corpus", pattern, "--apply", "--method", "components"]
+    )
     assert [record.text for record in _records(out / "corpus", spec)] == [
         "alpha one",
         "beta two",
@@ -786,7 +790,10 @@ def test_rank_by_a_corpus_column_keeps_the_largest_value(tmp_path):
     argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9", "--corpus"]
     run([*argv, str(corpus), "--rank", "column:votes"])
     assert read_id_list(str(out / "kept_ids.txt")) == ["y"]
-    run([*argv, str(corpus), "--rank", "corpus", "--overwrite"])
+    run([*argv, str(corpus), "--rank", "corpus", "--overwrite", "--stable-keep", "off"])
+    assert read_id_list(str(out / "kept_ids.txt")) == ["x"]
+    # With stable keep (the default), y stays kept whatever the keep rule says.
+    run([*argv, str(corpus), "--rank", "column:votes", "--overwrite"])
     assert read_id_list(str(out / "kept_ids.txt")) == ["x"]
 
 

@@ -1,0 +1,219 @@
+"""The previous dedup version in the output folder: stable decisions and what changed (Beam-free).
+
+With ``--stable-keep on`` (the default) a dedup run reads the version its output folder holds
+before it prepares the new one (:func:`read_previous`): the manifest, ``kept_ids.txt``,
+``removed_ids.txt`` and ``groups.parquet``, checked against the manifest's digests.
+
+* **Pinned rows**: every row the previous version kept and that still exists is kept again
+  (:mod:`pipelines.dedup.pinning`), whatever method, threshold or keep rule either run used:
+  "kept stays kept" is the promise. Not across a changed model identity (weights, prompt,
+  dimension, ...): the similarities are not comparable, so nothing is pinned and the manifest
+  says why.
+* **Stable group ids** (:func:`stable_group_ids`): a group whose members are exactly those of
+  a previous group keeps that group's id; every other group gets an id above the previous
+  version's largest, in group order.
+* **What changed** (:func:`changes`): new, grown, changed and unchanged groups, rows newly
+  removed or newly kept, previously kept rows now removed, rows gone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pipelines.dedup.grouping import Grouping
+from pipelines.dedup.outputs import GROUPS_FILE, KEPT_FILE, REMOVED_FILE, read_id_list
+from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
+from pipelines.io.filesystems import FileSystems
+from pipelines.io.output_dir import MANIFEST, join, read_manifest
+
+logger = logging.getLogger(__name__)
+
+# The manifest fields that make up a dedup run's own settings (compared, for the record).
+SETTING_FIELDS = ("method", "threshold", "keep")
+
+
+@dataclass(frozen=True)
+class PreviousVersion:
+    """A published dedup version: its manifest, id lists and groups (``id -> group id``)."""
+
+    directory: str
+    manifest: dict
+    kept: list[str]
+    removed: list[str]
+    groups: dict[str, int]
+
+    @property
+    def max_group(self) -> int:
+        """The largest group id it used (-1: none)."""
+        return max(self.groups.values(), default=-1)
+
+
+@dataclass(frozen=True)
+class Stability:
+    """What the previous version gives this run: the version (None: none or ignored), whether
+    its kept rows are pinned, and why (one line for the log and the manifest)."""
+
+    previous: PreviousVersion | None
+    pins: bool
+    reason: str
+
+    def to_json(self, n_pinned: int) -> dict:
+        """The manifest's ``stable_keep`` section."""
+        manifest = {} if self.previous is None else self.previous.manifest
+        return {
+            "pinned": self.pins,
+            "reason": self.reason,
+            "previous_created": manifest.get("created"),
+            "previous_settings": {key: manifest.get(key) for key in SETTING_FIELDS}
+            if self.previous is not None
+            else None,
+            "rows_pinned": n_pinned,
+        }
+
+
+def read_previous(output: str | None, stable_keep: str, model: dict) -> Stability:
+    """The previous version in ``output`` and whether its kept rows are pinned.
+
+    Args:
+        output: the output folder (None: a dry run without one).
+        stable_keep: ``on`` or ``off``.
+        model: this run's embeddings manifest (its model identity is compared).
+
+    Raises:
+        CorruptOutputError: the folder's manifest disagrees with its files.
+    """
+    if output is None or not FileSystems.exists(join(output, MANIFEST)):
+        return Stability(None, False, "no previous version in the output folder")
+    manifest = read_manifest(output)
+    if manifest.get("kind") != "dedup":
+        # A foreign folder: prepare_output refuses it (or --overwrite replaces it); not ours.
+        return Stability(None, False, f"{output} holds no dedup version")
+    previous = PreviousVersion(
+        output,
+        manifest,
+        read_id_list(join(output, KEPT_FILE)),
+        read_id_list(join(output, REMOVED_FILE)),
+        _group_ids(join(output, GROUPS_FILE)),
+    )
+    if stable_keep == "off":
+        return Stability(
+            previous, False, "--stable-keep off: the previous kept rows are not pinned"
+        )
+    try:
+        require_compatible(manifest, model, "the previous dedup version and these embeddings")
+    except IncompatibleEmbeddingsError as err:
+        return Stability(previous, False, f"not pinned: {err}")
+    return Stability(
+        previous, True, f"the rows the version of {manifest.get('created')} kept are pinned"
+    )
+
+
+def _group_ids(path: str) -> dict[str, int]:
+    """``{id: group}`` of a ``groups.parquet``."""
+    with FileSystems.open(path) as handle:
+        table = pq.read_table(handle, columns=["id", "group"])
+    return dict(zip(table.column("id").to_pylist(), table.column("group").to_pylist(), strict=True))
+
+
+def pinned_rows(stability: Stability, index: dict[str, int], n: int) -> np.ndarray:
+    """``(n,)`` bool: the rows (of ``index``, ``{id: row}``) the previous version kept."""
+    out = np.zeros(n, bool)
+    if stability.pins and stability.previous is not None:
+        rows = [index[item] for item in stability.previous.kept if item in index]
+        out[rows] = True
+    return out
+
+
+def _memberships(grouping: Grouping, ids: list[str]) -> list[frozenset[str]]:
+    """The member ids of every group, in group order."""
+    rows = np.flatnonzero(grouping.group >= 0)
+    rows = rows[np.argsort(grouping.group[rows], kind="stable")]
+    bounds = np.searchsorted(grouping.group[rows], np.arange(grouping.n_groups + 1))
+    return [
+        frozenset(ids[row] for row in rows[lo:hi].tolist())
+        for lo, hi in itertools.pairwise(bounds.tolist())
+    ]
+
+
+def _previous_memberships(previous: PreviousVersion) -> dict[int, frozenset[str]]:
+    members: dict[int, set[str]] = {}
+    for item, group in previous.groups.items():
+        members.setdefault(group, set()).add(item)
+    return {group: frozenset(items) for group, items in members.items()}
+
+
+def stable_group_ids(
+    grouping: Grouping, ids: list[str], previous: PreviousVersion | None
+) -> np.ndarray:
+    """``(G,)`` int64: each group's published id (module docstring); ``0 .. G-1`` without a
+    previous version."""
+    if previous is None:
+        return np.arange(grouping.n_groups, dtype=np.int64)
+    before = {members: group for group, members in _previous_memberships(previous).items()}
+    out = np.empty(grouping.n_groups, np.int64)
+    following = previous.max_group + 1
+    for number, members in enumerate(_memberships(grouping, ids)):
+        if members in before:
+            out[number] = before[members]
+        else:
+            out[number] = following
+            following += 1
+    return out
+
+
+def changes(
+    grouping: Grouping, ids: list[str], kept: np.ndarray, previous: PreviousVersion | None
+) -> dict | None:
+    """What changed since ``previous`` (None without one): groups and rows.
+
+    Args:
+        grouping: this run's groups.
+        ids: every row's id (a reference row's too).
+        kept: ``(n,)`` bool, the rows this run keeps that ``kept_ids.txt`` lists (corpus rows).
+        previous: the previous version.
+
+    Groups: ``unchanged`` (same members as a previous group), ``new`` (no member was in a
+    previous group), ``grown`` (holds every member of each previous group it shares a member
+    with, and more), ``changed`` (the others). Rows: ``newly_removed`` (removed now, not
+    before: new rows and rows kept before), ``previously_kept_removed`` (kept before, removed
+    now: 0 while the kept rows are pinned), ``newly_kept`` (removed before, kept now), ``new``
+    (not in the previous version), ``gone`` (in the previous version, not now).
+    """
+    if previous is None:
+        return None
+    before = _previous_memberships(previous)
+    group_of = previous.groups
+    counts = {"unchanged": 0, "new": 0, "grown": 0, "changed": 0}
+    identical = set(before.values())
+    for members in _memberships(grouping, ids):
+        if members in identical:
+            counts["unchanged"] += 1
+            continue
+        touched = {group_of[item] for item in members if item in group_of}
+        if not touched:
+            counts["new"] += 1
+        elif all(before[group] <= members for group in touched):
+            counts["grown"] += 1
+        else:
+            counts["changed"] += 1
+    was_kept, was_removed = set(previous.kept), set(previous.removed)
+    rows = [(item, bool(flag)) for item, flag in zip(ids, kept.tolist(), strict=False)]
+    listed = {item for item, _ in rows}
+    return {
+        "previous_created": previous.manifest.get("created"),
+        "groups": counts,
+        "rows": {
+            "new": sum(1 for item, _ in rows if item not in was_kept and item not in was_removed),
+            "gone": len((was_kept | was_removed) - listed),
+            "newly_removed": sum(1 for item, flag in rows if not flag and item not in was_removed),
+            "previously_kept_removed": sum(
+                1 for item, flag in rows if not flag and item in was_kept
+            ),
+            "newly_kept": sum(1 for item, flag in rows if flag and item in was_removed),
+        },
+    }
