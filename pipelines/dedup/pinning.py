@@ -57,11 +57,9 @@ def merge_groups(grouping: Grouping, links: IndexedPairs, rank: np.ndarray) -> G
     if not len(links):
         return grouping
     n = grouping.n
-    heads = np.where(
-        grouping.group >= 0,
-        grouping.representatives()[np.maximum(grouping.group, 0)],
-        np.arange(n),
-    )
+    heads = np.arange(n)
+    grouped = np.flatnonzero(grouping.group >= 0)
+    heads[grouped] = grouping.representatives()[grouping.group[grouped]]
     # Each member is joined to its representative, so a group stays connected, then the links.
     rows = np.flatnonzero(heads != np.arange(n))
     edges = IndexedPairs(

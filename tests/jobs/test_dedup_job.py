@@ -426,10 +426,8 @@ def test_apply_writes_the_kept_rows_in_the_corpus_format(tmp_path, fmt, gz):
     assert manifest["first_order"] == "corpus order (file, then row)"
     # "first" in corpus order, though the embeddings' rows are shuffled (--stable-keep off:
     # else the rows the longest run kept would stay kept).
-    run(
-        [*argv, "--overwrite", "--stable-keep", "off"]
-        + ["--corpus", pattern, "--apply", "--method", "components"]
-    )
+    argv += ["--overwrite", "--stable-keep", "off"]
+    run([*argv, "--corpus", pattern, "--apply", "--method", "components"])
     assert [record.text for record in _records(out / "corpus", spec)] == [
         "alpha one",
         "beta two",
