@@ -60,6 +60,20 @@ def shard_name(directory: str, index: int, count: int) -> str:
     return join(directory, ASSIGNMENTS, f"part-{index:05d}-of-{count:05d}.parquet")
 
 
+def assign_shard(
+    path: str, centroids: np.ndarray, batch_size: int = 65536, precision: Precision = "auto"
+) -> Iterator[pa.Table]:
+    """``assignments/`` tables of one embeddings shard: each row's nearest centroid, read and
+    assigned ``batch_size`` rows at a time."""
+    with FileSystems.open(path) as handle:
+        for batch in pq.ParquetFile(handle).iter_batches(
+            batch_size=batch_size, columns=["id", "embedding"]
+        ):
+            vectors = normalize_rows(embedding_matrix(batch.column("embedding")))
+            result = assign(vectors, centroids, precision=precision)
+            yield assignments_table(batch.column("id"), result.labels, result.scores)
+
+
 class _AssignShardFn(beam.DoFn):
     """``(index, embeddings shard)`` -> ``assignments/part-index-of-count.parquet``."""
 
@@ -78,14 +92,9 @@ class _AssignShardFn(beam.DoFn):
         self._centroids = load_centroids(self._centroids_path)
 
     def _tables(self, path: str) -> Iterator[pa.Table]:
-        with FileSystems.open(path) as handle:
-            for batch in pq.ParquetFile(handle).iter_batches(
-                batch_size=self._batch_size, columns=["id", "embedding"]
-            ):
-                vectors = normalize_rows(embedding_matrix(batch.column("embedding")))
-                result = assign(vectors, self._centroids, precision=self._precision)
-                self._assigned.inc(batch.num_rows)
-                yield assignments_table(batch.column("id"), result.labels, result.scores)
+        for table in assign_shard(path, self._centroids, self._batch_size, self._precision):
+            self._assigned.inc(table.num_rows)
+            yield table
 
     def process(self, item: tuple[int, str]) -> Iterator[tuple[str, int]]:
         index, path = item

@@ -77,7 +77,7 @@ def nearest_members(
     rows = np.flatnonzero(labels >= 0)
     order = rows[np.lexsort((rows, -scores[rows], labels[rows]))]  # by cluster, then score desc
     sizes = cluster_sizes(labels, n_clusters)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    starts = np.cumsum(sizes) - sizes  # one per cluster, also when there are none
     return [order[s : s + min(per_cluster, n)] for s, n in zip(starts, sizes, strict=True)]
 
 
@@ -92,7 +92,7 @@ def text_sample(
     shuffled = shuffled[labels[shuffled] >= 0]
     order = shuffled[np.argsort(labels[shuffled], kind="stable")]
     sizes = cluster_sizes(labels, n_clusters)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    starts = np.cumsum(sizes) - sizes
     return [order[s : s + min(per_cluster, n)] for s, n in zip(starts, sizes, strict=True)]
 
 

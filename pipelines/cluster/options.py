@@ -68,6 +68,14 @@ class Options(ExternalVectorOptions):
     block_size: int = option(1024, "communities: query rows per similarity block")
     representatives: int = option(5, "members nearest the centre listed")
     terms: int = option(8, "distinctive terms per cluster")
+    incremental: bool = option(
+        False,
+        "kmeans: reuse the previous clustering in --output (its centroids and the assignments "
+        "of unchanged embeddings parts); only new rows are assigned to the stored centroids",
+    )
+    refit: bool = option(
+        False, "with --incremental: fit the centroids again on all rows (a full run)"
+    )
     overwrite: bool = overwrite_option()
     verify: bool = verify_option()
     beam_options: Any = beam_options_option()

@@ -41,6 +41,12 @@ from pipelines.cluster.clustering import (
     text_source,
     write_summaries,
 )
+from pipelines.cluster.incremental import (
+    PreviousClustering,
+    assign_new_rows,
+    find_previous,
+    fit_options,
+)
 from pipelines.cluster.options import MIN_SAMPLE, SAMPLE_PER_CLUSTER, Options
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.content_checks import content_checks
@@ -48,6 +54,8 @@ from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout
+from pipelines.io.previous_output import full_run, incremental_record
+from pipelines.io.staged_output import prepare_output
 from pipelines.stage_api.beam_options import runner_name
 from pipelines.stage_api.beam_run import (
     options_for,
@@ -56,7 +64,6 @@ from pipelines.stage_api.beam_run import (
     workers_here,
 )
 from pipelines.stage_api.result import Result
-from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.sampling import sample_size
 
@@ -119,21 +126,44 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     source = text_source(options.text_from, datasets)
     beam_options = options_for(options.beam_options, pipeline)
     refuse_remote_workers(datasets, here=workers_here(beam_options, pipeline))
-    out = stage_output("cluster", options, LAYOUT)
+    previous = find_previous(options, datasets)  # before the output is prepared
+    out = prepare_output(
+        options.output,
+        overwrite=options.overwrite,
+        job={"command": "cluster", "options": options.to_dict()},
+        layout=LAYOUT,
+        replace_kind="clusters" if options.incremental else None,
+    )
     with out:
         show_progress(beam_options)
         # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
         start = time.perf_counter()
-        if options.method == "kmeans":
+        record = None
+        if isinstance(previous, PreviousClustering):
+            clustering, rows = assign_new_rows(previous, datasets, out.attempt, options)
+        elif options.method == "kmeans":
+            record = full_run("cluster", options.output, previous)
             run_transform = transform_runner(beam_options, pipeline)
             try:
                 clustering = run_kmeans(datasets, out.attempt, options, sample, run_transform)
             except LostRowsError as err:
                 raise JobFailedError(str(err)) from err
         else:
+            record = full_run("cluster", options.output, previous)
             clustering = run_communities(datasets, out.attempt, options)
         profiles = write_summaries(out.attempt, datasets, source, clustering, options)
         seconds = time.perf_counter() - start
+        if record is None:
+            record = incremental_record(
+                previous.manifest,
+                rows=rows,
+                reused=[f"{CENTROIDS} (not refitted)", f"the assignments of {rows[0]} rows"],
+                recomputed=[
+                    f"assignments of {rows[1]} new rows to the stored centroids",
+                    "sizes, representatives, terms, summary.parquet, report.html",
+                ],
+                seconds=seconds,
+            )
 
         clustered = clustering.labels >= 0
         summary = ClusterSummary(
@@ -146,9 +176,10 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
             reseeded=int(clustering.details.get("fit", {}).get("reseeded_clusters", 0)),
             seconds=seconds,
         )
-        runner = runner_name(beam_options) if options.method == "kmeans" else "launcher"
+        beam_ran = options.method == "kmeans" and record["mode"] == "full"
+        runner = runner_name(beam_options) if beam_ran else "launcher"
         fields = _manifest(options, datasets, summary, profiles, clustering.details, runner)
-        manifest = out.commit(fields)
+        manifest = out.commit({**fields, "incremental": record})
     return Result(options.output, manifest, summary)
 
 
@@ -179,6 +210,7 @@ def _manifest(
             "empty_clusters": sum(1 for profile in profiles if profile.size == 0),
         },
         "seed": options.seed,
+        "fit_options": fit_options(options) if options.method == "kmeans" else None,
         "embeddings": [
             {"directory": dataset.directory, "manifest": dataset.manifest} for dataset in datasets
         ],
