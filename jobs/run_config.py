@@ -12,6 +12,8 @@ A job config is one YAML mapping (see ``examples/quickstart.yaml``)::
     beam: {}                          # other Beam pipeline options, as Beam spells them
     verify: true                      # false: later stages skip the inputs' sha256 check
                                       # (also verify_inputs:, where verify: is the stage's)
+    incremental: false                # true: stages reuse their previous output for the rows
+                                      # that did not change (a section may say false)
     stages: [embed, index, cluster, pairs, dedup]
     cluster: {k: 40}
     dedup: {threshold: 0.9}
@@ -69,6 +71,9 @@ _CLUSTER_RUNNERS = ("DataflowRunner", "SparkRunner", "FlinkRunner", "PortableRun
 REMOTE_SCHEMES = ("gs://", "s3://", "hdfs://")  # filesystems every worker can reach
 # A section's mapping of flags as spelled on the command line (read as more fields).
 LEGACY_OPTIONS = "options"
+# The stage option the job-wide ``incremental: true`` turns on (docs/architecture.md,
+# "Incremental runs").
+INCREMENTAL_FIELD = "incremental"
 
 
 @dataclass
@@ -105,6 +110,9 @@ class RunConfig:
     # The stages that read earlier stages' outputs check each file against the digest of its
     # manifest first; false turns that off (sizes and the file list are still checked).
     verify: bool = True
+    # Every stage that can reuse its previous output (embed, index, cluster, pairs: their
+    # ``incremental`` option) does so, unless its section says ``incremental: false``.
+    incremental: bool = False
     # Stage -> its section (checked against the stage's Options by stage_options).
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -221,6 +229,10 @@ def stage_options(config: RunConfig, name: str) -> Any:
     if BEAM_FIELD in {item.name for item in dataclasses.fields(options_type)}:
         owned[BEAM_FIELD] = ()
     values = {**spec.job_defaults, **section}
+    if config.incremental and INCREMENTAL_FIELD in {
+        item.name for item in dataclasses.fields(options_type)
+    }:
+        values.setdefault(INCREMENTAL_FIELD, True)
     return options_from_mapping(options_type, values, name, owned=owned)
 
 

@@ -90,6 +90,18 @@ def test_set_overrides_values_lists_and_nested_keys(tmp_path, corpus) -> None:
     assert stage_options(config, "embed").max_batch_size == 8192
 
 
+def test_job_wide_incremental_turns_on_every_stage_that_has_it(tmp_path, corpus) -> None:
+    path = minimal(tmp_path, corpus, "all-MiniLM-L6-v2")
+    assert not load_run_config(path).incremental
+    assert stage_options(load_run_config(path), "pairs").incremental is False
+    config = load_run_config(path, ["incremental=true", "index.incremental=false"])
+    assert stage_options(config, "pairs").incremental is True
+    assert stage_options(config, "index").incremental is False  # a section says otherwise
+    # A stage without the option is left alone, not refused.
+    config = load_run_config(path, ["incremental=true", "dedup.threshold=0.95"])
+    assert not hasattr(stage_options(config, "dedup"), "incremental")
+
+
 def test_stages_run_in_pipeline_order_whatever_the_list_order(tmp_path, corpus) -> None:
     path = minimal(tmp_path, corpus, "all-MiniLM-L6-v2", "stages: [dedup, pairs, embed]\n")
     assert load_run_config(path).ordered_stages() == ["embed", "pairs", "dedup"]
