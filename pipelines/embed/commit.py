@@ -25,6 +25,7 @@ import apache_beam as beam
 
 from pipelines.embed.model_handler import ZERO_VECTORS
 from pipelines.embed.read_corpus import read_ledger
+from pipelines.io.atomic import write_json_replacing
 from pipelines.io.embeddings import count_rows, shard_paths
 from pipelines.io.manifest_fields import created_now
 from pipelines.io.output_dir import MANIFEST, join
@@ -123,6 +124,63 @@ def manifest_counts(
     }
 
 
+def checked_rows(
+    directory: str, input_files: Iterable[str], tallies: Mapping[str, int], output: str
+) -> tuple[dict[str, int], int, int]:
+    """The rows a run wrote into ``directory`` (its parts, ``_errors/`` parts and read ledger),
+    checked: every input file read to its end, and rows read == embedded + rejected == the rows
+    the readers emitted (``tallies[ROWS_READ]``).
+
+    Returns:
+        ``({input path: rows read}, embedded, rejected)``.
+
+    Raises:
+        CommitRefusedError: a file was not read to its end, or rows were lost.
+        DataFileError: an input file was damaged and ``on_bad_file`` was ``"fail"``.
+    """
+    embedded = count_rows(shard_paths(directory))
+    rejected = count_rows(shard_paths(join(directory, ERRORS_DIR)))
+    ledger = read_ledger(directory)
+    kept = f"; the previous content of {output} is unchanged"
+    unread = sorted(set(input_files) - set(ledger))
+    if unread:
+        raise CommitRefusedError(
+            f"{len(unread)} input file(s) were not read to the end (first: {unread[0]}); "
+            f"nothing was published{kept}"
+        )
+    read = sum(ledger.values())
+    counted = tallies.get(ROWS_READ, 0)
+    if read != embedded + rejected or counted != read:
+        raise CommitRefusedError(
+            f"rows were lost: read {read} (counter: {counted}), but wrote {embedded} "
+            f"embeddings and {rejected} rejections; nothing was published{kept}"
+        )
+    return ledger, embedded, rejected
+
+
+def check_rejections(
+    read: int, embedded: int, rejected: int, plan: CommitPlan, errors: str
+) -> None:
+    """Refuse a run with more rejected rows than ``--max-error-rate`` allows, or with every row
+    rejected (without ``--allow-all-rejected``); ``errors`` is where the dead letters are.
+
+    Raises:
+        CommitRefusedError: naming the counts and the option.
+    """
+    kept = f"; the previous content of {plan.output} is unchanged"
+    if read and rejected / read > plan.max_error_rate:
+        raise CommitRefusedError(
+            f"{rejected} of {read} rows rejected ({rejected / read:.1%}), more than "
+            f"--max-error-rate {plan.max_error_rate:.1%}; see {errors}; "
+            f"nothing was published{kept}"
+        )
+    if read and not embedded and not plan.allow_all_rejected:
+        raise CommitRefusedError(
+            f"all {read} rows were rejected, none embedded (see {errors}); "
+            f"nothing was published{kept}; pass --allow-all-rejected to publish such a run"
+        )
+
+
 def commit_embeddings(out: StagedOutput, plan: CommitPlan, tallies: Mapping[str, int]) -> dict:
     """Count the rows in ``out``'s attempt area, check them, and publish with the manifest.
 
@@ -145,34 +203,9 @@ def commit_embeddings(out: StagedOutput, plan: CommitPlan, tallies: Mapping[str,
         return done
     attempt = out.attempt
     parts = shard_paths(attempt)
-    embedded = count_rows(parts)
-    rejected = count_rows(shard_paths(join(attempt, ERRORS_DIR)))
-    ledger = read_ledger(attempt)
-    kept = f"; the previous content of {plan.output} is unchanged"
-    unread = sorted(set(plan.input_files) - set(ledger))
-    if unread:
-        raise CommitRefusedError(
-            f"{len(unread)} input file(s) were not read to the end (first: {unread[0]}); "
-            f"nothing was published{kept}"
-        )
+    ledger, embedded, rejected = checked_rows(attempt, plan.input_files, tallies, plan.output)
     read = sum(ledger.values())
-    counted = tallies.get(ROWS_READ, 0)
-    if read != embedded + rejected or counted != read:
-        raise CommitRefusedError(
-            f"rows were lost: read {read} (counter: {counted}), but wrote {embedded} "
-            f"embeddings and {rejected} rejections; nothing was published{kept}"
-        )
-    if read and rejected / read > plan.max_error_rate:
-        raise CommitRefusedError(
-            f"{rejected} of {read} rows rejected ({rejected / read:.1%}), more than "
-            f"--max-error-rate {plan.max_error_rate:.1%}; see {join(attempt, ERRORS_DIR)}; "
-            f"nothing was published{kept}"
-        )
-    if read and not embedded and not plan.allow_all_rejected:
-        raise CommitRefusedError(
-            f"all {read} rows were rejected, none embedded (see {join(attempt, ERRORS_DIR)}); "
-            f"nothing was published{kept}; pass --allow-all-rejected to publish such a run"
-        )
+    check_rejections(read, embedded, rejected, plan, join(attempt, ERRORS_DIR))
     launch = dict(plan.manifest)
     manifest = {
         **launch,
@@ -211,12 +244,45 @@ class CommitEmbeddings(beam.PTransform):
         self._plan = plan
 
     def expand(self, tallies):
-        names = (ROWS_READ, FILES_WRITTEN, *self._plan.reported)
-        return (
-            tallies
-            | "FlattenTallies" >> beam.Flatten()
-            # Without defaults: no side input, which every runner handles the same way; the
-            # input is never empty (each input file leaves a ledger entry).
-            | "SumTallies" >> beam.CombineGlobally(SumTallies(names)).without_defaults()
-            | "Publish" >> beam.ParDo(_CommitFn(self._out, self._plan))
-        )
+        summed = _summed(tallies, self._plan.reported)
+        return summed | "Publish" >> beam.ParDo(_CommitFn(self._out, self._plan))
+
+
+def _summed(tallies, reported: tuple[str, ...]):
+    """The one global sum of the tallies, once every branch is complete."""
+    names = (ROWS_READ, FILES_WRITTEN, *reported)
+    return (
+        tallies
+        | "FlattenTallies" >> beam.Flatten()
+        # Without defaults: no side input, which every runner handles the same way; the
+        # input is never empty (each input file leaves a ledger entry).
+        | "SumTallies" >> beam.CombineGlobally(SumTallies(names)).without_defaults()
+    )
+
+
+TALLIES = "_tallies.json"  # where RecordTallies writes the sum, in its folder
+
+
+class _RecordTalliesFn(beam.DoFn):
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def process(self, tallies: dict[str, int]) -> Iterator[str]:
+        path = join(self._directory, TALLIES)
+        write_json_replacing(path, dict(tallies))
+        yield path
+
+
+class RecordTallies(beam.PTransform):
+    """Tallies -> their sum in ``DIR/_tallies.json``, once all of them are in: the last step of
+    a pipeline whose launcher checks and publishes (an incremental embed's run over one input
+    file). Apply it last, like :class:`CommitEmbeddings`."""
+
+    def __init__(self, directory: str, reported: tuple[str, ...]) -> None:
+        super().__init__()
+        self._directory = directory
+        self._reported = reported
+
+    def expand(self, tallies):
+        summed = _summed(tallies, self._reported)
+        return summed | "RecordSum" >> beam.ParDo(_RecordTalliesFn(self._directory))

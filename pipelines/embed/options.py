@@ -90,6 +90,16 @@ class Options(ModelOptions):
         "'type:nvidia-l4;count:1;machine_type:g2-standard-8;install-nvidia-driver:5xx' "
         "(default: none; local runners ignore it)"
     )
+    incremental: bool = option(
+        False,
+        "reuse the previous version of --output: rows of input files whose bytes did not change "
+        "(same path and sha256) are kept as they are, only new and changed files are embedded, "
+        "and rows of files no longer matched are dropped; replaces our own previous output "
+        "without --overwrite. A changed model, prompt, dtype or reading option embeds everything "
+        "again. Work is committed per input file, so a killed run, rerun with the same "
+        "settings, embeds only the files it had not finished. The launcher waits for the job "
+        "(not with --no_wait_until_finish, and not with --exact-dedup)",
+    )
     overwrite: bool = overwrite_option()
     beam_options: Any = beam_options_option()
 
@@ -110,6 +120,14 @@ class Options(ModelOptions):
         if reserved:
             raise OptionError(
                 "keep_fields", f"may not include output columns: {', '.join(sorted(reserved))}"
+            )
+        if self.incremental and self.exact_dedup:
+            # A copy's representative may sit in another file: files could not be kept or
+            # dropped on their own.
+            raise OptionError(
+                "incremental",
+                "cannot be combined with --exact-dedup (a row's copy_of may name a row of "
+                "another input file, so files cannot be kept or re-embedded one by one)",
             )
         if self.min_batch_size < 1 or self.max_batch_size < self.min_batch_size:
             raise OptionError(

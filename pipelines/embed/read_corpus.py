@@ -130,15 +130,24 @@ class ReadCorpus(beam.PTransform):
     per element, using only Create and ParDo, which every runner translates.
     """
 
-    def __init__(self, pattern: str, spec: CorpusSpec) -> None:
+    def __init__(
+        self, pattern: str, spec: CorpusSpec, files: list[tuple[str, str, int]] | None = None
+    ) -> None:
         """Match the files and check that each one's format is known.
+
+        Args:
+            pattern: the corpus glob.
+            spec: how rows are read.
+            files: read exactly these ``(path, id prefix, bytes)`` (some of what ``pattern``
+                matched, as :func:`~pipelines.io.corpus_files.match_corpus` gives them) instead
+                of matching ``pattern`` again (an incremental embed's new and changed files).
 
         Raises:
             FileNotFoundError: nothing matches ``pattern``.
             DataFileError: a file's format cannot be told from its extension.
         """
         super().__init__()
-        self.files = match_corpus(pattern)
+        self.files = match_corpus(pattern) if files is None else list(files)
         for path, _, _ in self.files:
             detect_format(path, spec.fmt)
         self._spec = spec
@@ -311,3 +320,50 @@ class RejectDuplicateIds(beam.PTransform):
             | "KeepFirst" >> beam.ParDo(_KeepFirstFn())
         )
         return split_by_type(items, "Dedup")
+
+
+class _RejectTakenFn(beam.DoFn):
+    """Rejects records whose id an earlier input file already holds (loaded in ``setup``)."""
+
+    def __init__(self, taken: tuple[tuple[str, str], ...]) -> None:
+        self._taken = taken
+        self._owners: dict[str, str] = {}
+        self._rejected = Metrics.counter(METRICS_NAMESPACE, "rejected")
+
+    def setup(self) -> None:
+        import pyarrow.parquet as pq
+
+        from pipelines.io.embeddings import parquet_source
+
+        for part, input_path in self._taken:
+            with parquet_source(part) as source:
+                ids = pq.read_table(source, columns=["id"]).column("id").to_pylist()
+            self._owners.update(dict.fromkeys(ids, input_path))
+
+    def process(self, record: CorpusRecord) -> Iterator[CorpusRecord | RejectedRow]:
+        owner = self._owners.get(record.id)
+        if owner is None:
+            yield record
+            return
+        shared_progress(EMBED_PROGRESS, "texts").add_total(-1)  # it will not be embedded
+        self._rejected.inc()
+        reason = f"duplicate id {record.id!r} (already embedded from {owner})"
+        yield RejectedRow(record.id, record.source, reason, record.text[:200])
+
+
+class RejectTakenIds(beam.PTransform):
+    """Rejects records whose id is already in the given embeddings parts (an incremental embed:
+    the parts of kept and earlier input files, so ids stay unique across files embedded in
+    different runs; the earlier file's row stays).
+
+    Args:
+        taken: ``(part path, input file it holds)`` pairs; the reason names that file.
+    """
+
+    def __init__(self, taken: tuple[tuple[str, str], ...]) -> None:
+        super().__init__()
+        self._taken = taken
+
+    def expand(self, records):
+        items = records | "RejectTaken" >> beam.ParDo(_RejectTakenFn(self._taken))
+        return split_by_type(items, "Taken")

@@ -48,6 +48,7 @@ from pipelines.embed.read_corpus import (
     ReadCorpus,
     RecordReads,
     RejectDuplicateIds,
+    RejectTakenIds,
     refuse_output_inside_input,
 )
 from pipelines.embed.sinks import WriteEmbeddings, WriteErrors, output_schema
@@ -78,7 +79,7 @@ logger = logging.getLogger(__name__)
 # earlier versions' errors/ still counts as ours.
 LAYOUT = OutputLayout(datasets=("", ERRORS_DIR), legacy_datasets=LEGACY_ERRORS_DIRS)
 # The manifest's counts besides read / embedded / rejected, in one place: each is the sum of a
-# tally branch that ``_build_pipeline`` adds to ``tallies`` (pipelines/embed/commit.py).
+# tally branch that ``build_pipeline`` adds to ``tallies`` (pipelines/embed/commit.py).
 REPORTED_COUNTS = EMBEDDING_COUNTS
 
 
@@ -164,7 +165,8 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
 
     Args:
         options: the stage's options; its Beam options ``--no_wait_until_finish``: only submit.
-        pipeline: a pipeline to build into (tests pass a ``TestPipeline``).
+        pipeline: a pipeline to build into (tests pass a ``TestPipeline``); not with
+            ``incremental``, whose launcher builds one pipeline per input file.
 
     Returns:
         The output folder, its published manifest and the summary read from it; or, when the
@@ -176,6 +178,10 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
         JobFailedError: the run finished but rows were lost or the error rate was too high.
         DataFileError: an input file was damaged (and ``on_bad_file`` is ``fail``).
     """
+    if options.incremental:  # the launcher runs one pipeline per input file, then publishes
+        from pipelines.embed.incremental import run_incremental
+
+        return run_incremental(options)
     with build(options, pipeline) as job:
         return launch(job, pipeline)
 
@@ -215,12 +221,18 @@ def build(options: Options, pipeline: beam.Pipeline | None = None) -> EmbedJob:
             input_files=tuple(path for path, _, _ in read_corpus.files),
             max_error_rate=options.max_error_rate,
             allow_all_rejected=options.allow_all_rejected,
-            manifest=_launch_manifest(options, description, spec, beam_options),
+            manifest=launch_manifest(options, description, spec, beam_options),
             started=started,
             reported=REPORTED_COUNTS + (EXACT_DEDUP_COUNTS if options.exact_dedup else ()),
         )
-        built = _build_pipeline(
-            options, out, plan, (settings, schema, spec), beam_options, read_corpus, pipeline
+        built = build_pipeline(
+            options,
+            out.attempt,
+            CommitEmbeddings(out, plan),
+            (settings, schema, spec),
+            beam_options,
+            read_corpus,
+            pipeline,
         )
     except BaseException:
         out.release()
@@ -251,8 +263,8 @@ def launch(job: EmbedJob, pipeline: beam.Pipeline | None = None) -> Result:
                 job.directory,
                 err,
             )
-            return _published(job.directory, published)
-        known = _job_error(err)
+            return published_result(job.directory, published)
+        known = job_error(err)
         if known is None:
             raise
         raise known from None
@@ -260,7 +272,7 @@ def launch(job: EmbedJob, pipeline: beam.Pipeline | None = None) -> Result:
         close_shared_progress()  # the embed bar's last count, before the summary or the error
     manifest = job.output.committed_manifest()
     if manifest is not None:
-        return _published(job.directory, manifest)
+        return published_result(job.directory, manifest)
     if not wait:
         job_id = getattr(finished.result, "job_id", None)  # a method on Dataflow's result
         job_id = job_id() if callable(job_id) else job_id
@@ -271,12 +283,12 @@ def launch(job: EmbedJob, pipeline: beam.Pipeline | None = None) -> Result:
     )
 
 
-def _published(directory: str, manifest: dict) -> Result:
+def published_result(directory: str, manifest: dict) -> Result:
     """The result of a run that published ``manifest`` into ``directory``."""
     return Result(directory, manifest, EmbedSummary.from_manifest(directory, manifest))
 
 
-def _job_error(err: Exception) -> Exception | None:
+def job_error(err: Exception) -> Exception | None:
     """What the launcher raises for an exception of the run: a step's own error, unwrapped."""
     known = step_error(err, (CommitRefusedError, DataFileError, DeterministicInferenceError))
     if isinstance(known, DeterministicInferenceError):
@@ -288,16 +300,22 @@ def _job_error(err: Exception) -> Exception | None:
     return known or step_error(err, (OSError,), step="Commit")
 
 
-def _build_pipeline(
+def build_pipeline(
     options: Options,
-    out: StagedOutput,
-    plan: CommitPlan,
+    directory: str,
+    last_step: beam.PTransform,
     model,
     beam_options: PipelineOptions,
     read_corpus: ReadCorpus,
     test_pipeline: beam.Pipeline | None,
+    taken: tuple[tuple[str, str], ...] = (),
 ) -> beam.Pipeline:
-    """The embed pipeline: it writes into ``out``'s attempt area, then checks and publishes."""
+    """The embed pipeline: it writes into ``directory`` (a run's attempt area), then applies
+    ``last_step`` to the tallies (:class:`CommitEmbeddings`: check and publish).
+
+    ``taken``: ``(part, input file)`` pairs whose ids a record may not have (an incremental
+    embed's earlier files, :class:`RejectTakenIds`).
+    """
     settings, schema, spec = model
     show_progress(beam_options)
 
@@ -317,6 +335,10 @@ def _build_pipeline(
         unique = records | "RejectDuplicateIds" >> RejectDuplicateIds()
         records = unique[RECORDS]
         rejected.append(unique[REJECTED])
+    if taken:
+        fresh = records | "RejectTakenIds" >> RejectTakenIds(taken)
+        records = fresh[RECORDS]
+        rejected.append(fresh[REJECTED])
     # Grouping by id (or by normalised text) already redistributed the records; no second
     # shuffle is needed.
     embed = Embed(
@@ -335,7 +357,7 @@ def _build_pipeline(
         "Embeddings": embedded[EMBEDDED]
         | "WriteEmbeddings"
         >> WriteEmbeddings(
-            out.attempt,
+            directory,
             schema,
             dtype=options.dtype,
             keep_text=options.keep_text,
@@ -345,8 +367,8 @@ def _build_pipeline(
         ),
         "Errors": tuple(rejected)
         | "FlattenRejected" >> beam.Flatten()
-        | "WriteErrors" >> WriteErrors(out.attempt, num_shards=n_shards),
-        "Reads": corpus[READS] | "RecordReads" >> RecordReads(out.attempt),
+        | "WriteErrors" >> WriteErrors(directory, num_shards=n_shards),
+        "Reads": corpus[READS] | "RecordReads" >> RecordReads(directory),
     }
     # Each write emits a file's name once the file is final, so this sum is complete only after
     # every write has finished.
@@ -356,7 +378,8 @@ def _build_pipeline(
     ]
     # The last step publishes. Applied last: the Dask runner computes only the lineage of the
     # last transform applied, so every branch above runs.
-    _ = tuple(tallies) | "Commit" >> CommitEmbeddings(out, plan)
+    label = "Commit" if isinstance(last_step, CommitEmbeddings) else "RecordTallies"
+    _ = tuple(tallies) | label >> last_step
     return pipeline
 
 
@@ -369,7 +392,7 @@ def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int
     return max(1, total_bytes // 65_536), max(1, -(-total_bytes // 4_194_304))
 
 
-def _launch_manifest(
+def launch_manifest(
     options: Options, description: dict, spec: CorpusSpec, beam_options: PipelineOptions
 ) -> dict:
     """The manifest's fields known before the run; the commit step adds counts and files."""
