@@ -17,6 +17,7 @@ group that holds such a row is removed whole (its members join reference rows).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ import numpy as np
 from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.inputs import embedding_ids
 from pipelines.io.embeddings import EmbeddingsDataset, require_compatible
+from pipelines.io.filesystems import FileSystems
+from pipelines.io.output_dir import MANIFEST, join
 from pipelines.vectors.topk import neighbors_above
 
 # Corpus rows per batch of the corpus x reference search.
@@ -101,6 +104,27 @@ def open_reference(
         )
     n = len(corpus_ids)
     return Reference(datasets, ids, cross_pairs(corpus, datasets, threshold, n), n)
+
+
+def reference_identity(directories: Sequence[str]) -> list[dict]:
+    """Each ``--against`` folder as a job's fingerprint should see it: its path and the sha256
+    of its manifest (which lists every part's digest, so new or changed reference vectors
+    change it, and ``sbert run`` reruns dedup).
+
+    Raises:
+        FileNotFoundError: a folder has no manifest (not a finished embed output).
+    """
+    out = []
+    for directory in directories:
+        path = join(directory, MANIFEST)
+        if not FileSystems.exists(path):
+            raise FileNotFoundError(
+                f"dedup.against: {directory} has no {MANIFEST} (not a finished sbert embed output)"
+            )
+        with FileSystems.open(path) as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()
+        out.append({"directory": directory, "manifest_sha256": digest})
+    return out
 
 
 def _normalised(vectors: np.ndarray) -> np.ndarray:

@@ -21,7 +21,8 @@ def _reads(stage: JobStage, context: JobContext) -> tuple[str, ...]:
 
 def _wire(context: JobContext) -> dict[str, Any]:
     # The corpus gives dedup the corpus order (keep: first), texts for the report and, with
-    # apply, the rows to write.
+    # apply, the rows to write. With dedup.against the job's embeddings (those the pairs
+    # recorded) are the corpus deduplicated against the reference.
     return {
         "pairs": context.folders[_pairs_stage(context)],
         "output": context.folders["dedup"],
@@ -36,6 +37,10 @@ def _preflight(options: Any) -> None:
 
     if options.labels is not None and not FileSystems.exists(options.labels):
         raise FileNotFoundError(f"--labels {options.labels}: no such file")
+    if options.against:  # a reference folder that is not a finished embed output
+        from pipelines.dedup.against import reference_identity
+
+        reference_identity(options.against)
 
 
 def _facts(manifest: dict) -> dict:

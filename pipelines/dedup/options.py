@@ -122,7 +122,8 @@ class Options(StageOptions):
         "duplicates one is the one removed), whatever its method, threshold or keep rule, but "
         "not when it was made from another model identity (then nothing is pinned, and the "
         "manifest says why); group ids stay where membership did not change. off: ignore it "
-        "(a previously kept row may be removed). Replacing the version needs --overwrite",
+        "(a previously kept row may be removed). Replacing the version needs --overwrite. In YAML "
+        "quote it: 'off' (a bare off is false)",
     )
     sweep_from: float = option(0.80, "lowest sweep threshold")
     sweep_to: float = option(0.99, "highest sweep threshold")

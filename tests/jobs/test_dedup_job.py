@@ -885,6 +885,30 @@ def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir
     )
 
 
+def test_run_config_dedup_against_and_stable_keep_become_the_commands_options(
+    tmp_path, tiny_st_dir
+):
+    from jobs.run_config import load_run_config
+    from jobs.run_inputs import check_inputs
+    from jobs.run_stages import plan_stages
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": "two"}\n', encoding="utf-8")
+    reference = tmp_path / "reference-embeddings"
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"job_dir: {tmp_path / 'job'}\ninput: {{path: {corpus}, id_field: id}}\n"
+        f"model: {tiny_st_dir}\ncluster: {{k: 2}}\n"
+        f"dedup: {{threshold: 0.9, against: {reference}, stable_keep: 'off'}}\n",
+        encoding="utf-8",
+    )
+    loaded = load_run_config(config)
+    plan = {p.name: p for p in plan_stages(loaded, check_inputs(loaded), [])}["dedup"]
+    assert plan.options.against == (str(reference),)
+    assert plan.options.stable_keep == "off"
+    assert plan.options.pairs == str(tmp_path / "job" / "pairs")  # the job's embeddings: corpus
+
+
 @pytest.mark.parametrize(
     ("override", "match"),
     [

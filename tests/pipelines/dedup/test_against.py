@@ -9,12 +9,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.dedup.against import cross_pairs
+from pipelines.dedup.against import cross_pairs, reference_identity
 from pipelines.dedup.outputs import read_id_list
 from pipelines.io.embeddings import EmbeddingsDataset, IncompatibleEmbeddingsError
 from pipelines.stage_api.options import OptionError
 from tests.jobs.test_dedup_job import write_pairs
-from tests.planted_vectors import write_embeddings
+from tests.planted_vectors import write_embeddings, write_embeddings_version
 from tests.stage_commands import dedup as run
 
 T = 0.9
@@ -185,3 +185,30 @@ def test_incompatible_reference_and_bad_inputs_are_refused(tmp_path):
     same = write_embeddings(tmp_path / "same", [f"c{i:03d}" for i in range(8)], reference)
     with pytest.raises(ValueError, match="both corpus and --against reference ids"):
         run([*argv, "--against", str(same)])
+
+
+def test_the_reference_identity_follows_its_versions_and_the_job_checks_it(tmp_path):
+    from pipelines.dedup.job_stage import JOB_STAGE
+    from pipelines.dedup.options import Options
+
+    _, reference = _planted(1, n=20, m=8)
+    folder = tmp_path / "ref"
+    write_embeddings_version(
+        folder, {"part-a.parquet": ([f"r{j}" for j in range(4)], reference[:4])}
+    )
+    first = reference_identity([str(folder)])
+    assert reference_identity([str(folder)]) == first  # same version, same identity
+    parts = {
+        "part-a.parquet": ([f"r{j}" for j in range(4)], reference[:4]),
+        "part-b.parquet": ([f"r{j}" for j in range(4, 8)], reference[4:]),
+    }
+    write_embeddings_version(folder, parts)
+    assert reference_identity([str(folder)]) != first  # a new version: dedup reruns
+    options = Options(
+        output=str(tmp_path / "o"),
+        threshold=T,
+        embeddings=(str(folder),),
+        against=(str(tmp_path / "nowhere"),),
+    )
+    with pytest.raises(FileNotFoundError, match=r"dedup\.against"):
+        JOB_STAGE.preflight(options)
