@@ -16,6 +16,9 @@ import torch
 
 from pipelines.vectors.exact_scores import pair_scores_into
 
+# Candidates per row taken from the tile beyond k before the margin test.
+_EXTRA = 32
+
 
 @dataclass(frozen=True)
 class TileTopk:
@@ -40,8 +43,24 @@ def tile_topk(
             within it of the row's k-th candidate score is rescored, so the answer is the
             top-k by final score, ties by the smaller column.
     """
-    kth = tile.topk(k, dim=1).values[:, -1]
-    row, column = (tile >= (kth - margins)[:, None]).nonzero(as_tuple=True)
+    # The best few per row usually hold every candidate within the margin: a row is read once
+    # by topk, and only rows where they do not (many near-ties) are compared in full.
+    width = min(k + _EXTRA, tile.shape[1] - 1)
+    values, columns = tile.topk(width, dim=1)
+    limit = values[:, k - 1] - margins
+    listed = values >= limit[:, None]
+    # Rows whose width-th candidate is within the margin may have more beyond it (unless the
+    # candidates are all the other columns).
+    short = (values[:, -1] >= limit).nonzero().reshape(-1)
+    if width == tile.shape[1] - 1:
+        short = short[:0]
+    listed[short] = False
+    row, place = listed.nonzero(as_tuple=True)
+    column = columns[row, place]
+    if len(short):
+        again_row, again_column = (tile[short] >= limit[short][:, None]).nonzero(as_tuple=True)
+        row = torch.cat([row, short[again_row]])
+        column = torch.cat([column, again_column])
     row, column = row.numpy(), column.numpy()
     final = final_scores(data.numpy(), rows.numpy()[row], column)
     # Sort all found pairs by (row, score desc, column) and keep the first k of each row.
