@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+import numpy as np
+
 from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE
 from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.grouping import Grouping
@@ -59,6 +61,7 @@ def dedup_manifest(
         if summary.corpus is not None:
             corpus.update(directory=CORPUS_DIR, rejected_file=REJECTED_FILE, **summary.corpus)
     limited = summary.limited
+    grouped = int(np.sum(groups.group[: summary.rows_in] >= 0))
     return {
         "kind": "dedup",
         **model_fields(datasets[0].manifest),
@@ -79,8 +82,9 @@ def dedup_manifest(
             "kept": summary.kept,
             "removed": summary.removed,
             "groups": groups.n_groups,
-            "grouped": int(groups.sizes.sum()),
-            "singletons": summary.rows_in - int(groups.sizes.sum()),
+            # Corpus rows; a group's --against reference rows count in its size only.
+            "grouped": grouped,
+            "singletons": summary.rows_in - grouped,
             "largest_group": groups.largest,
         },
         "pairs": _pairs(options, pairs_output, source, groups),

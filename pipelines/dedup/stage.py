@@ -2,7 +2,8 @@
 
 Run from Python as ``dedup.run(dedup.Options(pairs=..., output=..., threshold=...))``, or as
 
-    sbert dedup --pairs DIR --output DIR --threshold T
+    sbert dedup --pairs DIR --output DIR --threshold T [--stable-keep on|off]
+        [--against REF_EMBEDDINGS ...]
         [--method star|components|ranked|split|mutual|average]
         [--keep first|longest|central|random|column:NAME] [--seed S] [--radius R]
         [--mutual-k K] [--missing-score S]
@@ -70,6 +71,21 @@ corpus or id order; backslash, LF and CR in ids escaped as \\\\, \\n, \\r), ``re
 ``_manifest.json``, written last. With ``--corpus GLOB --apply`` also ``corpus/`` (the kept rows
 of every corpus file, same relative path and format) and ``corpus_rejected.parquet`` (the rows
 the embed job did not embed, with the reason; they are not in ``corpus/``).
+
+Stable decisions (``--stable-keep on``, the default; pipelines/dedup/previous.py): when
+``--output`` holds a dedup version, the groups are recomputed from the full pairs, but every
+row it kept that still exists stays kept (pinned; pipelines/dedup/pinning.py): a group holding
+pinned rows keeps all of them, the others join their most similar pinned row. Not across a
+changed model identity (logged, and in the manifest's ``stable_keep``). A group with the same
+members as a previous group keeps its id; others get ids above the previous largest. The
+manifest's ``changes``, the report and the summary line say what changed since that version.
+
+Against a reference (``--against REF_EMBEDDINGS``; pipelines/dedup/against.py): every corpus
+row whose cosine with a reference row is >= T is removed (exact corpus x reference search),
+grouped with its most similar reference row; reference rows are pinned, marked in
+``groups.parquet`` (``reference``) and never in the id lists. Without ``--pairs`` (corpus:
+``--embeddings``) nothing else is removed; with it, a corpus group holding such a row is
+removed whole.
 
 ``--dry-run`` prints the threshold sweep (the chosen method's counts from --sweep-from to
 --sweep-to, plus T, then every method's removed rows and largest group, with labels F1) and

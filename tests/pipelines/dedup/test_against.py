@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from dedup_reference import UnionFind
 
 from pipelines.dedup.against import cross_pairs, reference_identity
 from pipelines.dedup.outputs import read_id_list
@@ -105,18 +106,13 @@ def test_cross_pairs_equal_brute_force_in_small_batches(tmp_path):
 
 
 def _components(n: int, edges: list[tuple[int, int]]) -> list[set[int]]:
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            x = parent[x]
-        return x
-
+    """Components of two or more rows (the reference union-find)."""
+    sets = UnionFind(n)
     for a, b in edges:
-        parent[find(a)] = find(b)
+        sets.union(int(a), int(b))
     out: dict[int, set[int]] = {}
-    for x in range(n):
-        out.setdefault(find(x), set()).add(x)
+    for x, root in enumerate(sets.roots().tolist()):
+        out.setdefault(root, set()).add(x)
     return [members for members in out.values() if len(members) > 1]
 
 
