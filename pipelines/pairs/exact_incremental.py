@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from pipelines.io.pairs_output import read_neighbors, read_pairs
 from pipelines.pairs.defaults import ROWS_PER_RANGE
 from pipelines.pairs.exact_search import plan_ranges, write_ranges
-from pipelines.pairs.incremental import Reuse
+from pipelines.pairs.incremental import Reuse, positions_in
 from pipelines.pairs.settings import PairsSettings
 from pipelines.vectors.block_search import BlockResult
 from pipelines.vectors.new_rows import search_rows
@@ -114,7 +114,7 @@ def _previous_lists(
 ) -> _Lists:
     table = read_neighbors(previous_dir).combine_chunks()
     table = table.filter(pc.is_in(table["id"], value_set=old_ids))
-    rows = _positions(table["id"], ids)
+    rows = positions_in(table["id"], ids)
     neighbor_ids, stored = (_array(table, name) for name in ("neighbor_ids", "scores"))
     lengths = pc.list_value_length(neighbor_ids).to_numpy(zero_copy_only=False)
     flat = pc.list_flatten(neighbor_ids)
@@ -125,7 +125,7 @@ def _previous_lists(
     research[np.unique(parents[~alive])] = True
     keep = ~research[parents]
     positions = np.full(len(flat), -1, np.int64)
-    positions[keep] = _positions(flat.filter(pa.array(keep)), ids)
+    positions[keep] = positions_in(flat.filter(pa.array(keep)), ids)
     # Clamped at +-1: the stored score may stand for 1.0000001; score those again (see above).
     edge = keep & (np.abs(flat_scores) >= 1.0)
     flat_scores[edge] = final_scores(vectors, rows[parents[edge]], positions[edge])
@@ -173,13 +173,7 @@ def _kept_pairs(
     )
     table = table.filter(both)
     scores = _array(table, "score").to_numpy(zero_copy_only=False).astype(np.float32)
-    return _positions(table["id_a"], ids), _positions(table["id_b"], ids), scores
-
-
-def _positions(values, ids: pa.Array) -> np.ndarray:
-    """The positions of ``values`` (all present) in ``ids``."""
-    found = pc.index_in(values, value_set=ids)
-    return found.to_numpy(zero_copy_only=False).astype(np.int64)
+    return positions_in(table["id_a"], ids), positions_in(table["id_b"], ids), scores
 
 
 def _array(table: pa.Table, name: str) -> pa.Array:

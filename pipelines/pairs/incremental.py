@@ -21,7 +21,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.io import ownership
@@ -116,6 +118,13 @@ def plan_reuse(
     for name, value in asked.items():
         if manifest.get(name) != value:
             return f"{name} changed ({manifest.get(name)!r} before, {value!r} now)"
+    if method == "clustered":
+        # The blocking as asked (a default number of clusters follows N: not compared).
+        section = manifest.get("clustered") or {}
+        blocking = {"clusters": options.clusters, "nprobe_requested": options.nprobe}
+        for name, value in blocking.items():
+            if value is not None and section.get(name) != value:
+                return f"clustered {name} changed ({section.get(name)!r} before, {value!r} now)"
     recorded = manifest.get("embeddings") or []
     directories = [entry.get("directory") for entry in recorded]
     if directories != [dataset.directory for dataset in datasets]:
@@ -152,6 +161,11 @@ def _unchanged_ids(previous: dict, dataset: EmbeddingsDataset) -> pa.Array:
                 column = column.dictionary_decode()
             parts.append(column.cast(pa.string()))
     return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+
+
+def positions_in(values: pa.Array | pa.ChunkedArray, ids: pa.Array) -> np.ndarray:
+    """The positions of ``values`` (all present) in ``ids``, int64."""
+    return pc.index_in(values, value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def full_section(reason: str, *, logged: bool) -> dict:

@@ -170,9 +170,10 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     reuse = _reuse(options, previous, datasets, method, reader, local, budget)
     # A local exact run that fits one worker searches the vectors of the scan itself; so does an
     # incremental one.
-    in_process = method == "exact" and n > 0 and local
+    in_process = n > 0 and local
     in_process &= isinstance(reuse, Reuse) or (
-        exact_path(n, dim, options.k, options.threshold is not None, budget) == "whole"
+        method == "exact"
+        and exact_path(n, dim, options.k, options.threshold is not None, budget) == "whole"
     )
     start = time.perf_counter()
     # Unique ids and finite values are checked here, before any output exists. Arrow decodes
@@ -191,6 +192,13 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
             warm_up(dim, options.k, options.precision)
         scan = scanning.result()
     seconds = {"scan": time.perf_counter() - start}
+    blocks = None
+    if isinstance(reuse, Reuse) and method == "clustered":
+        from pipelines.pairs.clustered_incremental import assign_blocks
+
+        blocks = assign_blocks(options.output, reuse.previous, *scan.loaded, reuse.old_ids)
+        if isinstance(blocks, str):
+            reuse = blocks
     # --incremental replaces the folder's own previous pairs output (nothing else) as a rerun.
     replacing = dataclasses.replace(options, overwrite=True) if previous.replaceable else options
     out = stage_output("pairs", replacing, LAYOUT)
@@ -206,6 +214,22 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         if n == 0:
             write_table(part_path(attempt, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
             runner = "launcher"
+        elif isinstance(reuse, Reuse) and method == "clustered":
+            from pipelines.pairs.clustered_incremental import run_clustered_incremental
+
+            section, details["clustered"], recall = run_clustered_incremental(
+                settings,
+                *scan.loaded,
+                reuse,
+                options.output,
+                blocks,
+                recall_sample=options.recall_sample,
+                seed=options.seed,
+                shards=options.shards,
+            )
+            del scan
+            details["incremental"] = section
+            runner, seconds["pipeline"] = "in-process", section["seconds"]
         elif isinstance(reuse, Reuse):
             from pipelines.pairs.exact_incremental import run_exact_incremental
 
@@ -277,11 +301,9 @@ def _reuse(options, previous, datasets, method, reader, local, budget) -> Reuse 
     reuse = plan_reuse(options, previous, datasets, method, reader.normalize)
     if not isinstance(reuse, Reuse):
         return reuse
-    if method != "exact":
-        return "the clustered method reruns in full"
     n = sum(dataset.count for dataset in datasets)
     if not local:
-        return "the incremental exact search runs in the launcher, with a local runner only"
+        return "the incremental search runs in the launcher, with a local runner only"
     if exact_worker_bytes(n, reader.dim) > budget:
         return f"all {n} vectors do not fit --worker-memory {options.worker_memory}"
     return reuse

@@ -154,15 +154,16 @@ class _Found:
         self.insert_parts.append((columns[keep], rows[keep], final[keep]))
 
     def result(self) -> RowsResult:
-        a, b, s = _concat(self.pair_parts)
+        a, b, s = concat_columns(self.pair_parts)
         order = np.lexsort((b, a))
-        rows, neighbors, scores = _concat(self.insert_parts)
+        rows, neighbors, scores = concat_columns(self.insert_parts)
         return RowsResult(
             self.indices, self.scores, a[order], b[order], s[order], rows, neighbors, scores
         )
 
 
-def _concat(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def concat_columns(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parts of ``(positions, positions, scores)`` as one triple (empty int64/float32 if none)."""
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
     return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
