@@ -894,7 +894,7 @@ def test_run_config_dedup_against_and_stable_keep_become_the_commands_options(
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": "two"}\n', encoding="utf-8")
-    reference = tmp_path / "reference-embeddings"
+    reference = write_embeddings(tmp_path / "reference-embeddings", ["r1", "r2"])
     config = tmp_path / "job.yaml"
     config.write_text(
         f"job_dir: {tmp_path / 'job'}\ninput: {{path: {corpus}, id_field: id}}\n"
