@@ -29,7 +29,7 @@ from pipelines.dedup.grouping import Grouping
 from pipelines.dedup.outputs import GROUPS_FILE, KEPT_FILE, REMOVED_FILE, read_id_list
 from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
 from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import MANIFEST, join, read_manifest
+from pipelines.io.output_dir import MANIFEST, CorruptOutputError, join, read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -84,22 +84,27 @@ def read_previous(output: str | None, stable_keep: str, model: dict) -> Stabilit
         stable_keep: ``on`` or ``off``.
         model: this run's embeddings manifest (its model identity is compared).
 
-    Raises:
-        CorruptOutputError: the folder's manifest disagrees with its files.
+    A folder whose manifest disagrees with its files (or is not ours) pins nothing: the
+    reason says why.
     """
     if output is None or not FileSystems.exists(join(output, MANIFEST)):
         return Stability(None, False, "no previous version in the output folder")
-    manifest = read_manifest(output)
-    if manifest.get("kind") != "dedup":
-        # A foreign folder: prepare_output refuses it (or --overwrite replaces it); not ours.
-        return Stability(None, False, f"{output} holds no dedup version")
-    previous = PreviousVersion(
-        output,
-        manifest,
-        read_id_list(join(output, KEPT_FILE)),
-        read_id_list(join(output, REMOVED_FILE)),
-        _group_ids(join(output, GROUPS_FILE)),
-    )
+    try:
+        manifest = read_manifest(output)
+        if manifest.get("kind") != "dedup":
+            # A foreign folder: prepare_output refuses it (or --overwrite replaces it).
+            return Stability(None, False, f"{output} holds no dedup version")
+        previous = PreviousVersion(
+            output,
+            manifest,
+            read_id_list(join(output, KEPT_FILE)),
+            read_id_list(join(output, REMOVED_FILE)),
+            _group_ids(join(output, GROUPS_FILE)),
+        )
+    except (CorruptOutputError, FileNotFoundError, ValueError) as err:
+        # A damaged folder must not block its replacement (--overwrite); it pins nothing.
+        logger.warning("the dedup version in %s cannot be read: %s", output, err)
+        return Stability(None, False, f"the version in {output} cannot be read ({err})")
     if stable_keep == "off":
         return Stability(
             previous, False, "--stable-keep off: the previous kept rows are not pinned"

@@ -152,6 +152,17 @@ def test_a_rerun_on_the_same_data_changes_nothing(yesterday):
     assert changes["rows"]["newly_removed"] == 0 == changes["rows"]["previously_kept_removed"]
 
 
+def test_a_damaged_previous_version_pins_nothing_and_is_replaced(yesterday):
+    tmp_path, out = yesterday
+    (out / "kept_ids.txt").write_text("a2\nb2\nc2\nlone\n")  # same size, other digest
+    argv = _day(tmp_path, "2", DAY2_IDS, DAY2_PAIRS)
+    run([*argv, "--method", "components", "--keep", "first", "--overwrite"])
+    stable = _manifest(out)["stable_keep"]
+    assert stable["pinned"] is False and "cannot be read" in stable["reason"]
+    assert _manifest(out)["changes"] is None
+    assert "a0" in read_id_list(str(out / "kept_ids.txt"))  # the keep rule decided
+
+
 def _random_pairs(rng, n: int, count: int) -> IndexedPairs:
     a = rng.integers(0, n, count)
     b = rng.integers(0, n, count)
