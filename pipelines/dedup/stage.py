@@ -234,7 +234,14 @@ def _run(options: Options) -> DedupResult:
 
     # Everything that can fail on the inputs happens before the output directory is touched.
     n, id_list = len(ids), ids.to_pylist()
+    reference = (
+        open_reference(options.against, datasets, id_list, options.threshold)
+        if options.against
+        else None
+    )
     grouped = paired_items(n, source.pairs, options.threshold) | copies.grouped_rows()
+    if reference is not None:  # the corpus rows that match a reference row are grouped too
+        grouped = grouped | reference.matched
     wanted = paired_items(n, source.pairs, source.thresholds[0]) if rank_by_length else grouped
     if known is not None:  # the report shows the known pairs the groups split, with texts
         wanted = wanted | known.rows(n)
@@ -244,11 +251,6 @@ def _run(options: Options) -> DedupResult:
         None if options.dry_run else options.output, options.stable_keep, datasets[0].manifest
     )
     logger.info("stable keep: %s", stability.reason)
-    reference = (
-        open_reference(options.against, datasets, id_list, options.threshold)
-        if options.against
-        else None
-    )
     scan = _scan(options, datasets, index, wanted, settings.column) if options.corpus else None
     rank, order_basis = order_rank(id_list, datasets, scan)
     # A dry run reads texts only when the ranking needs their lengths (the report shows them).

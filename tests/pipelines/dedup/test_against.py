@@ -163,7 +163,10 @@ def test_apply_writes_the_decontaminated_corpus(tmp_path):
     assert written == read_id_list(str(out / "kept_ids.txt"))
     matched = (corpus @ reference.T).max(axis=1) >= T
     assert written == [item for item, hit in zip(corpus_ids, matched, strict=True) if not hit]
-    assert "(reference)" in (out / "report.html").read_text()
+    report = (out / "report.html").read_text()
+    assert "(reference)" in report
+    removed = read_id_list(str(out / "removed_ids.txt"))
+    assert removed and all(f"text of {item}" in report for item in removed)
 
 
 def test_incompatible_reference_and_bad_inputs_are_refused(tmp_path):
