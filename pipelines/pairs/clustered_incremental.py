@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from pipelines.io.centroids import CENTROIDS, load_centroids, save_centroids
 from pipelines.io.output_dir import join
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS, read_neighbors, read_pairs
+from pipelines.io.previous_output import incremental_record
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.pairs.defaults import ROWS_PER_SHARD
 from pipelines.pairs.incremental import Reuse, positions_in
@@ -124,18 +125,19 @@ def run_clustered_incremental(
         _write_slices(settings.output, PAIRS, merged, count, PAIRS_SCHEMA)
     lengths = pc.list_value_length(table["neighbor_ids"]).to_numpy(zero_copy_only=False)
     recall = _recall(table, ids, vectors, ~old, k, recall_sample, seed)
-    section = {
-        "mode": "incremental",
-        "previous_created": reuse.previous.get("created"),
-        "rows_old": reuse.rows_old,
-        "rows_new": reuse.rows_new,
-        "rows_gone": reuse.rows_gone,
-        "reused": ["centroids and nprobe", "neighbors of OLD rows", "pairs of two OLD rows"],
-        "recomputed": [
+    record = incremental_record(
+        reuse.previous,
+        rows=(reuse.rows_old, reuse.rows_new, reuse.rows_gone),
+        reused=["centroids and nprobe", "neighbors of OLD rows", "pairs of two OLD rows"],
+        recomputed=[
             "NEW rows searched in their blocks",
             "OLD rows' lists merged with NEW rows of their blocks",
             "lists of OLD rows that lost a neighbour, searched in their blocks",
         ],
+        seconds=time.perf_counter() - start,
+    )
+    section = {
+        **record,
         "pairs_kept": kept,
         "pairs_added": added,
         "lists_searched": int(np.sum(~old | research)),
@@ -143,7 +145,6 @@ def run_clustered_incremental(
         "lists_updated": found["updated"],
         "blocks_searched": found["blocks"],
         "recall": recall,
-        "seconds": round(time.perf_counter() - start, 3),
     }
     details = {
         **(reuse.previous.get("clustered") or {}),

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.io.pairs_output import read_neighbors, read_pairs
+from pipelines.io.previous_output import incremental_record
 from pipelines.pairs.defaults import ROWS_PER_RANGE
 from pipelines.pairs.exact_search import plan_ranges, write_ranges
 from pipelines.pairs.incremental import Reuse, positions_in
@@ -80,21 +81,21 @@ def run_exact_incremental(
     planned = plan_ranges(n, ranges or math.ceil(n / ROWS_PER_RANGE))
     for _ in write_ranges(settings, ids, result, planned):
         pass
+    record = incremental_record(
+        reuse.previous,
+        rows=(reuse.rows_old, reuse.rows_new, reuse.rows_gone),
+        reused=["neighbors of OLD rows", "pairs of two OLD rows"],
+        recomputed=["NEW x (OLD + NEW) exact search", "lists of OLD rows that lost a neighbour"],
+        seconds=time.perf_counter() - start,
+    )
     return {
-        "mode": "incremental",
-        "previous_created": reuse.previous.get("created"),
-        "rows_old": reuse.rows_old,
-        "rows_new": reuse.rows_new,
-        "rows_gone": reuse.rows_gone,
-        "reused": ["neighbors of OLD rows", "pairs of two OLD rows"],
-        "recomputed": ["NEW x (OLD + NEW) exact search", "lists of OLD rows that lost a neighbour"],
+        **record,
         "pairs_kept": len(kept_a),
         "pairs_added": len(found.pair_a),
         "lists_searched": len(queries),
         "lists_researched": int(lists.research.sum()),
         "lists_updated": updated,
         "ranges": len(planned),
-        "seconds": round(time.perf_counter() - start, 3),
     }
 
 

@@ -17,7 +17,6 @@ without ``--overwrite``; a folder holding anything this stage did not write is r
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,34 +25,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.io import ownership
 from pipelines.io.embeddings import EmbeddingsDataset, parquet_source
 from pipelines.io.embeddings_versions import compare_versions
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.manifest_fields import model_fields
-from pipelines.io.output_dir import MANIFEST, OutputLayout, join, read_manifest, relative_to
+from pipelines.io.output_dir import relative_to
 from pipelines.io.pairs_output import VERIFY_SECTION
+from pipelines.io.previous_output import NOT_ASKED, model_change, previous_output
 from pipelines.pairs.options import Options
-
-logger = logging.getLogger(__name__)
 
 # More new rows than this share of all rows: a full run (an incremental one would cost about as
 # much, and a clustered one would route most rows through centroids fitted on the old ones).
 MAX_NEW_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class Previous:
-    """The output folder's previous version, as found before the run prepares its output.
-
-    Attributes:
-        manifest: its verified manifest, or None (none published, or not this stage's).
-        replaceable: whether ``--incremental`` may replace the folder without ``--overwrite``:
-            it holds a complete pairs output of ours and nothing we did not write.
-    """
-
-    manifest: dict | None
-    replaceable: bool
 
 
 @dataclass(frozen=True)
@@ -77,35 +58,19 @@ class Reuse:
         return len(self.old_ids)
 
 
-def find_previous(output: str, layout: OutputLayout) -> Previous:
-    """Read (and verify) the previous output of ``output`` before the run prepares it.
-
-    Raises:
-        CorruptOutputError: the folder's manifest disagrees with its files (the message says
-            to rerun with ``--overwrite``).
-    """
-    if not FileSystems.exists(join(output, MANIFEST)):
-        return Previous(None, False)
-    found = ownership.survey(output, layout)
-    if found.manifest is None or found.manifest.get("kind") != "pairs":
-        return Previous(None, False)
-    manifest = read_manifest(output)
-    return Previous(manifest, not found.foreign and not found.links)
-
-
 def plan_reuse(
     options: Options,
-    previous: Previous,
     datasets: Sequence[EmbeddingsDataset],
     method: str,
     normalize: bool,
 ) -> Reuse | str:
-    """What this run can reuse of ``previous``, or why it is a full run (a sentence)."""
+    """What this run can reuse of the output folder's previous version (read and verified
+    here, before the run prepares the folder), or why it is a full run (a sentence)."""
     if not options.incremental:
-        return "--incremental not asked"
-    manifest = previous.manifest
+        return NOT_ASKED
+    manifest, why = previous_output(options.output, "pairs")
     if manifest is None:
-        return f"{options.output} holds no previous pairs output"
+        return why
     if VERIFY_SECTION in manifest:
         return "the previous output was rewritten by sbert verify"
     asked = {
@@ -130,14 +95,11 @@ def plan_reuse(
     if directories != [dataset.directory for dataset in datasets]:
         return f"the embeddings inputs changed ({directories} before)"
     inputs = list(zip((entry.get("manifest") or {} for entry in recorded), datasets, strict=True))
-    for before_manifest, dataset in inputs:
-        before, now = model_fields(before_manifest), model_fields(dataset.manifest)
-        changed = sorted(
-            name for name in before.keys() | now.keys() if before.get(name) != now.get(name)
-        )
-        if changed:
-            return f"the model of {dataset.directory} changed ({', '.join(changed)})"
-    old = [_unchanged_ids(before_manifest, dataset) for before_manifest, dataset in inputs]
+    for before, dataset in inputs:
+        reason = model_change(before, dataset.manifest)
+        if reason is not None:
+            return f"{dataset.directory}: {reason}"
+    old = [_unchanged_ids(before, dataset) for before, dataset in inputs]
     old_ids = pa.concat_arrays(old) if old else pa.array([], pa.string())
     total = sum(dataset.count for dataset in datasets)
     if not len(old_ids):
@@ -166,11 +128,3 @@ def _unchanged_ids(previous: dict, dataset: EmbeddingsDataset) -> pa.Array:
 def positions_in(values: pa.Array | pa.ChunkedArray, ids: pa.Array) -> np.ndarray:
     """The positions of ``values`` (all present) in ``ids``, int64."""
     return pc.index_in(values, value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def full_section(reason: str, *, logged: bool) -> dict:
-    """The manifest's ``incremental`` section of a full run (logged once, if ``logged``: where
-    ``--incremental`` was asked)."""
-    if logged:
-        logger.info("pairs: full run: %s", reason)
-    return {"mode": "full", "reason": reason}

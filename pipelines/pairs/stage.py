@@ -46,7 +46,6 @@ empty input gives empty outputs and a manifest.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,8 +60,10 @@ from pipelines.io.filesystems import FileSystems
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
+from pipelines.io.previous_output import full_run
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.incremental import Previous, Reuse, find_previous, full_section, plan_reuse
+from pipelines.io.staged_output import prepare_output
+from pipelines.pairs.incremental import Reuse, plan_reuse
 from pipelines.pairs.known_pairs import known_pairs_recall
 from pipelines.pairs.options import Options
 from pipelines.pairs.output_tables import part_path
@@ -75,7 +76,6 @@ from pipelines.pairs.plan import (
 )
 from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
 from pipelines.stage_api.result import Result
-from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.progress import show_progress_unless_quiet
 
@@ -143,10 +143,6 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
 
 def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     """:func:`run` inside the content checks."""
-    # The previous version is read and verified before the output is prepared.
-    previous = (
-        find_previous(options.output, LAYOUT) if options.incremental else Previous(None, False)
-    )
     datasets = open_inputs(options.embeddings, ExternalColumns.from_args(options))
     dim = datasets[0].dim
     n = sum(dataset.count for dataset in datasets)
@@ -167,7 +163,8 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     local = beam_options is None or _is_local(beam_options)
     here = beam_options is None or _workers_here(beam_options, pipeline)
     refuse_remote_workers(datasets, here=here)
-    reuse = _reuse(options, previous, datasets, method, reader, local, budget)
+    # The previous version is read and verified before the output is prepared.
+    reuse = _reuse(options, datasets, method, reader, local, budget)
     # A local exact run that fits one worker searches the vectors of the scan itself; so does an
     # incremental one.
     in_process = n > 0 and local
@@ -200,8 +197,13 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         if isinstance(blocks, str):
             reuse = blocks
     # --incremental replaces the folder's own previous pairs output (nothing else) as a rerun.
-    replacing = dataclasses.replace(options, overwrite=True) if previous.replaceable else options
-    out = stage_output("pairs", replacing, LAYOUT)
+    out = prepare_output(
+        options.output,
+        overwrite=options.overwrite,
+        job={"command": "pairs", "options": options.to_dict()},
+        layout=LAYOUT,
+        replace_kind="pairs" if options.incremental else None,
+    )
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     attempt = out.attempt
     with out:
@@ -288,17 +290,17 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
             details.get("incremental"),
         )
         if not isinstance(reuse, Reuse):
-            details["incremental"] = full_section(reuse, logged=options.incremental)
+            details["incremental"] = full_run("pairs", options.output, reuse)
         manifest = _manifest(options, datasets, summary, reader, budget, details, runner, seconds)
         if FileSystems.exists(join(attempt, WORK_DIR)):
             FileSystems.delete([join(attempt, WORK_DIR)])
         return Result(options.output, out.commit(manifest), summary)
 
 
-def _reuse(options, previous, datasets, method, reader, local, budget) -> Reuse | str:
+def _reuse(options, datasets, method, reader, local, budget) -> Reuse | str:
     """What this run reuses of its previous output (:func:`plan_reuse`), or why it is a full
     run; the exact incremental search runs in the launcher, on every vector."""
-    reuse = plan_reuse(options, previous, datasets, method, reader.normalize)
+    reuse = plan_reuse(options, datasets, method, reader.normalize)
     if not isinstance(reuse, Reuse):
         return reuse
     n = sum(dataset.count for dataset in datasets)

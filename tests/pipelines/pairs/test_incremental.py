@@ -16,6 +16,7 @@ from planted_vectors import clustered_vectors, write_embeddings_version
 from pipelines import pairs
 from pipelines.io.output_dir import OutputExistsError
 from pipelines.io.pairs_output import read_neighbors, read_pairs
+from pipelines.io.previous_output import NOT_ASKED
 from pipelines.vectors.tile_topk import final_scores
 
 K, DIM = 6, 16
@@ -130,7 +131,7 @@ def test_incremental_equals_from_scratch(corpus, threshold, tmp_path, scenario):
         publish(folder, {name: corpus.part(name) for name in names})
     out = tmp_path / "pairs"
     first = pairs.run(options(folders, out, threshold))
-    assert first.manifest["incremental"] == {"mode": "full", "reason": "--incremental not asked"}
+    assert first.manifest["incremental"] == {"mode": "full", "reason": NOT_ASKED}
 
     for folder, names in zip(folders, after, strict=True):
         ours = [name for name in replaced if name in names]
@@ -179,7 +180,7 @@ def test_a_changed_model_or_setting_is_a_full_run(corpus, threshold, tmp_path, c
     out = tmp_path / "pairs"
     pairs.run(options([emb], out, threshold))
     publish(emb, {n: corpus.part(n) for n in ("a", "b", "d")}, weights_sha256="1" * 64)
-    with caplog.at_level("INFO", logger="pipelines.pairs.incremental"):
+    with caplog.at_level("INFO", logger="pipelines.io.previous_output"):
         result = pairs.run(options([emb], out, threshold, incremental=True))
     section = result.manifest["incremental"]
     assert section["mode"] == "full"
