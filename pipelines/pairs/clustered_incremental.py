@@ -34,11 +34,11 @@ import pyarrow.compute as pc
 
 from pipelines.io.centroids import CENTROIDS, load_centroids, save_centroids
 from pipelines.io.output_dir import join
-from pipelines.io.pairs_output import NEIGHBORS, PAIRS, read_neighbors, read_pairs
+from pipelines.io.pairs_output import NEIGHBORS, PAIRS, read_pairs
 from pipelines.io.previous_output import incremental_record
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.pairs.defaults import ROWS_PER_SHARD
-from pipelines.pairs.incremental import Reuse, positions_in
+from pipelines.pairs.incremental import Reuse, positions_in, previous_lists
 from pipelines.pairs.merge import merge_neighbors, merge_pairs
 from pipelines.pairs.output_tables import part_path
 from pipelines.pairs.settings import PairsSettings, write_parquet
@@ -93,8 +93,7 @@ def run_clustered_incremental(
     centroids, probes = blocks
     save_centroids(join(settings.output, CENTROIDS), centroids)
     old = pc.is_in(ids, value_set=reuse.old_ids).to_numpy(zero_copy_only=False)
-    previous = read_neighbors(previous_dir).combine_chunks()
-    previous = previous.filter(pc.is_in(previous["id"], value_set=reuse.old_ids))
+    previous = previous_lists(previous_dir, reuse.old_ids)
     intact, floors = _intact_lists(previous, ids, reuse.old_ids, k)
     research = old.copy()
     research[positions_in(previous["id"], ids)[intact]] = False

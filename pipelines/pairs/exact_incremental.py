@@ -35,11 +35,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.io.pairs_output import read_neighbors, read_pairs
+from pipelines.io.pairs_output import read_pairs
 from pipelines.io.previous_output import incremental_record
 from pipelines.pairs.defaults import ROWS_PER_RANGE
 from pipelines.pairs.exact_search import plan_ranges, write_ranges
-from pipelines.pairs.incremental import Reuse, positions_in
+from pipelines.pairs.incremental import Reuse, positions_in, previous_lists
 from pipelines.pairs.settings import PairsSettings
 from pipelines.vectors.block_search import BlockResult
 from pipelines.vectors.new_rows import search_rows
@@ -113,8 +113,7 @@ class _Lists:
 def _previous_lists(
     ids: pa.Array, vectors: np.ndarray, old_ids: pa.Array, previous_dir: str, k: int
 ) -> _Lists:
-    table = read_neighbors(previous_dir).combine_chunks()
-    table = table.filter(pc.is_in(table["id"], value_set=old_ids))
+    table = previous_lists(previous_dir, old_ids)
     rows = positions_in(table["id"], ids)
     neighbor_ids, stored = (_array(table, name) for name in ("neighbor_ids", "scores"))
     lengths = pc.list_value_length(neighbor_ids).to_numpy(zero_copy_only=False)

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from pipelines.io.embeddings import EmbeddingsDataset, parquet_source
 from pipelines.io.embeddings_versions import compare_versions
 from pipelines.io.output_dir import relative_to
-from pipelines.io.pairs_output import VERIFY_SECTION
+from pipelines.io.pairs_output import VERIFY_SECTION, read_neighbors
 from pipelines.io.previous_output import NOT_ASKED, model_change, previous_output
 from pipelines.pairs.options import Options
 
@@ -123,6 +123,23 @@ def _unchanged_ids(previous: dict, dataset: EmbeddingsDataset) -> pa.Array:
                 column = column.dictionary_decode()
             parts.append(column.cast(pa.string()))
     return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+
+
+def previous_lists(previous_dir: str, old_ids: pa.Array) -> pa.Table:
+    """The previous ``neighbors/`` rows of the OLD ids, one array per column.
+
+    Raises:
+        ValueError: the previous output lacks lists of some OLD rows (it cannot have been
+            computed from the embeddings its manifest records).
+    """
+    table = read_neighbors(previous_dir).combine_chunks()
+    table = table.filter(pc.is_in(table["id"], value_set=old_ids)).combine_chunks()
+    if table.num_rows != len(old_ids):
+        raise ValueError(
+            f"{previous_dir}: the previous neighbors/ hold lists for {table.num_rows} of the "
+            f"{len(old_ids)} unchanged rows; rerun without --incremental (with --overwrite)"
+        )
+    return table
 
 
 def positions_in(values: pa.Array | pa.ChunkedArray, ids: pa.Array) -> np.ndarray:

@@ -7,7 +7,7 @@ Run from Python as ``pairs.run(pairs.Options(embeddings=[...], output=...))``, o
         [--tune-sample Q] [--recall-sample Q] [--max-block B] [--known-pairs FILE]
         [--worker-memory 4GB] [--ranges R]
         [--shards S] [--sample N] [--seed S] [--precision auto|bfloat16|float32]
-        [--overwrite] [Beam options]
+        [--incremental] [--overwrite] [Beam options]
 
 exact: every vector against every vector (``pipelines.vectors.allpairs``: float32 inner products
 summed in float64 and rounded to float32, so the answer is brute force's ``X @ X.T`` to within
@@ -32,6 +32,14 @@ exact search is then measured on ``--recall-sample`` random queries (other than 
 when N allows) and written to the manifest.
 
 auto: exact up to 200,000 vectors (when it fits the worker memory), clustered above.
+
+incremental (``--incremental``): when the output folder holds this stage's previous output,
+computed with the same settings and model from earlier versions of the same embeddings folders,
+only the rows of new or changed embeddings parts are searched (against all rows), in the
+launcher, and the rest is reused (:mod:`pipelines.pairs.incremental`): exactly the from-scratch
+result in exact mode (:mod:`pipelines.pairs.exact_incremental`), the blocked search with the
+stored centroids in clustered mode (:mod:`pipelines.pairs.clustered_incremental`). Otherwise
+the run is a full one; the manifest's ``incremental`` section says which and why.
 
 Output (docs/architecture.md ``pairs/``): ``neighbors/`` Parquet (``id``, ``neighbor_ids``,
 ``scores``: top-k per item, most similar first, equal scores by id), ``pairs/`` Parquet
