@@ -18,6 +18,7 @@ from pipelines.io.output_dir import OutputExistsError
 from pipelines.io.pairs_output import read_neighbors, read_pairs
 from pipelines.io.previous_output import NOT_ASKED
 from pipelines.vectors.tile_topk import final_scores
+from tests.stage_commands import pairs as run_pairs
 
 K, DIM = 6, 16
 
@@ -168,7 +169,10 @@ def test_the_pair_at_the_threshold_is_kept(corpus, threshold, tmp_path):
     out = tmp_path / "pairs"
     pairs.run(options([emb], out, threshold))
     publish(emb, {n: corpus.part(n) for n in ("a", "c", "d")})
-    pairs.run(options([emb], out, threshold, incremental=True))
+    # As the command line runs it: sbert pairs ... --incremental (no --overwrite).
+    argv = ["--embeddings", str(emb), "--output", str(out), "--k", str(K), "--method", "exact"]
+    summary = run_pairs([*argv, "--threshold", repr(threshold), "--ranges", "3", "--incremental"])
+    assert "incremental: 160 new rows searched, 320 reused, 0 gone" in summary.line()
     key = (corpus.part("c")[0][30], corpus.part("d")[0][3])
     found = {(r["id_a"], r["id_b"]): r["score"] for r in read_pairs(str(out)).to_pylist()}
     assert found[tuple(sorted(key))] == np.float32(threshold)
