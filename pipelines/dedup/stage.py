@@ -145,6 +145,10 @@ __all__ = ["DedupResult", "run"]
 
 logger = logging.getLogger(__name__)
 
+PINNED_NOTE = (
+    "the sweep and the method comparison group the corpus pairs without the pinned rows "
+    "(--stable-keep, --against); the counts at the threshold include them"
+)
 # The manifest's ``incremental`` section (the same shape in every stage, issue 28).
 FULL_REASON = (
     "dedup recomputes its groups from the full pairs (cheap); with --stable-keep on it pins "
@@ -309,7 +313,7 @@ def _run(options: Options) -> DedupResult:
         largest=groups.largest,
         sweep=sweeps[0].points,
         limited=[source.limited(point.threshold) for point in sweeps[0].points],
-        notes=source.notes,
+        notes=source.notes + ([PINNED_NOTE] if decided.pinned.any() else []),
         method=options.method,
         radius=radius,
         sweeps=sweeps,
