@@ -10,6 +10,11 @@ area as ``part-<key>-...`` and writes the file's done-record (atomically, last).
 is done it commits once: the new parts move in, the kept files' parts stay under their
 published names and digests (``StagedOutput.commit(keep=...)``), the removed files' parts go.
 
+Ids stay unique across files (with ``--id-field``): a row whose id a kept file, or a file
+embedded earlier in the run (in path order), already holds is rejected, naming the id and that
+file. Unlike a from-scratch run, which keeps the first row in path order, a kept file's row wins
+even when the new file sorts before it: kept parts never change.
+
 So the launcher waits for every job (``--no_wait_until_finish`` is refused), and a run killed
 after some files, rerun with the same settings, adopts those files' records and parts
 (``prepare_output(adopt=...)``) and embeds only the others.

@@ -170,8 +170,10 @@ def test_changed_model_embeds_everything_again(tmp_path, tiny_st_dir, yesterday)
     corpus, out = yesterday
     other = tmp_path / "other-model"
     shutil.copytree(tiny_st_dir, other)  # the same weights under another id
+    before = read_manifest(str(out))
     _embed(corpus, out, other, "--incremental")
-    manifest = read_manifest(str(out))
+    manifest = _same_as_scratch(tmp_path, corpus, out, other)
+    assert not compare_versions(before, manifest).unchanged  # every part is new
     assert manifest["incremental"]["mode"] == "full"
     assert manifest["incremental"]["reason"].startswith("settings changed: ")
     assert "model_id" in manifest["incremental"]["reason"]
@@ -186,6 +188,7 @@ def test_duplicate_id_across_kept_and_new_files(tmp_path, tiny_st_dir, yesterday
     corpus, out = yesterday
     _write(corpus, "d", [("d0", "a fresh row"), ("a3", "the id of a kept row"), ("d1", "x y")])
     _embed(corpus, out, tiny_st_dir, "--incremental")
+    _same_as_scratch(tmp_path, corpus, out, tiny_st_dir)  # a.jsonl sorts first: same choice
     manifest, vectors, letters = _published(out)
     d = str(corpus / "d.jsonl")
     assert (
