@@ -70,7 +70,6 @@ from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.previous_output import full_run
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.io.staged_output import prepare_output
 from pipelines.pairs.incremental import Reuse, plan_reuse
 from pipelines.pairs.known_pairs import known_pairs_recall
 from pipelines.pairs.options import Options
@@ -84,6 +83,7 @@ from pipelines.pairs.plan import (
 )
 from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.progress import show_progress_unless_quiet
 
@@ -205,13 +205,8 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         if isinstance(blocks, str):
             reuse = blocks
     # --incremental replaces the folder's own previous pairs output (nothing else) as a rerun.
-    out = prepare_output(
-        options.output,
-        overwrite=options.overwrite,
-        job={"command": "pairs", "options": options.to_dict()},
-        layout=LAYOUT,
-        replace_kind="pairs" if options.incremental else None,
-    )
+    replace_kind = "pairs" if options.incremental else None
+    out = stage_output("pairs", options, LAYOUT, replace_kind=replace_kind)
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     attempt = out.attempt
     with out:

@@ -12,13 +12,18 @@ if TYPE_CHECKING:
     from pipelines.stage_api.options import StageOptions
 
 
-def stage_output(stage: str, options: StageOptions, layout: OutputLayout) -> StagedOutput:
+def stage_output(
+    stage: str, options: StageOptions, layout: OutputLayout, *, replace_kind: str | None = None
+) -> StagedOutput:
     """The staged output of a run of ``stage`` with ``options`` (its ``output`` and
     ``overwrite``): refused before any work when it exists (without ``overwrite``) or is not
-    this project's; the manifest records the stage and its options."""
+    this project's; the manifest records the stage and its options. ``replace_kind``: an
+    incremental run's own kind, whose complete output it replaces without ``overwrite``
+    (:func:`pipelines.io.staged_output.prepare_output`)."""
     return prepare_output(
         options.output,
         overwrite=options.overwrite,
         job={"command": stage, "options": options.to_dict()},
         layout=layout,
+        replace_kind=replace_kind,
     )
