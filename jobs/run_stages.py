@@ -149,6 +149,8 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
         beam = tuple(beam_argv) if spec.runs_pipelines(options) else ()
         _preflight(spec, options.replace(beam_options=beam) if beam else options)
         inputs = checked.external(stage)
+        if spec.fingerprint_inputs is not None:
+            inputs = {**inputs, **spec.fingerprint_inputs(options)}
         plans.append(
             StagePlan(stage, context.folders[stage], options, beam, inputs, spec.upstream(context))
         )

@@ -43,6 +43,16 @@ def _preflight(options: Any) -> None:
         reference_identity(options.against)
 
 
+def _fingerprint_inputs(options: Any) -> dict:
+    # A reference folder embedded again (new or changed rows) reruns dedup: its manifest's
+    # digest changes with every part it lists.
+    if not options.against:
+        return {}
+    from pipelines.dedup.against import reference_identity
+
+    return {"against": reference_identity(options.against)}
+
+
 def _facts(manifest: dict) -> dict:
     counts = manifest.get("counts", {})
     facts = {key: counts.get(key) for key in ("groups", "removed", "kept")}
@@ -67,6 +77,7 @@ JOB_STAGE = JobStage(
     job_defaults={"threshold": 0.9},  # the command requires one
     runs_pipelines=lambda options: False,  # dedup runs in this process
     preflight=_preflight,
+    fingerprint_inputs=_fingerprint_inputs,
     facts=_facts,
     headline=(
         ("groups", "duplicate groups"),

@@ -93,6 +93,9 @@ class JobStage:
             job's Beam options).
         preflight: the checks of its options that need this machine or the files (a device,
             a labels file), run for every stage before the job's first stage runs.
+        fingerprint_inputs: what its options name outside the job, described so that a change
+            of their content reruns it (dedup's reference folders: their manifests' digests);
+            added to the stage's fingerprint.
         manifest: the file that marks its output complete (written last, on success); None:
             the project's ``_manifest.json`` (``pipelines/io/output_dir.py``).
         facts: the key counts of its output, from its manifest (summary table and report).
@@ -108,6 +111,7 @@ class JobStage:
     job_defaults: Mapping[str, Any] = field(default_factory=dict)
     runs_pipelines: Callable[[Any], bool] = _runs_pipelines
     preflight: Callable[[Any], None] | None = None
+    fingerprint_inputs: Callable[[Any], dict] | None = None
     manifest: str | None = None
     facts: Callable[[dict], dict] = _no_facts
     headline: tuple[tuple[str, str], ...] = ()

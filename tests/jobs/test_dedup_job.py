@@ -907,6 +907,13 @@ def test_run_config_dedup_against_and_stable_keep_become_the_commands_options(
     assert plan.options.against == (str(reference),)
     assert plan.options.stable_keep == "off"
     assert plan.options.pairs == str(tmp_path / "job" / "pairs")  # the job's embeddings: corpus
+    # The reference's content is in dedup's fingerprint: embedded again, it reruns dedup.
+    before = plan.fingerprint({"pairs": "p"})
+    assert plan.inputs["against"][0]["directory"] == str(reference)
+    manifest = reference / "_manifest.json"
+    manifest.write_text(manifest.read_text() + " ", encoding="utf-8")  # new bytes
+    again = {p.name: p for p in plan_stages(loaded, check_inputs(loaded), [])}["dedup"]
+    assert again.fingerprint({"pairs": "p"}) != before
 
 
 @pytest.mark.parametrize(
