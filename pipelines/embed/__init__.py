@@ -22,7 +22,13 @@ __all__ = ["Options", "run"]
 
 
 def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
-    """Embed the corpus and publish the embeddings (see ``pipelines/embed/stage.py``)."""
+    """Embed the corpus and publish the embeddings (see ``pipelines/embed/stage.py``; with
+    ``incremental``, ``pipelines/embed/incremental.py``, whose launcher builds one pipeline per
+    input file and takes no ``pipeline``)."""
+    if options.incremental:
+        from pipelines.embed.incremental import run_incremental
+
+        return run_incremental(options)
     from pipelines.embed.stage import run as run_stage
 
     return run_stage(options, pipeline=pipeline)

@@ -165,8 +165,7 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
 
     Args:
         options: the stage's options; its Beam options ``--no_wait_until_finish``: only submit.
-        pipeline: a pipeline to build into (tests pass a ``TestPipeline``); not with
-            ``incremental``, whose launcher builds one pipeline per input file.
+        pipeline: a pipeline to build into (tests pass a ``TestPipeline``).
 
     Returns:
         The output folder, its published manifest and the summary read from it; or, when the
@@ -178,10 +177,6 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
         JobFailedError: the run finished but rows were lost or the error rate was too high.
         DataFileError: an input file was damaged (and ``on_bad_file`` is ``fail``).
     """
-    if options.incremental:  # the launcher runs one pipeline per input file, then publishes
-        from pipelines.embed.incremental import run_incremental
-
-        return run_incremental(options)
     with build(options, pipeline) as job:
         return launch(job, pipeline)
 
@@ -196,6 +191,11 @@ def build(options: Options, pipeline: beam.Pipeline | None = None) -> EmbedJob:
     Raises:
         ModelLoadError, FileNotFoundError, OutputExistsError, ValueError: before any work starts.
     """
+    if options.incremental:
+        raise ValueError(
+            "an incremental embed runs one pipeline per input file and publishes from its "
+            "launcher: run it with pipelines.embed.run (pipelines/embed/incremental.py)"
+        )
     started = time.time()
     spec = options.corpus_spec()
     settings = options.encoder_settings()
