@@ -134,19 +134,23 @@ def assign_new_rows(
         for dataset, change in zip(datasets, previous.changes, strict=True)
         for path in dataset.shards
     ]
-    known = previous.assignments.column("id")
+    # One hash lookup for all unchanged parts (the previous ids hashed once, not per part).
+    kept_ids = [_ids_of(path) for path, unchanged in shards if unchanged]
+    kept = pa.chunked_array([c for ids in kept_ids for c in ids.chunks], pa.string())
+    rows = pc.index_in(kept, value_set=previous.assignments.column("id"))
+    if rows.null_count:
+        raise CorruptOutputError(
+            f"{output}: the previous assignments lack {rows.null_count} ids of parts unchanged "
+            "since; rerun the cluster stage with --refit"
+        )
+    old_rows = previous.assignments.take(rows)
     tables = []
     old = new = 0
     for index, (path, unchanged) in enumerate(shards):
         if unchanged:
-            rows = pc.index_in(_ids_of(path), value_set=known)
-            if rows.null_count:
-                raise CorruptOutputError(
-                    f"{output}: the previous assignments lack {rows.null_count} ids of {path}, "
-                    "which is unchanged since; rerun the cluster stage with --refit"
-                )
-            table = previous.assignments.take(rows)
-            old += table.num_rows
+            count = len(kept_ids.pop(0))
+            table = old_rows.slice(old, count)
+            old += count
         else:
             parts = list(assign_shard(path, previous.centroids, precision=options.precision))
             table = pa.concat_tables(parts) if parts else ASSIGNMENTS_SCHEMA.empty_table()

@@ -10,7 +10,7 @@ import pytest
 from planted_vectors import clustered_vectors, exact_top_k, write_embeddings_version
 
 from pipelines.index.files import open_index
-from pipelines.index.incremental import remove_positions
+from pipelines.index.incremental import remove_positions, stored_vectors
 from pipelines.io.output_dir import OutputExistsError
 from tests.stage_commands import index as run
 
@@ -130,7 +130,7 @@ def test_an_ivf_index_gets_the_new_rows_without_retraining(tmp_path):
     assert record["mode"] == "incremental", record
     assert any("not retrained" in item for item in record["reused"])
     assert after["search_params"] == before["search_params"]
-    assert after["recall_queries"] == 300 and after["recall_at_10"] >= 0.9
+    assert after["recall_queries"] == 200 and after["recall_at_10"] >= 0.9  # CHECK_QUERIES
     assert after["ntotal"] == 3700
     loaded = open_index(str(output))
     ivf = faiss.extract_index_ivf(loaded.index)
@@ -248,3 +248,17 @@ def test_remove_positions_renumbers_an_ivf_index_like_a_flat_one():
     rows = np.array([r for r in range(1, 50) if r not in gone])
     assert from_flat.max() < 1996
     np.testing.assert_array_equal(from_flat[rows, 0], np.searchsorted(kept, rows))
+
+
+def test_stored_vectors_give_back_an_ivf_flat_index_by_position_after_removals():
+    vectors = clustered_vectors(3000, DIM, clusters=20, spread=1.0)
+    index = faiss.index_factory(DIM, "IVF8,Flat", faiss.METRIC_INNER_PRODUCT)
+    index.train(vectors)
+    index.add(vectors)
+    remove_positions(index, np.array([3, 100, 2999]))
+    out = np.full((2997, DIM), np.nan, np.float32)
+    blocks = list(stored_vectors(faiss.downcast_index(index), block_rows=500))
+    assert len(blocks) > 1 and sum(len(positions) for positions, _ in blocks) == 2997
+    for positions, block in blocks:
+        out[positions] = block
+    np.testing.assert_array_equal(out, np.delete(vectors, [3, 100, 2999], axis=0))
