@@ -88,6 +88,10 @@ class Options(ExternalVectorOptions):
             self._check_kmeans()
         else:
             self._check_communities()
+        if self.refit and not self.incremental:
+            raise OptionError(
+                "refit", "applies with --incremental (a run without it always fits afresh)"
+            )
         at_least("representatives", self.representatives, 0)
         at_least("terms", self.terms, 0)
 

@@ -9,9 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from planted_vectors import clustered_vectors, write_embeddings_version
 
+from pipelines.cluster import Options
 from pipelines.cluster.cluster_summaries import nearest_members
 from pipelines.io.centroids import load_centroids
 from pipelines.io.output_dir import OutputExistsError
+from pipelines.stage_api.options import OptionError
 from pipelines.vectors.kmeans import assign
 from tests.stage_commands import cluster as run
 
@@ -131,3 +133,9 @@ def test_only_appended_rows_and_no_incremental_refusal(yesterday):
         500,
         0,
     )
+
+
+def test_refit_without_incremental_is_refused():
+    with pytest.raises(OptionError, match="--refit: applies with --incremental"):
+        Options(embeddings=("e",), output="o", k=3, refit=True)
+    assert Options(embeddings=("e",), output="o", k=3, refit=True, incremental=True).refit
