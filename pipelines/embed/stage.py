@@ -406,4 +406,6 @@ def launch_manifest(
         **({"exact_dedup": EXACT_DEDUP_RULE} if options.exact_dedup else {}),
         "runner": runner_name(beam_options),
         "software": software_versions(),
+        # The section every stage's manifest has (an incremental run replaces it with its own).
+        "incremental": {"mode": "full", "reason": "--incremental not given"},
     }

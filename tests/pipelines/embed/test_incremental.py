@@ -215,6 +215,8 @@ def test_refusals(tmp_path, tiny_st_dir, yesterday):
     # A previous version written without --incremental: a full run that says why.
     plain = tmp_path / "plain"
     _embed(corpus, plain, tiny_st_dir)
+    section = read_manifest(str(plain))["incremental"]
+    assert section == {"mode": "full", "reason": "--incremental not given"}
     _embed(corpus, plain, tiny_st_dir, "--incremental")
     reason = read_manifest(str(plain))["incremental"]["reason"]
     assert reason == "the previous version has no per-file parts (written without --incremental)"
