@@ -262,3 +262,20 @@ def test_stored_vectors_give_back_an_ivf_flat_index_by_position_after_removals()
     for positions, block in blocks:
         out[positions] = block
     np.testing.assert_array_equal(out, np.delete(vectors, [3, 100, 2999], axis=0))
+
+
+def test_an_opq_ivf_pq_index_drops_gone_rows_and_finds_new_ones(tmp_path):
+    embeddings, today = yesterday_and_today(tmp_path)
+    output = tmp_path / "index"
+    flags = ("--target-recall", "0.5", "--queries", "200", "--incremental")
+    run(args(embeddings, output, "OPQ16,IVF16,PQ16x4", *flags))
+    today()
+    run(args(embeddings, output, "OPQ16,IVF16,PQ16x4", *flags))
+    record = manifest(output)["incremental"]
+    assert record["mode"] == "incremental", record
+    assert (record["rows_old"], record["rows_new"], record["rows_gone"]) == (1500, 2200, 2000)
+    found, _ = search_ids(output, np.concatenate([D[1][:100], C[1][:100], A[1][:100]]))
+    assert not any(i.startswith("d") for i in found.ravel())
+    # A new or kept row is among its own 10 nearest (PQ codes are approximate).
+    own = [i in row for i, row in zip(C[0][:100] + A[0][:100], found[100:], strict=True)]
+    assert np.mean(own) > 0.9
