@@ -279,3 +279,28 @@ def test_an_opq_ivf_pq_index_drops_gone_rows_and_finds_new_ones(tmp_path):
     # A new or kept row is among its own 10 nearest (PQ codes are approximate).
     own = [i in row for i, row in zip(C[0][:100] + A[0][:100], found[100:], strict=True)]
     assert np.mean(own) > 0.9
+
+
+def test_only_removed_rows_keep_the_previous_recall_measurement(tmp_path):
+    embeddings = tmp_path / "embeddings"
+    output = tmp_path / "index"
+    write_embeddings_version(embeddings, {"part-a.parquet": A, "part-d.parquet": D})
+    flags = ("--target-recall", "0.9", "--queries", "200", "--incremental")
+    run(args(embeddings, output, "IVF16,Flat", *flags))
+    before = manifest(output)
+    write_embeddings_version(embeddings, {"part-a.parquet": A})
+    run(args(embeddings, output, "IVF16,Flat", *flags))
+    after = manifest(output)
+    record = after["incremental"]
+    assert (record["mode"], record["rows_old"], record["rows_new"], record["rows_gone"]) == (
+        "incremental",
+        1500,
+        0,
+        800,
+    )
+    assert after["ntotal"] == 1500 and after["recall_at_10"] == before["recall_at_10"]
+    assert after["recall_method"].startswith("no new rows")
+    ids = pq.read_table(output / "ids.parquet").column("id").to_pylist()
+    assert sorted(ids) == sorted(A[0])
+    own, _ = search_ids(output, A[1][:200], k=1)
+    assert (own[:, 0] == np.array(A[0][:200])).mean() > 0.97
