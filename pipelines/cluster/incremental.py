@@ -87,6 +87,8 @@ def find_previous(
         return why
     if previous.get("method") != "kmeans":
         return f"the previous clustering used {previous.get('method')!r}, not k-means"
+    if "fit_options" not in previous:
+        return "the previous clustering records no fit_options (written before incremental runs)"
     if previous.get("fit_options") != fit_options(options):
         return (
             f"the k-means settings changed: {previous.get('fit_options')} -> {fit_options(options)}"
