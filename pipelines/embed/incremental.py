@@ -17,7 +17,8 @@ even when the new file sorts before it: kept parts never change.
 
 So the launcher waits for every job (``--no_wait_until_finish`` is refused), and a run killed
 after some files, rerun with the same settings, adopts those files' records and parts
-(``prepare_output(adopt=...)``) and embeds only the others.
+(``stage_output(adopt=...)``, see :func:`pipelines.io.staged_output.prepare_output`) and
+embeds only the others.
 """
 
 from __future__ import annotations
@@ -64,11 +65,12 @@ from pipelines.io.embeddings import shard_paths
 from pipelines.io.manifest_fields import created_now
 from pipelines.io.output_dir import file_sizes, join, read_json_or_none
 from pipelines.io.schemas import ERRORS_DIR
-from pipelines.io.staged_output import StagedOutput, prepare_output
+from pipelines.io.staged_output import StagedOutput
 from pipelines.stage_api.beam_options import is_local
 from pipelines.stage_api.beam_run import options_for, run_pipeline, waits
 from pipelines.stage_api.options import OptionError
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.progress import close_shared_progress
 
@@ -102,11 +104,10 @@ def run_incremental(options: Options) -> Result:
     launch = launch_manifest(options, description, spec, beam_options)
     version = plan_version(options.output, launch, hash_inputs(corpus.files))
     _log_plan(options.output, version)
-    out = prepare_output(
-        options.output,
-        overwrite=options.overwrite,
-        job={"command": "embed", "options": options.to_dict()},
-        layout=LAYOUT,
+    out = stage_output(
+        "embed",
+        options,
+        LAYOUT,
         replace_kind="embeddings",
         adopt=functools.partial(adoptable, version, options.id_field),
     )
