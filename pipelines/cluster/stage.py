@@ -55,7 +55,6 @@ from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_r
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout
 from pipelines.io.previous_output import full_run, incremental_record
-from pipelines.io.staged_output import prepare_output
 from pipelines.stage_api.beam_options import runner_name
 from pipelines.stage_api.beam_run import (
     options_for,
@@ -64,6 +63,7 @@ from pipelines.stage_api.beam_run import (
     workers_here,
 )
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.sampling import sample_size
 
@@ -127,12 +127,8 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     beam_options = options_for(options.beam_options, pipeline)
     refuse_remote_workers(datasets, here=workers_here(beam_options, pipeline))
     previous = find_previous(options, datasets)  # before the output is prepared
-    out = prepare_output(
-        options.output,
-        overwrite=options.overwrite,
-        job={"command": "cluster", "options": options.to_dict()},
-        layout=LAYOUT,
-        replace_kind="clusters" if options.incremental else None,
+    out = stage_output(
+        "cluster", options, LAYOUT, replace_kind="clusters" if options.incremental else None
     )
     with out:
         show_progress(beam_options)

@@ -56,6 +56,7 @@ from pipelines.embed.transform import EMBEDDED, Embed
 from pipelines.io.corpus_reader import CorpusSpec
 from pipelines.io.manifest_fields import software_versions
 from pipelines.io.output_dir import MANIFEST, OutputLayout, join
+from pipelines.io.previous_output import NOT_ASKED
 from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
 from pipelines.io.staged_output import StagedOutput
 from pipelines.stage_api.beam_options import is_local, runner_name
@@ -407,5 +408,5 @@ def launch_manifest(
         "runner": runner_name(beam_options),
         "software": software_versions(),
         # The section every stage's manifest has (an incremental run replaces it with its own).
-        "incremental": {"mode": "full", "reason": "--incremental not given"},
+        "incremental": {"mode": "full", "reason": NOT_ASKED},
     }

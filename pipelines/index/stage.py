@@ -67,7 +67,6 @@ from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout
 from pipelines.io.previous_output import full_run, incremental_record
 from pipelines.io.sizes import format_size
-from pipelines.io.staged_output import prepare_output
 from pipelines.stage_api.beam_run import (
     options_for,
     show_progress,
@@ -75,6 +74,7 @@ from pipelines.stage_api.beam_run import (
     workers_here,
 )
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)
@@ -161,12 +161,8 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         seed=options.seed,
     )
     previous = find_previous(options, data, plan)  # before the output is prepared
-    out = prepare_output(
-        options.output,
-        overwrite=options.overwrite,
-        job={"command": "index", "options": options.to_dict()},
-        layout=LAYOUT,
-        replace_kind="index" if options.incremental else None,
+    out = stage_output(
+        "index", options, LAYOUT, replace_kind="index" if options.incremental else None
     )
     with out:
         reason = previous

@@ -15,6 +15,7 @@ from corpus_files import GOOD_TEXTS
 
 from pipelines.io.embeddings_versions import compare_versions
 from pipelines.io.output_dir import OutputExistsError, read_manifest
+from pipelines.io.previous_output import NOT_ASKED
 from pipelines.io.schemas import ERRORS_DIR
 from pipelines.stage_api.options import OptionError
 from tests.stage_commands import embed
@@ -216,7 +217,7 @@ def test_refusals(tmp_path, tiny_st_dir, yesterday):
     plain = tmp_path / "plain"
     _embed(corpus, plain, tiny_st_dir)
     section = read_manifest(str(plain))["incremental"]
-    assert section == {"mode": "full", "reason": "--incremental not given"}
+    assert section == {"mode": "full", "reason": NOT_ASKED}
     _embed(corpus, plain, tiny_st_dir, "--incremental")
     reason = read_manifest(str(plain))["incremental"]["reason"]
     assert reason == "the previous version has no per-file parts (written without --incremental)"

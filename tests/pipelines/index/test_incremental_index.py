@@ -12,6 +12,7 @@ from planted_vectors import clustered_vectors, exact_top_k, write_embeddings_ver
 from pipelines.index.files import open_index
 from pipelines.index.incremental import remove_positions, stored_vectors
 from pipelines.io.output_dir import OutputExistsError
+from pipelines.io.previous_output import NOT_ASKED
 from tests.stage_commands import index as run
 
 DIM = 32
@@ -82,7 +83,7 @@ def test_a_flat_index_updated_equals_a_full_build(tmp_path):
     record = manifest(output)["incremental"]
     assert record["mode"] == "incremental", record
     assert (record["rows_old"], record["rows_new"], record["rows_gone"]) == (1500, 2200, 2000)
-    assert manifest(full)["incremental"] == {"mode": "full", "reason": "--incremental is off"}
+    assert manifest(full)["incremental"] == {"mode": "full", "reason": NOT_ASKED}
 
     ids, vectors = current_vectors()
     queries = clustered_vectors(300, DIM, clusters=40, spread=1.0, draw=9)
