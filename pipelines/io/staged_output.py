@@ -22,6 +22,7 @@ import xxhash
 
 from pipelines.io import output_dir, ownership
 from pipelines.io.atomic import is_local, replace, write_json_replacing
+from pipelines.io.content_checks import checking_contents
 from pipelines.io.filesystems import CompressionTypes, FileSystems
 from pipelines.io.output_dir import (
     ATTEMPTS,
@@ -203,8 +204,8 @@ class StagedOutput:
                 file with bytes, sha256 and Parquet rows) is added to it.
             keep: entries of the published manifest's ``commit.files`` to carry over into the
                 new version as they are (an incremental run's unchanged parts): each must still
-                be listed there and be on disk with its size; it is listed again with the same
-                entry and not deleted.
+                be listed there and be on disk with its size and digest; it is listed again with
+                the same entry and not deleted.
 
         Returns:
             The manifest written.
@@ -214,7 +215,7 @@ class StagedOutput:
             OutputExistsError: a link appeared at a name the commit writes; nothing was
                 published.
             CorruptOutputError: a file to keep is not listed by the published manifest, is
-                missing or has another size; nothing was published.
+                missing, has another size or other bytes; nothing was published.
         """
         if ownership.started_run(self.directory) != self.run_id:
             raise OutputLockedError(
@@ -255,8 +256,8 @@ class StagedOutput:
         self, previous: dict | None, keep: Sequence[Mapping], moved: set[str]
     ) -> list[dict]:
         """The published files to carry over, checked: listed by the published manifest with
-        the same entry, on disk with that size, no link on their path, not replaced by a file
-        this run moves in."""
+        the same entry, on disk with that size and digest, no link on their path, not replaced
+        by a file this run moves in."""
         listed = {
             entry["path"]: entry
             for entry in ((previous or {}).get("commit") or {}).get("files", [])
@@ -280,6 +281,17 @@ class StagedOutput:
                     f"{entry.get('bytes')} bytes {MANIFEST} lists; this run published nothing"
                 )
             kept.append(dict(entry))
+        # Their bytes too (a file rewritten in place keeps its size): hashed unless the plan's
+        # read_manifest already matched them unchanged in this process; --no-verify skips it.
+        try:
+            output_dir.verify_files(
+                self.directory, {"commit": {"files": kept}}, contents=checking_contents()
+            )
+        except CorruptOutputError as err:
+            raise CorruptOutputError(
+                f"a file to be kept no longer holds what {MANIFEST} lists ({err}); this run "
+                "published nothing"
+            ) from None
         return kept
 
     def _refuse_links(self, names: list[str]) -> None:

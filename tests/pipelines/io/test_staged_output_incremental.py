@@ -72,6 +72,17 @@ def test_a_kept_file_that_changed_or_is_not_listed_publishes_nothing(tmp_path):
     assert json.loads((out / "_manifest.json").read_text()) == first
 
 
+def test_a_kept_file_rewritten_with_its_size_kept_publishes_nothing(tmp_path):
+    out = tmp_path / "out"
+    first = _publish(out, {"part-a.txt": b"a", "part-b.txt": b"b"})
+    entry = _entry(first, "part-a")
+    (out / entry["path"]).write_bytes(b"z")  # same size, other bytes
+    with pytest.raises(CorruptOutputError, match=r"to be kept no longer holds.*published nothing"):
+        _publish(out, {"part-c.txt": b"c"}, keep=[entry], replace_kind="test")
+    assert json.loads((out / "_manifest.json").read_text()) == first
+    assert (out / _entry(first, "part-b")["path"]).read_bytes() == b"b"  # nothing deleted
+
+
 def test_replace_kind_takes_only_our_own_output_of_that_kind(tmp_path):
     out = tmp_path / "out"
     _publish(out, {"part-a.txt": b"a"})
