@@ -5,9 +5,9 @@ own and records, per file, its bytes, sha256 and parts in the manifest's ``input
 next run compares its input with that record (:func:`plan_version`): a file with the same path,
 id prefix and sha256 keeps its parts as they are; a new or changed file is embedded; a file no
 longer matched loses its parts. Inside a run, each finished file leaves a done-record in the
-attempt area (``_done/<key>.json``: the file's digest, its counts and its parts), so a rerun
-after a kill adopts the files it had finished (:func:`adoptable`) instead of embedding them
-again.
+attempt area (``_done/<key>.json``: the file's digest, its counts, its parts with their sizes
+and digests), so a rerun after a kill adopts the files it had finished (:func:`adoptable`)
+instead of embedding them again.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from pipelines.io.content_checks import ListedFile, digest_of
 from pipelines.io.filesystems import CompressionTypes, FileSystems
 from pipelines.io.output_dir import (
     CorruptOutputError,
@@ -219,7 +220,8 @@ def adoptable(plan: VersionPlan, id_field: str | None, area: str) -> set[str]:
     """What this run takes over from a killed run's attempt area ``area``: for each of its
     done-records of a file this run embeds, with the same bytes, the same settings and (with
     ``id_field``) ids checked against the same earlier files, and whose parts are all there with
-    their recorded sizes, the record and those parts (names relative to ``area``)."""
+    their recorded sizes and xxh3_128 digests, the record and those parts (names relative to
+    ``area``)."""
     sizes = file_sizes(area)
     wanted = {file.path: file for file in plan.embed}
     names: set[str] = set()
@@ -233,11 +235,28 @@ def adoptable(plan: VersionPlan, id_field: str | None, area: str) -> set[str]:
         if id_field and record.get("basis") != plan.basis(file):
             continue
         parts = record.get("part_bytes") or {}
-        if parts.keys() != set(_file_parts(record)):
+        digests = record.get("part_xxh3_128") or {}
+        if parts.keys() != set(_file_parts(record)) or digests.keys() != parts.keys():
             continue
-        if all(sizes.get(part) == size for part, size in parts.items()):
+        if all(sizes.get(part) == size for part, size in parts.items()) and all(
+            _holds(join(area, part), parts[part], digest) for part, digest in digests.items()
+        ):
             names |= {name, *parts}
     return names
+
+
+def part_digest(path: str, size: int) -> str:
+    """The xxh3_128 of a finished part, recorded in its file's done-record."""
+    return digest_of(ListedFile(path, size, 0.0, "", "xxh3_128"))
+
+
+def _holds(path: str, size: int, digest: str) -> bool:
+    """Whether the part at ``path`` still has the bytes its done-record lists (a part written
+    over after the record, with its size kept, is not adopted)."""
+    try:
+        return part_digest(path, size) == digest
+    except OSError:
+        return False
 
 
 def error_part(name: str) -> str:

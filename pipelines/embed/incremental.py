@@ -45,6 +45,7 @@ from pipelines.embed.file_records import (
     done_path,
     error_part,
     hash_inputs,
+    part_digest,
     part_name,
     plan_version,
     read_done,
@@ -228,6 +229,7 @@ def _embed_file(
         "parts": parts,
         "error_parts": error_parts,
         "part_bytes": sizes,
+        "part_xxh3_128": {name: part_digest(out.path(name), size) for name, size in sizes.items()},
         "settings": version.settings,
         "basis": version.basis(file),
     }

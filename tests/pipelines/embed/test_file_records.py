@@ -13,6 +13,7 @@ from pipelines.embed.file_records import (
     InputFile,
     adoptable,
     hash_inputs,
+    part_digest,
     plan_version,
     settings_of,
 )
@@ -115,6 +116,7 @@ def _done(area: Path, file: InputFile, settings: dict, basis: list, *, part_size
     part = f"part-{file.key}-00000-of-00001.parquet"
     (area / "_done").mkdir(parents=True, exist_ok=True)
     (area / part).write_bytes(b"xyz")
+    digest = part_digest(str(area / part), 3)
     record = {
         "path": file.path,
         "id_prefix": file.id_prefix,
@@ -123,6 +125,7 @@ def _done(area: Path, file: InputFile, settings: dict, basis: list, *, part_size
         "parts": [part],
         "error_parts": [],
         "part_bytes": {part: part_size},
+        "part_xxh3_128": {part: digest},
         "settings": settings,
         "basis": basis,
     }
@@ -152,3 +155,22 @@ def test_adopts_only_records_of_the_same_file_settings_and_id_basis(tmp_path):
     changed = plan_version(str(tmp_path / "out"), LAUNCH, rehashed)
     assert f"_done/{a.key}.json" not in adoptable(changed, None, str(area))
     assert f"_done/{c.key}.json" in adoptable(changed, None, str(area))
+
+
+def test_a_part_rewritten_after_its_record_or_a_record_without_digests_is_not_adopted(tmp_path):
+    inputs = _inputs(tmp_path / "in", {"a.txt": "a\n", "b.txt": "b\n"})
+    plan = plan_version(str(tmp_path / "out"), LAUNCH, inputs)
+    area = tmp_path / "area"
+    a, b = inputs
+    _done(area, a, settings_of(LAUNCH), plan.basis(a))
+    _done(area, b, settings_of(LAUNCH), plan.basis(b))
+    assert adoptable(plan, None, str(area)) == {
+        name
+        for f in (a, b)
+        for name in (f"_done/{f.key}.json", f"part-{f.key}-00000-of-00001.parquet")
+    }
+    (area / f"part-{a.key}-00000-of-00001.parquet").write_bytes(b"xyZ")  # same size
+    record = json.loads((area / "_done" / f"{b.key}.json").read_text())
+    del record["part_xxh3_128"]
+    (area / "_done" / f"{b.key}.json").write_text(json.dumps(record))
+    assert adoptable(plan, None, str(area)) == set()
