@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from pipelines.io.embeddings import EmbeddingsDataset, parquet_source
 from pipelines.io.embeddings_versions import compare_versions
-from pipelines.io.output_dir import relative_to
+from pipelines.io.output_dir import MANIFEST, join, read_json_or_none, relative_to
 from pipelines.io.pairs_output import VERIFY_SECTION, read_neighbors
 from pipelines.io.previous_output import NOT_ASKED, model_change, previous_output
 from pipelines.pairs.options import Options
@@ -109,6 +109,16 @@ def plan_reuse(
         return f"{rows_new} of {total} rows are new (more than {MAX_NEW_SHARE:.0%})"
     rows_gone = int(manifest.get("counts", {}).get("items", 0)) - len(old_ids)
     return Reuse(manifest, old_ids, rows_new, rows_gone)
+
+
+def replace_kind(options: Options) -> str | None:
+    """The kind of published output this run may replace without ``--overwrite``: with
+    ``--incremental``, this stage's own pairs output, but not a folder ``sbert verify`` wrote
+    (also ``kind: pairs``): its cross-encoder scores are not this stage's to drop."""
+    if not options.incremental:
+        return None
+    published = read_json_or_none(join(options.output, MANIFEST))
+    return None if published is not None and VERIFY_SECTION in published else "pairs"
 
 
 def _unchanged_ids(previous: dict, dataset: EmbeddingsDataset) -> pa.Array:

@@ -70,7 +70,7 @@ from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.previous_output import full_run
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.incremental import Reuse, plan_reuse
+from pipelines.pairs.incremental import Reuse, plan_reuse, replace_kind
 from pipelines.pairs.known_pairs import known_pairs_recall
 from pipelines.pairs.options import Options
 from pipelines.pairs.output_tables import part_path
@@ -205,8 +205,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         if isinstance(blocks, str):
             reuse = blocks
     # --incremental replaces the folder's own previous pairs output (nothing else) as a rerun.
-    replace_kind = "pairs" if options.incremental else None
-    out = stage_output("pairs", options, LAYOUT, replace_kind=replace_kind)
+    out = stage_output("pairs", options, LAYOUT, replace_kind=replace_kind(options))
     # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
     attempt = out.attempt
     with out:

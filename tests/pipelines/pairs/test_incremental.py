@@ -210,3 +210,22 @@ def test_incremental_never_replaces_what_it_did_not_write(corpus, threshold, tmp
     (other / "_manifest.json").write_text(json.dumps({"kind": "embeddings"}))
     with pytest.raises(OutputExistsError):
         pairs.run(options([emb], other, threshold, incremental=True))
+
+
+def test_incremental_never_replaces_a_verified_pairs_folder(corpus, threshold, tmp_path):
+    emb = tmp_path / "emb"
+    publish(emb, {n: corpus.part(n) for n in ("a", "b")})
+    out = tmp_path / "pairs"
+    pairs.run(options([emb], out, threshold))
+    # What sbert verify publishes is also ``kind: pairs``, with its cross-encoder scores.
+    manifest = json.loads((out / "_manifest.json").read_text())
+    (out / "_manifest.json").write_text(json.dumps({**manifest, "verify": {"counts": {}}}))
+    before = sorted(p.name for p in out.rglob("*"))
+    with pytest.raises(OutputExistsError, match="--overwrite"):
+        pairs.run(options([emb], out, threshold, incremental=True))
+    assert sorted(p.name for p in out.rglob("*")) == before
+    result = pairs.run(options([emb], out, threshold, incremental=True, overwrite=True))
+    assert result.manifest["incremental"] == {
+        "mode": "full",
+        "reason": "the previous output was rewritten by sbert verify",
+    }
