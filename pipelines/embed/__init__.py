@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipelines.embed.options import Options
+from pipelines.stage_api.options import OptionError
 
 # Its line in `sbert --help`.
 SUMMARY = "embed a corpus into Parquet (Beam pipeline)"
@@ -26,6 +27,13 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
     ``incremental``, ``pipelines/embed/incremental.py``, whose launcher builds one pipeline per
     input file and takes no ``pipeline``)."""
     if options.incremental:
+        if pipeline is not None:
+            # The launcher runs one pipeline per input file: a given one would never run.
+            raise OptionError(
+                "incremental",
+                "runs one pipeline per input file from its launcher and takes no pipeline "
+                "(call embed.run without pipeline=)",
+            )
         from pipelines.embed.incremental import run_incremental
 
         return run_incremental(options)

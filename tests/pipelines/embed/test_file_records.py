@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines import embed
 from pipelines.embed.file_records import (
     InputFile,
     adoptable,
@@ -17,6 +18,7 @@ from pipelines.embed.file_records import (
     plan_version,
     settings_of,
 )
+from pipelines.stage_api.options import OptionError
 
 LAUNCH = {
     "kind": "embeddings",
@@ -174,3 +176,12 @@ def test_a_part_rewritten_after_its_record_or_a_record_without_digests_is_not_ad
     del record["part_xxh3_128"]
     (area / "_done" / f"{b.key}.json").write_text(json.dumps(record))
     assert adoptable(plan, None, str(area)) == set()
+
+
+def test_an_incremental_embed_refuses_a_given_pipeline(tmp_path):
+    options = embed.Options(
+        input=str(tmp_path / "*.txt"), output=str(tmp_path / "out"), incremental=True
+    )
+    with pytest.raises(OptionError, match=r"--incremental: .*takes no pipeline"):
+        embed.run(options, pipeline=object())
+    assert not (tmp_path / "out").exists()
