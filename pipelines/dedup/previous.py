@@ -186,7 +186,8 @@ def changes(
     previous group), ``grown`` (holds every member of each previous group it shares a member
     with, and more), ``changed`` (the others). Rows: ``newly_removed`` (removed now, not
     before: new rows and rows kept before), ``previously_kept_removed`` (kept before, removed
-    now: 0 while the kept rows are pinned), ``newly_kept`` (removed before, kept now), ``new``
+    now: 0 while the kept rows are pinned, but for rows that match an ``--against`` reference
+    row), ``newly_kept`` (removed before, kept now), ``new``
     (not in the previous version), ``gone`` (in the previous version, not now).
     """
     if previous is None:

@@ -211,3 +211,26 @@ def test_the_reference_identity_follows_its_versions_and_the_job_checks_it(tmp_p
     )
     with pytest.raises(FileNotFoundError, match=r"dedup\.against"):
         JOB_STAGE.preflight(options)
+
+
+def test_a_previously_kept_row_that_matches_a_new_reference_row_is_removed(tmp_path):
+    """--stable-keep pins yesterday's kept rows, but a reference row wins (decontamination)."""
+    corpus, reference = _planted(1)
+    emb, _, corpus_ids, reference_ids = _write(tmp_path, corpus, reference)
+    few = write_embeddings(tmp_path / "few", reference_ids[:10], reference[:10])
+    out = tmp_path / "dedup"
+    argv = [*AT_T, "--embeddings", str(emb), "--output", str(out)]
+    run([*argv, "--against", str(few)])
+    kept_before = set(read_id_list(str(out / "kept_ids.txt")))
+
+    run([*argv, "--against", str(tmp_path / "ref"), "--overwrite"])  # --stable-keep on
+    cosine = corpus.astype(np.float64) @ reference.T.astype(np.float64)
+    matched = {corpus_ids[i] for i in np.flatnonzero(cosine.max(axis=1) >= T)}
+    newly = matched & kept_before  # kept yesterday, matching one of the 15 added reference rows
+    assert newly  # the test means something
+    assert set(read_id_list(str(out / "removed_ids.txt"))) == matched
+    assert set(read_id_list(str(out / "kept_ids.txt"))) == set(corpus_ids) - matched
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["stable_keep"]["pinned"] is True
+    assert manifest["stable_keep"]["rows_pinned"] == len(kept_before - matched)
+    assert manifest["changes"]["rows"]["previously_kept_removed"] == len(newly)
