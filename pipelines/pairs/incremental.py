@@ -55,6 +55,7 @@ class Reuse:
 
     @property
     def rows_old(self) -> int:
+        """Current rows in unchanged embeddings parts (their lists and pairs are reused)."""
         return len(self.old_ids)
 
 
