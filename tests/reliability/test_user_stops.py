@@ -108,6 +108,20 @@ def test_a_signal_stops_the_run_in_one_line(first, job, tiny_st_dir, stop, statu
     _assert_unchanged(first, folder, before)
 
 
+@pytest.fixture
+def default_stop_handlers():
+    """Python's own SIGINT and SIGTERM handlers for the test, whatever the test process
+    inherited: a job started in the background by a non-interactive shell (``cmd &``) starts
+    with SIGINT ignored, and ``stops_raise`` leaves an ignored signal ignored, by design."""
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+@pytest.mark.usefixtures("default_stop_handlers")
 def test_a_stop_python_drops_is_sent_again_and_the_handlers_are_put_back():
     class StopInDel:
         def __del__(self):
@@ -127,6 +141,7 @@ def test_a_stop_python_drops_is_sent_again_and_the_handlers_are_put_back():
 @pytest.mark.parametrize(
     ("signum", "kind"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)]
 )
+@pytest.mark.usefixtures("default_stop_handlers")
 def test_a_stop_library_code_swallows_is_raised_before_the_next_pipeline(signum, kind):
     pipeline = beam.Pipeline()
     _ = pipeline | beam.Create([1])
