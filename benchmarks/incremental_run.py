@@ -102,15 +102,13 @@ def incremental_sections(job_dir: Path) -> dict:
 
 
 def _read_folder(folder: Path, columns: list[str]) -> dict[str, list]:
-    """The columns of every part the folder's manifest lists, concatenated."""
-    manifest = json.loads((folder.parent / "_manifest.json").read_text())
-    prefix = folder.name + "/"
-    names = sorted(
-        entry["path"]
-        for entry in manifest["commit"]["files"]
-        if entry["path"].startswith(prefix) and entry["path"].endswith(".parquet")
-    )
-    tables = [pq.read_table(folder.parent / name, columns=columns) for name in names]
+    """The columns of every part the folder's manifest lists (checked against their digests),
+    concatenated."""
+    from pipelines.io.output_dir import listed_parts, read_manifest
+
+    directory = str(folder.parent)
+    names = listed_parts(directory, read_manifest(directory), folder.name) or []
+    tables = [pq.read_table(name, columns=columns) for name in names]
     return {column: [v for t in tables for v in t.column(column).to_pylist()] for column in columns}
 
 

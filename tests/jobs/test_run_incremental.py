@@ -16,6 +16,7 @@ import pytest
 
 from jobs.run import run
 from pipelines import pairs
+from pipelines.io.output_dir import listed_parts, read_manifest
 
 INCREMENTAL_STAGES = ("embeddings", "index", "clusters", "pairs")
 # The tiny random model puts most texts close together; a copy scores 1.0 (to rounding), so
@@ -34,14 +35,14 @@ def manifest(job_dir: Path, folder: str) -> dict:
 
 
 def pairs_tables(folder: Path) -> tuple[list, list]:
-    """The pairs and the neighbour lists of a pairs/ folder, sorted (row order is free)."""
-    listed = [entry["path"] for entry in manifest(folder.parent, folder.name)["commit"]["files"]]
+    """The pairs and the neighbour lists of a pairs/ folder, sorted (row order is free); the
+    parts its manifest lists, checked against their digests."""
+    published = read_manifest(str(folder))
 
     def rows(dataset: str, columns: list[str]) -> list:
-        parts = sorted(p for p in listed if p.startswith(dataset + "/") and p.endswith(".parquet"))
         found = []
-        for part in parts:
-            table = pq.read_table(folder / part, columns=columns)
+        for part in listed_parts(str(folder), published, dataset) or []:
+            table = pq.read_table(part, columns=columns)
             found += list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
         return sorted(found, key=lambda row: row[0] if dataset == "neighbors" else row[:2])
 
