@@ -9,6 +9,11 @@ machine, in the same run of this script.
 
     python -m benchmarks.incremental_run [--files 20] [--rows-per-file 10000]
         [--new-rows 2000] [--threads 2] [--work DIR] [--name incremental_run]
+        [--day-one-only | --continue]
+
+Day one is not part of the ratio, so it may run apart: ``--day-one-only`` stops after it (its
+measurements kept in ``WORK/day1.json``), and ``--continue`` on the same folder runs day two and
+the union from scratch, e.g. when the machine is quiet.
 
 Checked, not only timed:
 - the incremental pairs equal ``sbert pairs --method exact`` run from scratch on the same
@@ -241,6 +246,37 @@ def compare_groups(incremental: Path, scratch: Path) -> dict:
     }
 
 
+def _day_one(work: Path, corpus: Path, texts: list[str], config: dict, args) -> dict:
+    """Write the day-one files and run the job on them from scratch; keep its measurements."""
+    if work.exists() and any(work.iterdir()):
+        raise SystemExit(f"{work} is not empty; give an empty or new --work folder")
+    corpus.mkdir(parents=True)
+    for index in range(args.files):
+        start = index * args.rows_per_file
+        write_file(
+            corpus / f"day1-{index:03d}.jsonl", texts[start : start + args.rows_per_file], start
+        )
+    first = run_job(config, work / "job.yaml", args.threads, work / "day1.log")
+    settings = {"files": args.files, "rows_per_file": args.rows_per_file}
+    (work / "day1.json").write_text(json.dumps({"settings": settings, "measured": first}))
+    print(f"day one: {len(texts) - args.new_rows} rows from scratch in {first['seconds']:.1f}s")
+    return first
+
+
+def _finished_day_one(work: Path, args) -> dict:
+    """The measurements of a ``--day-one-only`` run in ``work``, checked against the settings."""
+    record = work / "day1.json"
+    if not record.is_file():
+        raise SystemExit(f"{record} is missing: run --day-one-only --work {work} first")
+    day1 = json.loads(record.read_text())
+    settings = {"files": args.files, "rows_per_file": args.rows_per_file}
+    if day1["settings"] != settings:
+        raise SystemExit(f"day one ran with {day1['settings']}, not {settings}")
+    if (work / "scratch").exists() or (work / "corpus" / "day2-new.jsonl").exists():
+        raise SystemExit(f"{work} already has day two; start again with a new --work folder")
+    return day1["measured"]
+
+
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--files", type=int, default=20)
@@ -249,24 +285,29 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work", type=Path, default=None, help="work folder (default: a temp)")
     parser.add_argument("--name", default="incremental_run")
+    phase = parser.add_mutually_exclusive_group()
+    phase.add_argument("--day-one-only", action="store_true", help="stop after day one")
+    phase.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="day two and the union from scratch, after a --day-one-only run in --work",
+    )
     args = parser.parse_args()
+    if args.resume and args.work is None:
+        raise SystemExit("--continue needs the --work folder of the --day-one-only run")
     work = args.work or Path(tempfile.mkdtemp(prefix="sbert-incremental-"))
-    if work.exists() and any(work.iterdir()):
-        raise SystemExit(f"{work} is not empty; give an empty or new --work folder")
-    work.mkdir(parents=True, exist_ok=True)
     corpus = work / "corpus"
-    corpus.mkdir()
     texts = corpus_texts(args.files * args.rows_per_file + args.new_rows)
-    for index in range(args.files):
-        start = index * args.rows_per_file
-        write_file(
-            corpus / f"day1-{index:03d}.jsonl", texts[start : start + args.rows_per_file], start
-        )
     new_start = args.files * args.rows_per_file
-
     day_one = job_config(work / "job", corpus, incremental=True)
-    first = run_job(day_one, work / "job.yaml", args.threads, work / "day1.log")
-    print(f"day one: {len(texts) - args.new_rows} rows from scratch in {first['seconds']:.1f}s")
+    if args.resume:
+        first = _finished_day_one(work, args)
+    else:
+        first = _day_one(work, corpus, texts, day_one, args)
+        if args.day_one_only:
+            print(f"day one kept in {work}; run again with --continue --work {work}")
+            return
 
     write_file(corpus / "day2-new.jsonl", texts[new_start:], new_start)
     second = run_job(day_one, work / "job.yaml", args.threads, work / "day2.log")

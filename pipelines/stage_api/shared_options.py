@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.stage_api.options import BEAM_FIELD, StageOptions, option
+from pipelines.io.resources import AUTO_SHARE, MemoryBudget, resolve_budget
+from pipelines.stage_api.options import BEAM_FIELD, OptionError, StageOptions, option
 
 EXTERNAL_GROUP = "external vectors"
 EXTERNAL_HELP = (
@@ -39,6 +40,26 @@ def verify_option(what: str = "the input folders' files") -> Any:
         "(--no-verify checks only their sizes; default on)",
         cli={"negatable": True},
     )
+
+
+def memory_budget_option() -> Any:
+    """``--memory-budget SIZE|auto``: the memory the whole process may use (default ``auto``);
+    read with :func:`checked_memory_budget`."""
+    return option(
+        "auto",
+        "memory the whole process may use, e.g. 4GB, 512MiB; 'auto' (default): "
+        f"{AUTO_SHARE:.0%} of the memory available when the stage starts. The stage refuses "
+        "before reading its inputs when it would need more",
+    )
+
+
+def checked_memory_budget(value: str) -> MemoryBudget:
+    """The budget ``--memory-budget value`` asks for, or an :class:`OptionError` naming the
+    option (for a stage's ``check()``, so a bad size fails before any input is read)."""
+    try:
+        return resolve_budget(value)
+    except ValueError as err:
+        raise OptionError("memory_budget", str(err)) from None
 
 
 def seed_option(help: str) -> Any:

@@ -1,0 +1,60 @@
+"""The memory budget and temporary-disk checks every stage runs before reading its inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.io import resources
+from pipelines.io.resources import (
+    MemoryBudget,
+    ResourceError,
+    require_disk,
+    require_memory,
+    resolve_budget,
+)
+from pipelines.stage_api.options import OptionError
+from pipelines.stage_api.shared_options import checked_memory_budget
+
+
+def test_auto_is_a_share_of_the_available_memory(monkeypatch):
+    monkeypatch.setattr(resources, "available_memory", lambda: 10 * 2**30)
+    budget = resolve_budget("auto")
+    assert budget.bytes == int(10 * 2**30 * resources.AUTO_SHARE)
+    assert "auto" in budget.source and "10.00 GiB" in budget.source
+    assert resolve_budget(None).bytes == budget.bytes
+
+
+def test_a_size_is_read_and_more_than_the_machine_is_refused(monkeypatch):
+    monkeypatch.setattr(resources, "total_memory", lambda: 8 * 2**30)
+    assert resolve_budget("4GB") == MemoryBudget(4 * 10**9, "--memory-budget 4GB")
+    with pytest.raises(ValueError, match=r"more than this machine's 8\.00 GiB"):
+        resolve_budget("40TB")
+    with pytest.raises(OptionError, match="--memory-budget"):
+        checked_memory_budget("four gigabytes")
+
+
+def test_require_memory_names_the_need_the_budget_and_the_way_out():
+    budget = MemoryBudget(2**30, "--memory-budget 1GiB")
+    require_memory(2**30, budget, "the vectors", "use fewer")
+    with pytest.raises(ResourceError) as refused:
+        require_memory(3 * 2**30, budget, "1,000 vectors", "use --shards 4")
+    message = str(refused.value)
+    assert "1,000 vectors needs 3.00 GiB" in message
+    assert "budget of 1.00 GiB (--memory-budget 1GiB)" in message
+    assert "at least 3.00 GiB" in message and "use --shards 4" in message
+
+
+def test_require_disk_checks_the_nearest_existing_folder(tmp_path, monkeypatch):
+    missing = tmp_path / "not" / "yet"
+    assert resources.free_disk(str(missing)) == resources.free_disk(str(tmp_path)) > 0
+    require_disk(1, str(missing), "the blocks", "use fewer")
+    with pytest.raises(ResourceError, match=r"temporary disk under .*only .* is free"):
+        require_disk(resources.free_disk(str(tmp_path)) * 4, str(missing), "the blocks", "x")
+
+
+def test_peak_rss_grows_with_an_allocation():
+    before = resources.peak_rss()
+    block = bytearray(64 * 2**20)
+    block[::4096] = b"x" * len(block[::4096])
+    assert resources.peak_rss() >= before
+    assert resources.peak_rss() >= 64 * 2**20
