@@ -14,15 +14,21 @@ import numpy as np
 from pipelines.io.centroids import CENTROIDS, save_centroids
 from pipelines.io.output_dir import join
 from pipelines.io.pairs_output import read_neighbors
+from pipelines.io.resources import require_disk
 from pipelines.pairs.defaults import ROWS_PER_SHARD
 from pipelines.pairs.exact import FinishedRun, RunTransform
-from pipelines.pairs.plan import MIN_GROUPS, Blocking
+from pipelines.pairs.group_progress import group_progress
+from pipelines.pairs.plan import MIN_GROUPS, Blocking, clustered_disk_bytes
+from pipelines.pairs.settings import WORK_DIR
 from pipelines.pairs.transforms import ClusterBlockedPairs, PairsSettings, read_reports
 from pipelines.pairs.vector_reader import Scan
 from pipelines.vectors.block_plan import BlockPlan, ProbeTuning, group_blocks, plan_blocks
 from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
+from pipelines.vectors.progress import stage_progress
 
 logger = logging.getLogger(__name__)
+
+TRUTH_PROGRESS = "pairs: exact neighbours of the sample queries"
 
 
 @dataclass(frozen=True)
@@ -59,8 +65,10 @@ def run_clustered(
         exclude_rows=np.concatenate([tune_rows, recall_rows]),
         keep_vectors=True,
     )
-    for ids, vectors in settings.reader.batches():
-        truth.add(vectors, ids)
+    with stage_progress(TRUTH_PROGRESS, total=n, unit="vectors") as bar:
+        for ids, vectors in settings.reader.batches():
+            truth.add(vectors, ids)
+            bar.update(len(ids))
     true_scores, _ = truth.result()
     true_ids = truth.neighbor_ids()
     seconds["exact_sample"] = time.perf_counter() - start
@@ -73,6 +81,15 @@ def run_clustered(
         )
     _, _, sample = scan.picked["fit"]
     plan = _plan(settings, blocking, options, sample, n, tuning)
+    needed = clustered_disk_bytes(n, scan.id_bytes, settings.reader.dim, plan.nprobe, k)
+    require_disk(
+        needed,
+        join(settings.output, WORK_DIR),
+        f"clustered pairs of {n:,} vectors of {settings.reader.dim} float32 (each stored once, "
+        f"listed in {plan.nprobe} blocks, with their candidate lists)",
+        "use --nprobe 1 or a lower --target-recall (fewer blocks per vector), or --output on "
+        "a larger disk",
+    )
     centroids_path = join(settings.output, CENTROIDS)
     save_centroids(centroids_path, plan.centroids)
     seconds["fit"] = time.perf_counter() - start
@@ -89,7 +106,8 @@ def run_clustered(
         n_shards=n_shards,
         max_block=blocking.max_block,
     )
-    finished = run("ClusterBlockedPairs", transform)
+    with group_progress(settings.output, int(groups.max()) + 1):
+        finished = run("ClusterBlockedPairs", transform)
     seconds["pipeline"] = finished.seconds
     recall = None
     if len(recall_rows):
@@ -122,6 +140,7 @@ def run_clustered(
         },
         "block_groups": int(groups.max()) + 1,
         "output_shards": n_shards,
+        "temporary_disk_bytes_estimated": needed,
         "short_lists": sum(report["short_lists"] for report in reports),
     }
     return details, finished, recall

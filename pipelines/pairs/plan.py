@@ -96,6 +96,21 @@ def block_worker_bytes(block: int, dim: int) -> int:
     return 3 * block * dim * 4 + block * BYTES_PER_ID + WORKER_OVERHEAD
 
 
+def clustered_disk_bytes(n: int, id_bytes: int, dim: int, nprobe: int, k: int) -> int:
+    """Temporary disk of the clustered search (``_work/``, see ``pipelines/pairs/transforms.py``),
+    counted uncompressed: every vector once (``n * dim * 4``), ``nprobe`` row-list entries per
+    vector (block, output shard, source, row and the id), and ``nprobe`` candidate lists per
+    vector (the id, ``k`` neighbour ids and scores). ``id_bytes`` is the ids' total size.
+
+    The pairs found above a threshold come on top (each pair once per block the two share):
+    their number is the data's.
+    """
+    per_id = id_bytes / n if n else 0.0
+    lists = nprobe * n * (20 + per_id)
+    candidates = nprobe * n * (per_id + 12 + k * (per_id + 8))
+    return int(n * dim * 4 + lists + candidates)
+
+
 def choose_method(requested: str, n: int, dim: int, budget: int, worker_memory: str) -> str:
     """exact or clustered: as asked, or by size and memory for auto.
 

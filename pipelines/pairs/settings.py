@@ -14,6 +14,8 @@ from pipelines.vectors.precision import Precision
 METRICS_NAMESPACE = "sbert_pairs"
 # Scratch files of a run inside its attempt area (the launcher removes it before publishing).
 WORK_DIR = "_work"
+# Markers of the searched block groups under WORK_DIR, which the launcher counts for progress.
+SEARCHED_DIR = "searched"
 
 
 @dataclass(frozen=True)

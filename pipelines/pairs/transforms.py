@@ -7,15 +7,20 @@
     ListShards -> SpreadShards -> RouteToBlocks -> GroupBlockFiles -> SearchBlocks
         -> GroupByOutputShard -> MergeAndWrite
 
-Each embeddings shard is read by one worker, which assigns every vector to the blocks of its
-``nprobe`` nearest centroids and writes the rows by *block group* (blocks packed into groups
-of bounded size) to ``_work/blocks/group-G/from-S.parquet``. One worker per group reads the
-group's files, searches each of its blocks exactly, and writes every item's candidate list
-(and the pairs, by ``id_a``) to ``_work/{neighbors,pairs}/shard-O/group-G.parquet`` for the
-output shard its id hashes to. One worker per output shard merges its candidates and writes
-the final shard, with a small JSON report of rows and blocks for the launcher. Vectors and
-lists move through files, so Beam carries only ``(key, file)`` elements and a worker holds at
-most one group of blocks, whatever N; the launcher removes ``_work/`` at the end.
+Each embeddings shard is read by one worker, which writes its vectors once, in row order, to
+``_work/vectors/from-S.f32`` (:mod:`pipelines.pairs.row_store`), assigns every vector to the
+blocks of its ``nprobe`` nearest centroids and writes, by *block group* (blocks packed into
+groups of bounded size), which rows join which block to ``_work/blocks/group-G/from-S.parquet``
+(block, output shard, id, source shard and row: no vectors). One worker per group reads the
+group's row lists, gathers those rows' vectors from the vector files, searches each of its
+blocks exactly, and writes every item's candidate list (and the pairs, by ``id_a``) to
+``_work/{neighbors,pairs}/shard-O/group-G.parquet`` for the output shard its id hashes to, then
+a marker ``_work/searched/group-G.json`` the launcher counts for its progress line. One worker
+per output shard merges its candidates and writes the final shard, with a small JSON report of
+rows and blocks for the launcher. Temporary disk holds each vector once (plus ``nprobe`` short
+rows per vector and the candidate lists), Beam carries only ``(key, file)`` elements, and a
+worker holds at most one group of blocks, whatever N; the launcher removes ``_work/`` at the
+end.
 
 The exact and clustered pipelines are single chains with one leaf and no tagged outputs, and
 every file is written under a temporary name and renamed to a deterministic one, so a retried
@@ -40,7 +45,6 @@ from apache_beam.metrics import Metrics
 
 from pipelines.io.atomic import StagedFiles
 from pipelines.io.centroids import load_centroids
-from pipelines.io.embeddings import embedding_matrix
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, write_json
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
@@ -48,7 +52,14 @@ from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.io.shards import stable_bucket
 from pipelines.pairs.merge import merge_neighbors, merge_pairs
 from pipelines.pairs.output_tables import neighbors_table, pairs_table, part_path
-from pipelines.pairs.settings import METRICS_NAMESPACE, WORK_DIR, PairsSettings, write_parquet
+from pipelines.pairs.row_store import gather_rows, write_rows
+from pipelines.pairs.settings import (
+    METRICS_NAMESPACE,
+    SEARCHED_DIR,
+    WORK_DIR,
+    PairsSettings,
+    write_parquet,
+)
 from pipelines.vectors.block_plan import nearest_centroids
 from pipelines.vectors.block_search import search_block
 
@@ -70,21 +81,32 @@ def read_reports(output: str) -> list[dict]:
     return reports
 
 
-def routed_schema(dim: int) -> pa.Schema:
-    """Rows sent to a block: block number, output shard of the id, id, vector."""
-    return pa.schema(
-        [
-            pa.field("block", pa.int32(), nullable=False),
-            pa.field("shard", pa.int32(), nullable=False),
-            pa.field("id", pa.string(), nullable=False),
-            pa.field("embedding", pa.list_(pa.float32(), dim), nullable=False),
-        ]
-    )
+ROUTED_SCHEMA = pa.schema(
+    [
+        pa.field("block", pa.int32(), nullable=False),
+        pa.field("shard", pa.int32(), nullable=False),
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("source", pa.int32(), nullable=False),
+        pa.field("row", pa.int64(), nullable=False),
+    ]
+)
+"""Rows sent to a block: block number, output shard of the id, id, and where its vector is
+(embeddings shard ``source``, row ``row`` of its vector file)."""
 
 
 def routed_path(output: str, group: int, shard: int) -> str:
-    """Where embeddings shard ``shard`` leaves its rows for block group ``group``."""
+    """Where embeddings shard ``shard`` leaves its row lists for block group ``group``."""
     return join(output, WORK_DIR, "blocks", f"group-{group:05d}", f"from-{shard:05d}.parquet")
+
+
+def vectors_path(output: str, shard: int) -> str:
+    """Where embeddings shard ``shard`` leaves its vectors, once, in row order."""
+    return join(output, WORK_DIR, "vectors", f"from-{shard:05d}.f32")
+
+
+def searched_path(output: str, group: int) -> str:
+    """The marker a searched block group leaves for the launcher's progress line."""
+    return join(output, WORK_DIR, SEARCHED_DIR, f"group-{group:05d}.json")
 
 
 def candidates_path(output: str, folder: str, shard: int, group: int) -> str:
@@ -106,7 +128,8 @@ class GroupResult:
 
 
 class _RouteFn(beam.DoFn):
-    """``(index, embeddings shard)`` -> its rows, written by block group; ``(group, file)``."""
+    """``(index, embeddings shard)`` -> its vectors written once, its rows listed by block
+    group; ``(group, row-list file)``."""
 
     def __init__(
         self, settings: PairsSettings, centroids_path: str, nprobe: int, groups, n_shards: int
@@ -124,37 +147,51 @@ class _RouteFn(beam.DoFn):
 
     def process(self, item: tuple[int, str]) -> Iterator[tuple[int, str]]:
         index, path = item
-        reader = self._settings.reader
-        writers = StagedFiles(routed_schema(reader.dim))
-        for ids, vectors in reader.read_shard(path):
-            probes = nearest_centroids(vectors, self._centroids, self._nprobe)  # (b, nprobe)
-            blocks = probes.reshape(-1)
-            rows = np.repeat(np.arange(len(vectors)), self._nprobe)
-            groups = self._groups[blocks]
-            order = np.lexsort((rows, blocks, groups))
-            blocks, rows, groups = blocks[order], rows[order], groups[order]
-            shards = np.fromiter(
-                (stable_bucket(i, self._n_shards) for i in ids.to_pylist()), np.int32, len(ids)
-            )
-            cuts = np.flatnonzero(np.diff(groups)) + 1
-            for members in np.split(np.arange(len(rows)), cuts):
-                picked = rows[members]
-                flat = pa.array(vectors[picked].reshape(-1), pa.float32())
-                table = pa.Table.from_arrays(
-                    [
-                        pa.array(blocks[members].astype(np.int32)),
-                        pa.array(shards[picked]),
-                        ids.take(pa.array(picked)),
-                        pa.FixedSizeListArray.from_arrays(flat, reader.dim),
-                    ],
-                    schema=routed_schema(reader.dim),
-                )
-                writers.write(
-                    routed_path(self._settings.output, int(groups[members[0]]), index), table
-                )
-            self._routed.inc(len(vectors))
+        writers = StagedFiles(ROUTED_SCHEMA)
+        offset = 0
+
+        def route(batches: Iterator[tuple[pa.Array, np.ndarray]]) -> Iterator[np.ndarray]:
+            nonlocal offset
+            for ids, vectors in batches:
+                self._write_lists(index, offset, ids, vectors, writers)
+                offset += len(vectors)
+                self._routed.inc(len(vectors))
+                yield vectors
+
+        write_rows(
+            vectors_path(self._settings.output, index),
+            route(self._settings.reader.read_shard(path)),
+        )
         for final in writers.close():
             yield int(final.rsplit("group-", 1)[1][:5]), final
+
+    def _write_lists(
+        self, index: int, offset: int, ids: pa.Array, vectors: np.ndarray, writers: StagedFiles
+    ) -> None:
+        """Which rows of one batch (rows ``offset...`` of shard ``index``) join which block."""
+        probes = nearest_centroids(vectors, self._centroids, self._nprobe)  # (b, nprobe)
+        blocks = probes.reshape(-1)
+        rows = np.repeat(np.arange(len(vectors)), self._nprobe)
+        groups = self._groups[blocks]
+        order = np.lexsort((rows, blocks, groups))
+        blocks, rows, groups = blocks[order], rows[order], groups[order]
+        shards = np.fromiter(
+            (stable_bucket(i, self._n_shards) for i in ids.to_pylist()), np.int32, len(ids)
+        )
+        cuts = np.flatnonzero(np.diff(groups)) + 1
+        for members in np.split(np.arange(len(rows)), cuts):
+            picked = rows[members]
+            table = pa.Table.from_arrays(
+                [
+                    pa.array(blocks[members].astype(np.int32)),
+                    pa.array(shards[picked]),
+                    ids.take(pa.array(picked)),
+                    pa.array(np.full(len(picked), index, np.int32)),
+                    pa.array(picked + offset),
+                ],
+                schema=ROUTED_SCHEMA,
+            )
+            writers.write(routed_path(self._settings.output, int(groups[members[0]]), index), table)
 
 
 @dataclass(frozen=True)
@@ -166,9 +203,19 @@ class _Block:
     shards: np.ndarray
 
 
+def group_vectors(output: str, dim: int, sources: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``(m, dim)`` the vectors of the rows ``(sources[i], rows[i])``, in that order, gathered
+    from the vector files: one array of the group's rows, filled one source shard at a time."""
+    vectors = np.empty((len(rows), dim), np.float32)
+    for source in np.unique(sources).tolist():
+        places = np.flatnonzero(sources == source)
+        vectors[places] = gather_rows(vectors_path(output, source), dim, rows[places])
+    return vectors
+
+
 class _SearchGroupFn(beam.DoFn):
-    """``(group, routed files)`` -> every block of the group searched exactly; its lists and
-    pairs written per output shard; ``(output shard, GroupResult)``."""
+    """``(group, row-list files)`` -> every block of the group searched exactly; its lists and
+    pairs written per output shard, then the group's marker; ``(output shard, GroupResult)``."""
 
     def __init__(self, settings: PairsSettings, n_shards: int, max_block: int) -> None:
         self._settings = settings
@@ -180,11 +227,10 @@ class _SearchGroupFn(beam.DoFn):
     def process(self, item: tuple[int, Iterable[str]]) -> Iterator[tuple[int, GroupResult]]:
         group, paths = item
         s = self._settings
-        schema = routed_schema(s.reader.dim)
         tables = []
         for path in sorted(set(paths)):
             with FileSystems.open(path) as handle:
-                tables.append(pq.read_table(handle, schema=schema))
+                tables.append(pq.read_table(handle, schema=ROUTED_SCHEMA))
         table = pa.concat_tables(tables).combine_chunks()
         del tables
         # Arrival order depends on the runner; (block, id) order makes every block, and the
@@ -193,7 +239,10 @@ class _SearchGroupFn(beam.DoFn):
         blocks = table["block"].to_numpy()
         shards = table["shard"].to_numpy()
         ids = table["id"].combine_chunks()
-        vectors = embedding_matrix(table["embedding"])
+        vectors = group_vectors(
+            s.output, s.reader.dim, table["source"].to_numpy(), table["row"].to_numpy()
+        )
+        del table
         neighbors = StagedFiles(NEIGHBORS_SCHEMA)
         pairs = StagedFiles(PAIRS_SCHEMA)
         sizes = []
@@ -202,9 +251,10 @@ class _SearchGroupFn(beam.DoFn):
             sizes.append((int(blocks[lo]), hi - lo))
             block = _Block(ids.slice(lo, hi - lo), vectors[lo:hi], shards[lo:hi])
             self._search(group, block, neighbors, pairs)
-        del table, vectors
+        del vectors
         written = {int(path.rsplit("shard-", 1)[1][:5]) for path in neighbors.close()}
         pairs.close()
+        write_json(searched_path(s.output, group), {"group": group, "blocks": len(sizes)})
         home = group % self._n_shards
         for shard in sorted(written | {home}):
             blocks_here = tuple(sizes) if shard == home else ()
@@ -223,10 +273,7 @@ class _SearchGroupFn(beam.DoFn):
                 size,
                 self._max_block,
             )
-        # A writable copy of this block's rows (Arrow's buffers are read-only).
-        result = search_block(
-            np.array(block.vectors), s.k, threshold=s.threshold, precision=s.precision
-        )
+        result = search_block(block.vectors, s.k, threshold=s.threshold, precision=s.precision)
         lists = neighbors_table(block.ids, np.arange(size), result.indices, result.scores)
         found = pairs_table(block.ids, result.pair_a, result.pair_b, result.pair_scores)
         pair_shards = block.shards[result.pair_a]

@@ -42,6 +42,7 @@ class Scan:
     count: int
     picked: dict[str, tuple[np.ndarray, list[str], np.ndarray]]
     loaded: tuple[pa.Array, np.ndarray] | None = None  # with keep: as load_sorted gives them
+    id_bytes: int = 0  # the ids' size in Arrow (values and offsets), for temporary disk
 
 
 @dataclass(frozen=True)
@@ -95,10 +96,15 @@ class VectorReader:
                 a null id, or a vector with NaN or infinite values; the message names one.
         """
         seen: list[pa.Array] = []
-        kept: list[np.ndarray] = []
+        order = places = kept = None
+        if keep:
+            order, places = self._id_order()
+            kept = np.empty((len(order), self.dim), np.float32)
         found: dict[str, tuple[list, list, list]] = {name: ([], [], []) for name in picks}
         offset = 0
-        # Kept vectors are copied once, into their sorted places, so they are read as views.
+        # Kept vectors are copied once, straight into their sorted places (found by a first
+        # read of the id column alone), so they are read as views and no second copy of all
+        # vectors is ever held.
         # Arrow decodes on this thread alone: the launcher scans while it imports the search
         # modules on the other core, and Arrow's own threads would only contend with that
         # (measured here: 0.26 CPU-s for 100k x 384 on one thread, 0.66 with Arrow's pool).
@@ -113,8 +119,8 @@ class VectorReader:
                 found[name][1].extend(ids.take(pa.array(local)).to_pylist())
                 found[name][2].append(vectors[local])
             seen.append(ids)
-            if keep:
-                kept.append(vectors)
+            if kept is not None:
+                kept[places[offset : offset + len(ids)]] = vectors
             offset += len(ids)
         _require_unique(seen)
         picked = {
@@ -125,37 +131,45 @@ class VectorReader:
             )
             for name, (rows, names, parts) in found.items()
         }
-        return Scan(offset, picked, self._sorted(seen, kept) if keep else None)
+        loaded = None
+        if kept is not None:
+            ids = pa.concat_arrays(seen) if seen else pa.array([], pa.string())
+            loaded = (ids.take(pa.array(order, pa.int64())), kept)
+        return Scan(offset, picked, loaded, sum(ids.nbytes for ids in seen))
 
     def load_sorted(self) -> tuple[pa.Array, np.ndarray]:
         """Every id (ascending) and its vector: ``(ids, (n, d) float32)``.
 
-        Memory: ``n * d * 4`` bytes for the vectors, up to twice that while the batches read are
-        put in id order, plus the ids.
+        Memory: ``n * d * 4`` bytes for the vectors (each batch goes straight to its rows'
+        sorted places, found by a first read of the id column alone), plus the ids.
         """
-        ids, parts = [], []
-        for batch_ids, vectors in self.batches(writable=False):  # copied into place below
+        order, places = self._id_order()
+        vectors = np.empty((len(order), self.dim), np.float32)
+        ids, offset = [], 0
+        for batch_ids, batch in self.batches(writable=False):  # copied into place below
             ids.append(batch_ids)
-            parts.append(vectors)
-        return self._sorted(ids, parts)
-
-    def _sorted(self, ids: list[pa.Array], parts: list[np.ndarray]) -> tuple[pa.Array, np.ndarray]:
-        """The batches' ids and vectors in id order (``parts`` is emptied on the way)."""
+            vectors[places[offset : offset + len(batch)]] = batch
+            offset += len(batch)
         if not ids:
-            return pa.array([], pa.string()), np.zeros((0, self.dim), np.float32)
-        all_ids = pa.concat_arrays(ids)
-        order = pc.sort_indices(all_ids).to_numpy()
-        # Each batch goes straight to its rows' sorted places: one (n, d) array is written,
-        # where concatenating and then permuting would write two.
+            return pa.array([], pa.string()), vectors
+        return pa.concat_arrays(ids).take(pa.array(order)), vectors
+
+    def _id_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, places)`` of every row (numbered across shards): the rows in id order, and
+        each row's place in that order. Reads the id column only."""
+        ids = []
+        for path in self.shards:
+            with parquet_source(path) as source:
+                for batch in pq.ParquetFile(source).iter_batches(
+                    batch_size=self.batch_size, columns=["id"], use_threads=False
+                ):
+                    ids.append(_plain(batch.column("id")))
+        if not ids:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        order = pc.sort_indices(pa.concat_arrays(ids)).to_numpy()
         places = np.empty_like(order)
         places[order] = np.arange(len(order))
-        vectors = np.empty((len(order), self.dim), np.float32)
-        offset = 0
-        while parts:
-            part = parts.pop(0)
-            vectors[places[offset : offset + len(part)]] = part
-            offset += len(part)
-        return all_ids.take(pa.array(order)), vectors
+        return order, places
 
 
 def _embedding_view(column: pa.Array) -> np.ndarray:
