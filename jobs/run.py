@@ -19,9 +19,17 @@ wrote (``jobs/run_stages.py``); ``--force STAGE`` reruns one anyway, and the sta
 follow because their input changed. ``--only STAGE`` runs just that stage (repeatable) on the
 outputs already in the job directory. At the end ``report.html`` (counts, times, plots, the
 largest duplicate groups and clusters, links to every output) is written to the job directory,
-and a table of the stages is printed. A failed stage stops the job with exit status 1 and a
-message saying which stage failed, why, and how to continue; the stages that finished are kept
-and skipped by the next run.
+and a table of the stages is printed, with each stage's time and the process's peak RSS at its
+end (also in ``_job_state.json``).
+
+The stages run in this process, one after the other, so the peak RSS only grows: a stage that
+did not raise it is shown as ``<= peak``. They are not run in child processes, which would give
+each its own peak but change what a stage is: Ctrl-C and a failure's exception would have to
+cross a process boundary, and every stage would load torch, FAISS and Beam again.
+``benchmarks/scale_job.py`` measures each stage's own peak from outside, by sampling ``/proc``.
+
+A failed stage stops the job with exit status 1 and a message saying which stage failed, why,
+and how to continue; the stages that finished are kept and skipped by the next run.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from jobs.run_stages import (
     stage_facts,
 )
 from pipelines.io.output_dir import join
+from pipelines.io.resources import peak_rss
 from pipelines.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)
@@ -74,26 +83,29 @@ class JobSummary:
 
     def table(self) -> str:
         """The terminal summary: one row per stage, then the report's location."""
-        rows = [("stage", "status", "time", "counts")]
+        rows = [("stage", "status", "time", "peak RSS", "counts")]
         for stage in self.stages:
+            memory = stage.peak_rss_text()
             if stage.status == "skipped" and stage.recorded_seconds is not None:
                 shown = f"({stage.recorded_seconds:.1f}s)"
+                memory = f"({memory})" if stage.peak_rss is not None else memory
             else:
                 shown = "-" if stage.seconds is None else f"{stage.seconds:.1f}s"
             counts = ", ".join(f"{k} {_format(v)}" for k, v in stage.facts.items())
-            rows.append((stage.name, stage.status, shown, counts))
-        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+            rows.append((stage.name, stage.status, shown, memory, counts))
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
         lines = [
-            "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
+            "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True))
             + "  "
-            + row[3]
+            + row[4]
             for row in rows
         ]
         ran = sum(1 for stage in self.stages if stage.status == "ran")
         skipped = sum(1 for stage in self.stages if stage.status == "skipped")
         lines.append(
             f"{ran} stage(s) ran, {skipped} skipped in {self.seconds:.1f}s; (time) of a skipped "
-            "stage is that of the run that wrote its output"
+            "stage is that of the run that wrote its output; peak RSS is the process's at the "
+            "stage's end (<=: an earlier stage had reached it, the stage's own is at most that)"
         )
         if self.report:
             lines.append(f"report: {self.report}")
@@ -171,6 +183,7 @@ def _run_stages(
             identities[plan.name] = current
             record = state.stages[plan.name]
             result.status, result.recorded_seconds = "skipped", record.seconds
+            result.peak_rss, result.peak_rss_at_start = record.peak_rss, record.peak_rss_at_start
             result.facts = stage_facts(plan)
             _say(f"{position}: skipped (unchanged since {record.finished}) -> {plan.output}")
             continue
@@ -178,11 +191,12 @@ def _run_stages(
         previous = state.stages.get(plan.name)
         state.forget(plan.name)
         _say(f"{position}: running ({why}) -> {plan.output}")
-        began = time.perf_counter()
+        began, result.peak_rss_at_start = time.perf_counter(), peak_rss()
         try:
             stage_result = run_stage(plan, overwrite=_has_content(plan.output))
         except Exception as err:
             result.status, result.seconds = "failed", time.perf_counter() - began
+            result.peak_rss = peak_rss()
             result.error = str(err) or type(err).__name__
             logger.info("stage %s failed", plan.name, exc_info=True)
             _say(f"{position}: FAILED after {result.seconds:.1f}s")
@@ -191,18 +205,27 @@ def _run_stages(
                 state.stages[plan.name] = previous
                 state.save()
             break
-        result.seconds = time.perf_counter() - began
+        result.seconds, result.peak_rss = time.perf_counter() - began, peak_rss()
         identity = output_identity(plan)
         if identity is None:
             result.status = "failed"
             result.error = f"the stage finished but {plan.output} has no manifest"
             break
-        state.record(plan.name, fingerprint, identity, result.seconds)
+        state.record(
+            plan.name,
+            fingerprint,
+            identity,
+            result.seconds,
+            (result.peak_rss_at_start, result.peak_rss),
+        )
         identities[plan.name] = identity
         result.status = "ran"
         result.line = stage_result.line()
         result.facts = stage_facts(plan)
-        _say(f"{position}: done in {result.seconds:.1f}s: {result.line}")
+        _say(
+            f"{position}: done in {result.seconds:.1f}s (peak RSS {result.peak_rss_text()}): "
+            f"{result.line}"
+        )
     for plan in plans[len(results) :]:
         results.append(StageResult(plan.name, "not run", plan.output))
     return results

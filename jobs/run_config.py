@@ -14,6 +14,9 @@ A job config is one YAML mapping (see ``examples/quickstart.yaml``)::
                                       # (also verify_inputs:, where verify: is the stage's)
     incremental: false                # true: stages reuse their previous output for the rows
                                       # that did not change (a section may say false)
+    memory_budget: auto               # or a size (4GB): every stage with --memory-budget gets
+                                      # it, unless its section sets its own (auto: each
+                                      # stage's default, auto where it has the shared option)
     stages: [embed, index, cluster, pairs, dedup]
     cluster: {k: 40}
     dedup: {threshold: 0.9}
@@ -22,13 +25,22 @@ Which stages run is the ``stages`` list (there are no per-stage enabled flags): 
 in the order finetune, embed, index, cluster, pairs, verify, dedup whatever order the list gives,
 and a stage needs the stages it reads from (index, cluster and pairs need embed; verify and dedup
 need pairs, and dedup reads verify's pairs when the job has verify; ``model: finetune`` needs
-finetune). Each stage section holds that stage's options: the fields
-of the stage's ``Options`` (``pipelines/<stage>/options.py``), which are its command's flags with
-``_`` for ``-`` (``memory_budget`` is ``sbert index --memory-budget``), checked by that same
-type. The options the job sets itself (inputs, output, ``--overwrite``, ``--verify``, the Beam
-options) are refused there. ``options:``, a mapping of flags spelled as on the command line,
-is still read, as one more way to write the same fields. A parameter left out is the stage's
-own default, or the job's where it has one (``pairs.threshold`` 0.8, ``dedup.threshold`` 0.9);
+finetune). Without embed, ``embeddings:`` names the vectors index, cluster and pairs read
+instead: an ``sbert embed`` output folder, or a Parquet dataset with its columns named::
+
+    embeddings: out/old_job/embeddings        # an embed output (its _manifest.json)
+    embeddings: {path: vectors/, embedding_column: vec, id_column: doc_id}   # a dataset
+
+``embeddings:`` in a job with embed is refused (embed makes the vectors); ``input:`` is then
+optional, the corpus dedup and the cluster summaries read when given.
+
+Each stage section holds that stage's options: the fields of the stage's ``Options``
+(``pipelines/<stage>/options.py``), which are its command's flags with ``_`` for ``-``
+(``memory_budget`` is ``sbert index --memory-budget``), checked by that same type. The options
+the job sets itself (inputs, output, ``--overwrite``, ``--verify``, the Beam options) are
+refused there. ``options:``, a mapping of flags spelled as on the command line, is still read,
+as one more way to write the same fields. A parameter left out is the stage's own default, or
+the job's where it has one (``pairs.threshold`` 0.8, ``dedup.threshold`` 0.9);
 ``--print-config`` shows them all.
 
 Relative paths are relative to the working directory. ``${VAR}`` in any value is replaced by the
@@ -49,6 +61,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jobs.run_table import FROM_FINETUNE, STAGE_NAMES, stage_folders, stage_package, stage_spec
+from pipelines.io.resources import AUTO, resolve_budget
 from pipelines.stage_api.job_stage import JobContext
 from pipelines.stage_api.options import BEAM_FIELD, options_from_mapping
 from sbert_core import DEFAULT_MODEL
@@ -74,6 +87,10 @@ LEGACY_OPTIONS = "options"
 # The stage option the job-wide ``incremental: true`` turns on (docs/architecture.md,
 # "Incremental runs").
 INCREMENTAL_FIELD = "incremental"
+# The stage option the job-wide ``memory_budget:`` fills (pipelines/io/resources.py).
+MEMORY_BUDGET_FIELD = "memory_budget"
+# The stage whose output ``embeddings:`` stands in for.
+EMBED_STAGE = "embed"
 
 
 @dataclass
@@ -96,6 +113,29 @@ class InputConfig:
 
 
 @dataclass
+class EmbeddingsInput:
+    """Vectors made before the job (``embeddings:``), read by index, cluster and pairs when the
+    job has no embed stage: an ``sbert embed`` output folder, or a Parquet dataset (a folder of
+    ``*.parquet``, one file or a glob) whose columns are named as the stages' ``--embedding-column``
+    ... options name them (``pipelines/io/external_vectors.py``)."""
+
+    path: str = ""
+    embedding_column: str | None = None
+    id_column: str | None = None
+    text_column: str | None = None
+    model_name: str | None = None
+
+    def columns(self) -> dict[str, str | None]:
+        """The stages' external-vector options (``ExternalVectorOptions``) for these vectors."""
+        return {
+            "embedding_column": self.embedding_column,
+            "id_column": self.id_column,
+            "text_column": self.text_column,
+            "model_name": self.model_name,
+        }
+
+
+@dataclass
 class RunConfig:
     """A whole ``sbert run`` job: the job-wide keys, and each stage's section as written."""
 
@@ -113,6 +153,11 @@ class RunConfig:
     # Every stage that can reuse its previous output (embed, index, cluster, pairs: their
     # ``incremental`` option) does so, unless its section says ``incremental: false``.
     incremental: bool = False
+    # The memory the whole process may use: a size or "auto" (pipelines/io/resources.py),
+    # given to every stage whose Options has ``memory_budget`` unless its section sets one.
+    memory_budget: str = AUTO
+    # Vectors from outside the job, read in place of the embed stage's output.
+    embeddings: EmbeddingsInput = field(default_factory=EmbeddingsInput)
     # Stage -> its section (checked against the stage's Options by stage_options).
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -129,11 +174,20 @@ class RunConfig:
         """True for the in-process runner."""
         return self.runner == LOCAL_RUNNER
 
+    @property
+    def external_embeddings(self) -> bool:
+        """True when the stages read ``embeddings:`` instead of an embed stage's output."""
+        return bool(self.embeddings.path.strip()) and not self.enabled(EMBED_STAGE)
+
     def context(self) -> JobContext:
-        """What the job gives its stages (folders, corpus, model, verify)."""
+        """What the job gives its stages (folders, corpus, model, verify); with ``embeddings:``
+        the embed "folder" the stages read is that input."""
+        folders = stage_folders(self.job_dir)
+        if self.external_embeddings:
+            folders[EMBED_STAGE] = self.embeddings.path
         return JobContext(
             job_dir=self.job_dir,
-            folders=stage_folders(self.job_dir),
+            folders=folders,
             corpus=dataclasses.asdict(self.input),
             model=self.model,
             from_finetune=self.model == FROM_FINETUNE,
@@ -181,6 +235,8 @@ def _config_of(data: dict) -> RunConfig:
     if "sections" in data:
         raise ValueError("sections: not a key of a job config; write each stage's section by name")
     checks = data.pop(INPUT_CHECKS_KEY, None)
+    if isinstance(data.get("embeddings"), str):  # `embeddings: DIR`, the path alone
+        data["embeddings"] = {"path": data["embeddings"]}
     sections = {}
     for name in STAGE_NAMES:
         section = data.pop(name, None)
@@ -225,15 +281,30 @@ def stage_options(config: RunConfig, name: str) -> Any:
         if key_name in section:
             raise ValueError(f"{name}.{LEGACY_OPTIONS}.{key}: set it as {name}.{key_name}")
         section[key_name] = value
-    owned = {**spec.wire(config.context()), "overwrite": False}
-    if BEAM_FIELD in {item.name for item in dataclasses.fields(options_type)}:
+    fields = {item.name for item in dataclasses.fields(options_type)}
+    owned = {**_wired(config, spec.wire(config.context())), "overwrite": False}
+    if BEAM_FIELD in fields:
         owned[BEAM_FIELD] = ()
     values = {**spec.job_defaults, **section}
-    if config.incremental and INCREMENTAL_FIELD in {
-        item.name for item in dataclasses.fields(options_type)
-    }:
+    if config.incremental and INCREMENTAL_FIELD in fields:
         values.setdefault(INCREMENTAL_FIELD, True)
+    # A size is given to every stage that has the option; "auto" leaves each stage at its own
+    # default, which is "auto" wherever the option is the shared memory_budget_option().
+    if MEMORY_BUDGET_FIELD in fields and config.memory_budget.strip().lower() != AUTO:
+        values.setdefault(MEMORY_BUDGET_FIELD, config.memory_budget)
     return options_from_mapping(options_type, values, name, owned=owned)
+
+
+def _wired(config: RunConfig, wired: dict[str, Any]) -> dict[str, Any]:
+    """A stage's job-set options, for a job that reads ``embeddings:``: the vectors' columns
+    where the input is a Parquet dataset, and no corpus where the job has none."""
+    if not config.external_embeddings:
+        return wired
+    columns = config.embeddings.columns()
+    wired = {key: columns.get(key, value) for key, value in wired.items()}
+    corpus = config.input.path
+    # Without a corpus the options that name it (dedup's corpus, cluster's text_from) are unset.
+    return {key: None if value == corpus == "" else value for key, value in wired.items()}
 
 
 def job_owned(config: RunConfig, name: str) -> set[str]:
@@ -273,11 +344,19 @@ def validate(config: RunConfig) -> None:
     repeated = sorted({stage for stage in config.stages if config.stages.count(stage) > 1})
     if repeated:
         raise ValueError(f"stages: {', '.join(repeated)} listed more than once")
+    _validate_embeddings(config)
     for stage in config.stages:
         missing = [need for need in stage_spec(stage).inputs if need not in config.stages]
+        if config.external_embeddings and EMBED_STAGE in missing:
+            missing.remove(EMBED_STAGE)
         if missing:
             raise ValueError(
                 f"stages: {stage} reads the output of {', '.join(missing)}; add it to stages"
+                + (
+                    " (or name vectors made before in embeddings:, without embed)"
+                    if missing == [EMBED_STAGE]
+                    else ""
+                )
             )
     if not config.job_dir.strip():
         raise ValueError("job_dir: required (the directory every stage writes under)")
@@ -294,8 +373,37 @@ def validate(config: RunConfig) -> None:
         raise ValueError(
             f"input.max_record_bytes: must be at least 1, got {config.input.max_record_bytes}"
         )
+    _validate_memory_budget(config.memory_budget)
     _validate_runner(config)
     _validate_between_stages(config, all_stage_options(config))
+
+
+def _validate_embeddings(config: RunConfig) -> None:
+    """``embeddings:`` only in a job without embed (whose own output the stages read)."""
+    given = bool(config.embeddings.path.strip())
+    if given and config.enabled(EMBED_STAGE):
+        raise ValueError(
+            "embeddings: the stages read the embed stage's output in this job; remove embed "
+            "from stages to read these vectors instead, or remove embeddings: to embed input:"
+        )
+    columns = {key: value for key, value in config.embeddings.columns().items() if value}
+    if columns and not given:
+        raise ValueError(f"embeddings.{next(iter(columns))}: set embeddings.path too")
+    if columns and not config.embeddings.embedding_column:
+        raise ValueError(
+            f"embeddings.{next(iter(columns))}: applies to a Parquet dataset; name its vector "
+            "column in embeddings.embedding_column"
+        )
+    if config.embeddings.embedding_column and not config.embeddings.id_column:
+        raise ValueError("embeddings.id_column: required with embeddings.embedding_column")
+
+
+def _validate_memory_budget(value: str) -> None:
+    """A size or ``auto`` (what ``--memory-budget`` takes), refused here, before any file."""
+    try:
+        resolve_budget(value)
+    except ValueError as err:
+        raise ValueError(f"memory_budget: {err}") from None
 
 
 def _validate_runner(config: RunConfig) -> None:
@@ -305,7 +413,12 @@ def _validate_runner(config: RunConfig) -> None:
         raise ValueError("beam.runner: set the runner with the top-level key runner")
     if config.runner.rsplit(".", 1)[-1] not in _CLUSTER_RUNNERS:
         return
-    for key, value in (("job_dir", config.job_dir), ("input.path", config.input.path)):
+    paths = (
+        ("job_dir", config.job_dir),
+        ("input.path", config.input.path),
+        ("embeddings.path", config.embeddings.path),
+    )
+    for key, value in paths:
         if value and not value.startswith(REMOTE_SCHEMES):
             raise ValueError(
                 f"{key}: {value!r} is a local path, which {config.runner} workers cannot read; "

@@ -1,6 +1,6 @@
-"""What ``sbert run`` checks before the job directory is touched: the corpus files, the model
-and the finetune config exist, and the job directory is a job's; what it found describes the
-stage inputs in the fingerprints (see ``jobs/run_stages.py``).
+"""What ``sbert run`` checks before the job directory is touched: the corpus files, the model,
+the finetune config and the ``embeddings:`` vectors exist, and the job directory is a job's;
+what it found describes the stage inputs in the fingerprints (see ``jobs/run_stages.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class CheckedInputs:
     finetune: dict | None  # config digest and data files of the finetune stage
     # The verify stage's cross-encoder folder, file by file; None without a verify stage.
     verifier: dict | None = None
+    # The job's ``embeddings:`` (its manifest's sha256, or a dataset's files); None without.
+    embeddings: dict | None = None
 
     def external(self, stage: str) -> dict:
         """The inputs of ``stage`` from outside the job, described for its fingerprint."""
@@ -66,7 +68,10 @@ def check_inputs(config: RunConfig) -> CheckedInputs:
     verifier = None
     if config.enabled("verify"):
         verifier = _model_files(stage_options(config, "verify").model)
-    return CheckedInputs(corpus=corpus, model=model, finetune=finetune, verifier=verifier)
+    embeddings = _embeddings_identity(config) if config.external_embeddings else None
+    return CheckedInputs(
+        corpus=corpus, model=model, finetune=finetune, verifier=verifier, embeddings=embeddings
+    )
 
 
 def check_between(stage: str, options: Any, checked: CheckedInputs) -> None:
@@ -80,7 +85,12 @@ def check_between(stage: str, options: Any, checked: CheckedInputs) -> None:
         return
     from pipelines.index.faiss_ops import new_index
 
-    model = checked.model or (checked.finetune or {}).get("base_model") or {}
+    model = (
+        checked.model
+        or (checked.finetune or {}).get("base_model")
+        or (checked.embeddings or {}).get("manifest")
+        or {}
+    )
     if "dim" not in model:
         return
     try:
@@ -113,6 +123,65 @@ def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:
     if not matched:
         raise FileNotFoundError(f"input.path: no files match {pattern}")
     refuse_unrecordable_names(m.path for m in matched)
+    return _described(matched)
+
+
+def _embeddings_identity(config: RunConfig) -> dict:
+    """The job's ``embeddings:`` described for the fingerprints of the stages that read them:
+    an embed output by its manifest's sha256 (a new run of embed changes it) and the files it
+    lists, a Parquet dataset by its files and the columns read; a file is its path, size and
+    modification time, as the corpus files are.
+
+    Raises:
+        FileNotFoundError: no such folder, no manifest and no columns named, or no Parquet
+            files (each naming ``embeddings.path``).
+        ValueError: the folder's manifest is unreadable or disagrees with its files.
+    """
+    import hashlib
+
+    from pipelines.io.embeddings import EmbeddingsDataset
+    from pipelines.io.external_vectors import external_files, is_embed_output
+    from pipelines.io.filesystems import FileSystems
+    from pipelines.io.output_dir import MANIFEST, join
+
+    source = config.embeddings
+    if is_embed_output(source.path):
+        try:
+            dataset = EmbeddingsDataset.open(source.path)
+        except ValueError as err:
+            raise ValueError(f"embeddings.path: {err}") from None
+        with FileSystems.open(join(source.path, MANIFEST)) as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()
+        # The dim lets index.factory be checked before any stage runs.
+        manifest = {"model_id": dataset.manifest.get("model_id"), "dim": dataset.dim}
+        return {
+            "manifest_sha256": digest,
+            "manifest": manifest,
+            "files": _file_stats(list(dataset.shards)),
+        }
+    if source.embedding_column is None:
+        raise FileNotFoundError(
+            f"embeddings.path: {source.path} has no {MANIFEST}, so it is no finished sbert embed "
+            "output; for a Parquet dataset name its columns in embeddings.embedding_column and "
+            "embeddings.id_column"
+        )
+    try:
+        files = external_files(source.path)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"embeddings.path: {err}") from None
+    return {"files": _file_stats(files), "columns": source.columns()}
+
+
+def _file_stats(paths: list[str]) -> list[dict]:
+    """Each file's path, size and modification time, sorted by path."""
+    from pipelines.io.filesystems import FileSystems
+
+    found = [m for result in FileSystems.match(paths) for m in result.metadata_list]
+    return [asdict(f) for f in _described(found)]
+
+
+def _described(matched: list) -> tuple[CorpusFile, ...]:
+    """Matched files (Beam ``FileMetadata``) as the fingerprints record them, sorted by path."""
     return tuple(
         CorpusFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds))
         for m in sorted(matched, key=lambda m: m.path)

@@ -125,8 +125,10 @@ def _counts(facts: dict[str, dict]) -> str:
 def _stage_table(job_dir: str, results: Sequence[StageResult]) -> str:
     rows = []
     for result in results:
+        memory = result.peak_rss_text()
         if result.status == "skipped":
             shown = f"({_seconds(result.recorded_seconds)})"
+            memory = f"({memory})" if result.peak_rss is not None else memory
         else:
             shown = _seconds(result.seconds)
         counts = ", ".join(f"{k} {_number(v)}" for k, v in result.facts.items())
@@ -137,18 +139,24 @@ def _stage_table(job_dir: str, results: Sequence[StageResult]) -> str:
         css = result.status.replace(" ", "-")
         rows.append(
             f"<tr><td>{_e(result.name)}</td><td class={css}>{_e(result.status)}</td>"
-            f"<td class=num>{_e(shown)}</td><td>{counts if result.error else _e(counts)}</td>"
+            f"<td class=num>{_e(shown)}</td><td class=num>{_e(memory)}</td>"
+            f"<td>{counts if result.error else _e(counts)}</td>"
             f'<td><a href="{_e(folder)}/">{_e(folder)}/</a></td></tr>'
         )
-    note = ""
+    note = (
+        '<p class="meta">Peak RSS is the process\'s at the end of the stage; the stages share '
+        "one process, so &le; marks a stage that did not raise it (its own peak is at most "
+        "that).</p>"
+    )
     if any(result.status == "skipped" for result in results):
-        note = (
+        note += (
             '<p class="meta">A skipped stage\'s inputs and parameters were unchanged and its '
-            "output is the one its last run wrote; its time (in brackets) is that run's.</p>"
+            "output is the one its last run wrote; its time and peak RSS (in brackets) are that "
+            "run's.</p>"
         )
     return (
-        "<h2>Stages</h2><table><tr><th>stage</th><th>status</th><th>time</th><th>counts</th>"
-        f"<th>output</th></tr>{''.join(rows)}</table>{note}"
+        "<h2>Stages</h2><table><tr><th>stage</th><th>status</th><th>time</th><th>peak RSS</th>"
+        f"<th>counts</th><th>output</th></tr>{''.join(rows)}</table>{note}"
     )
 
 

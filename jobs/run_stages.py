@@ -14,7 +14,8 @@ upstream stage that ran again (a new manifest) makes its downstream stages run a
 stage never starts from an output without a manifest, i.e. a half-written one.
 
 The job state (``JOB_DIR/_job_state.json``, replaced atomically) records per stage the
-fingerprint it ran with, the identity of the output it wrote, and its time. A stage is skipped
+fingerprint it ran with, the identity of the output it wrote, its time and the process's peak
+RSS at its start and end (see :class:`StageRecord`). A stage is skipped
 when its recorded fingerprint equals the new one and its output's manifest is still the one it
 wrote. A stage's entry is removed before it runs, so a run that dies leaves no entry claiming
 an output that is being replaced (a stage that fails before touching its output gets its entry
@@ -29,12 +30,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from jobs.run_config import STATE_FILE, RunConfig, stage_options
+from jobs.run_config import EMBED_STAGE, STATE_FILE, RunConfig, stage_options
 from jobs.run_inputs import CheckedInputs, check_between
 from jobs.run_table import stage_package, stage_spec
 from pipelines.io.atomic import write_json_replacing
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import MANIFEST, join
+from pipelines.io.sizes import format_size
 from pipelines.stage_api.job_stage import JobStage
 from pipelines.stage_api.options import BEAM_FIELD
 
@@ -95,6 +97,19 @@ class StageResult:
     line: str | None = None  # the stage's own one-line summary, when it ran
     facts: dict = field(default_factory=dict)  # key counts from its manifest
     error: str | None = None
+    # The process's peak RSS at the stage's end and at its start (this run's, or for a skipped
+    # stage the run's that wrote its output; see :class:`StageRecord`).
+    peak_rss: int | None = None
+    peak_rss_at_start: int | None = None
+
+    def peak_rss_text(self) -> str:
+        """The stage's peak RSS for the table: ``1.20 GiB`` when the stage raised the process's
+        peak (its own peak is that), ``<= 1.20 GiB`` when an earlier stage of the same process
+        had reached it (the stage's own peak is at most that), ``-`` when not measured."""
+        if self.peak_rss is None:
+            return "-"
+        raised = self.peak_rss_at_start is None or self.peak_rss > self.peak_rss_at_start
+        return ("" if raised else "<= ") + format_size(self.peak_rss)
 
 
 def _manifest_bytes(plan: StagePlan) -> bytes | None:
@@ -151,9 +166,13 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
         inputs = checked.external(stage)
         if spec.fingerprint_inputs is not None:
             inputs = {**inputs, **spec.fingerprint_inputs(options)}
-        plans.append(
-            StagePlan(stage, context.folders[stage], options, beam, inputs, spec.upstream(context))
-        )
+        upstream = spec.upstream(context)
+        if config.external_embeddings and EMBED_STAGE in upstream:
+            # The vectors come from outside the job: described like the corpus files, they
+            # rerun the stage when they change, as a new embed output would.
+            upstream = tuple(name for name in upstream if name != EMBED_STAGE)
+            inputs = {**inputs, "embeddings": checked.embeddings}
+        plans.append(StagePlan(stage, context.folders[stage], options, beam, inputs, upstream))
     return plans
 
 
@@ -175,12 +194,20 @@ def run_stage(plan: StagePlan, *, overwrite: bool) -> Any:
 
 @dataclass
 class StageRecord:
-    """What the job state remembers about a stage's last successful run."""
+    """What the job state remembers about a stage's last successful run.
+
+    The stages of one ``sbert run`` share its process, whose peak RSS only grows: ``peak_rss``
+    (bytes, :func:`pipelines.io.resources.peak_rss` at the stage's end) is the stage's own peak
+    when it exceeds ``peak_rss_at_start``, and an upper bound of it otherwise. A state written
+    before they were recorded reads as None.
+    """
 
     fingerprint: str
     output_identity: str
     seconds: float
     finished: str
+    peak_rss: int | None = None
+    peak_rss_at_start: int | None = None
 
 
 @dataclass
@@ -225,10 +252,24 @@ class JobState:
         if self.stages.pop(stage, None) is not None:
             self.save()
 
-    def record(self, stage: str, fingerprint: str, identity: str, seconds: float) -> None:
-        """Remember a stage that finished, and save."""
+    def record(
+        self,
+        stage: str,
+        fingerprint: str,
+        identity: str,
+        seconds: float,
+        peak_rss: tuple[int, int] | None = None,
+    ) -> None:
+        """Remember a stage that finished, and save.
+
+        Args:
+            peak_rss: the process's peak RSS at the stage's start and at its end, in bytes.
+        """
         finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.stages[stage] = StageRecord(fingerprint, identity, round(seconds, 3), finished)
+        at_start, at_end = peak_rss if peak_rss is not None else (None, None)
+        self.stages[stage] = StageRecord(
+            fingerprint, identity, round(seconds, 3), finished, at_end, at_start
+        )
         self.save()
 
     def save(self) -> None:
