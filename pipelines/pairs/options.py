@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pipelines.io.filesystems import FileSystems
+from pipelines.io.resources import MemoryBudget
 from pipelines.io.sizes import parse_size
 from pipelines.pairs.defaults import (
     DEFAULT_MAX_BLOCK,
@@ -23,8 +24,10 @@ from pipelines.stage_api.options import OptionError, at_least, in_range, option
 from pipelines.stage_api.shared_options import (
     ExternalVectorOptions,
     beam_options_option,
+    checked_memory_budget,
     kmeans_iterations_option,
     kmeans_sample_option,
+    memory_budget_option,
     output_option,
     overwrite_option,
     seed_option,
@@ -78,6 +81,7 @@ class Options(ExternalVectorOptions):
         "memory one worker may use, e.g. 4GB, 16GiB (default 4GB): exact mode needs all "
         "vectors in each worker",
     )
+    memory_budget: str = memory_budget_option()
     ranges: int | None = option(
         help=f"exact: query ranges, one Beam element each (default one per {ROWS_PER_RANGE:,})"
     )
@@ -116,6 +120,7 @@ class Options(ExternalVectorOptions):
             )
         self._check_method_options()
         self.worker_memory_bytes()
+        self.budget()
         if self.known_pairs is not None and not FileSystems.exists(self.known_pairs):
             raise OptionError("known_pairs", f"{self.known_pairs}: no such file")
 
@@ -128,6 +133,10 @@ class Options(ExternalVectorOptions):
             others = ", ".join(f"--{name.replace('_', '-')}" for name in given[1:])
             also = f" (as do {others})" if others else ""
             raise OptionError(given[0], f"applies to --method {mode}{also}")
+
+    def budget(self) -> MemoryBudget:
+        """``memory_budget`` resolved (``auto``: a share of the memory available now)."""
+        return checked_memory_budget(self.memory_budget)
 
     def worker_memory_bytes(self) -> int:
         """``worker_memory`` in bytes."""

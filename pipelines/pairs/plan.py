@@ -96,6 +96,30 @@ def block_worker_bytes(block: int, dim: int) -> int:
     return 3 * block * dim * 4 + block * BYTES_PER_ID + WORKER_OVERHEAD
 
 
+def fit_sample_size(request: BlockingRequest, n: int, dim: int, clusters: int) -> int:
+    """Rows of the k-means sample the clustered mode fits its centroids on."""
+    return sample_size(
+        n,
+        dim,
+        clusters,
+        per_cluster=SAMPLE_PER_CLUSTER,
+        minimum=MIN_SAMPLE,
+        requested=request.sample,
+    )
+
+
+def clustered_launcher_bytes(request: BlockingRequest, n: int, dim: int) -> int:
+    """Memory the clustered mode's launcher holds besides a worker: every id while the scan
+    checks them, the k-means sample (and the fit's working copy of it), and the exact-truth
+    queries with the vectors of their exact neighbours."""
+    from pipelines.vectors.block_plan import default_clusters
+
+    clusters = min(request.clusters or default_clusters(n, request.k), n)
+    sample = fit_sample_size(request, n, dim, clusters)
+    queries = min(request.recall_sample + request.tune_sample, n)
+    return n * BYTES_PER_ID + 2 * sample * dim * 4 + queries * (request.k + 1) * dim * 4
+
+
 def clustered_disk_bytes(n: int, id_bytes: int, dim: int, nprobe: int, k: int) -> int:
     """Temporary disk of the clustered search (``_work/``, see ``pipelines/pairs/transforms.py``),
     counted uncompressed: every vector once (``n * dim * 4``), ``nprobe`` row-list entries per
@@ -167,14 +191,7 @@ def plan_blocking(request: BlockingRequest, n: int, dim: int, budget: int) -> Bl
     tune_size = min(request.tune_sample if request.nprobe is None else 0, n)
     rest = order[len(recall_rows) :]
     tune_rows = rest[:tune_size] if len(rest) >= tune_size else order[:tune_size]
-    fit_size = sample_size(
-        n,
-        dim,
-        clusters,
-        per_cluster=SAMPLE_PER_CLUSTER,
-        minimum=MIN_SAMPLE,
-        requested=request.sample,
-    )
+    fit_size = fit_sample_size(request, n, dim, clusters)
     return Blocking(
         clusters,
         request.nprobe,

@@ -5,7 +5,7 @@ Run from Python as ``pairs.run(pairs.Options(embeddings=[...], output=...))``, o
     sbert pairs --embeddings DIR [DIR ...] --output DIR [--k 10] [--threshold T]
         [--method auto|exact|clustered] [--clusters C] [--nprobe P | --target-recall R]
         [--tune-sample Q] [--recall-sample Q] [--max-block B] [--known-pairs FILE]
-        [--worker-memory 4GB] [--ranges R]
+        [--worker-memory 4GB] [--memory-budget auto|SIZE] [--ranges R]
         [--shards S] [--sample N] [--seed S] [--precision auto|bfloat16|float32]
         [--incremental] [--overwrite] [Beam options]
 
@@ -32,6 +32,14 @@ exact search is then measured on ``--recall-sample`` random queries (other than 
 when N allows) and written to the manifest.
 
 auto: exact up to 200,000 vectors (when it fits the worker memory), clustered above.
+
+memory and disk: ``--memory-budget`` (default ``auto``) holds the whole process; what the run
+needs is worked out from the manifests' sizes before any vector is read and refused when over
+(:mod:`pipelines.pairs.memory`); on a local runner it also bounds a clustered worker's group of
+blocks. The clustered search's temporary disk (each vector once, plus row lists and candidate
+lists, :func:`pipelines.pairs.plan.clustered_disk_bytes`) is checked against the free space of
+the output's disk before it is written. The manifest's ``memory_budget`` records the budget,
+the need counted and the peak RSS measured.
 
 incremental (``--incremental``): when the output folder holds this stage's previous output,
 computed with the same settings and model from earlier versions of the same embeddings folders,
@@ -69,9 +77,11 @@ from pipelines.io.manifest_fields import created_now, model_fields, software_ver
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import NEIGHBORS, PAIRS
 from pipelines.io.previous_output import full_run
+from pipelines.io.resources import peak_rss
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from pipelines.pairs.incremental import Reuse, plan_reuse, replace_kind
 from pipelines.pairs.known_pairs import known_pairs_recall
+from pipelines.pairs.memory import check_memory
 from pipelines.pairs.options import Options
 from pipelines.pairs.output_tables import part_path
 from pipelines.pairs.plan import (
@@ -164,15 +174,26 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     budget = options.worker_memory_bytes()
     method = choose_method(options.method, n, dim, budget, options.worker_memory)
     reader = VectorReader(tuple(all_shards(datasets)), dim, needs_normalizing(datasets[0].manifest))
-    blocking = None
-    if method == "clustered" and n:
-        blocking = plan_blocking(_blocking_request(options), n, dim, budget)
     beam_options = _beam_options(options, pipeline)
     local = beam_options is None or _is_local(beam_options)
     here = beam_options is None or _workers_here(beam_options, pipeline)
+    # Refused here, from the manifests' sizes, before any vector is read.
+    memory = check_memory(
+        options.budget(),
+        method,
+        n,
+        dim,
+        _blocking_request(options),
+        threshold=options.threshold is not None,
+        worker_memory=budget,
+        here=here,
+    )
+    blocking = None
+    if method == "clustered" and n:
+        blocking = plan_blocking(_blocking_request(options), n, dim, memory.worker_bytes)
     refuse_remote_workers(datasets, here=here)
     # The previous version is read and verified before the output is prepared.
-    reuse = _reuse(options, datasets, method, reader, local, budget)
+    reuse = _reuse(options, datasets, method, reader, local, min(budget, memory.budget.bytes))
     # A local exact run that fits one worker searches the vectors of the scan itself; so does an
     # incremental one.
     in_process = n > 0 and local
@@ -293,6 +314,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         )
         if not isinstance(reuse, Reuse):
             details["incremental"] = full_run("pairs", options.output, reuse)
+        details["memory_budget"] = memory.describe(peak_rss())
         manifest = _manifest(options, datasets, summary, reader, budget, details, runner, seconds)
         if FileSystems.exists(join(attempt, WORK_DIR)):
             FileSystems.delete([join(attempt, WORK_DIR)])
@@ -309,7 +331,10 @@ def _reuse(options, datasets, method, reader, local, budget) -> Reuse | str:
     if not local:
         return "the incremental search runs in the launcher, with a local runner only"
     if exact_worker_bytes(n, reader.dim) > budget:
-        return f"all {n} vectors do not fit --worker-memory {options.worker_memory}"
+        return (
+            f"all {n} vectors do not fit --worker-memory {options.worker_memory} "
+            f"and --memory-budget {options.memory_budget}"
+        )
     return reuse
 
 
