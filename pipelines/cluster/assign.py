@@ -28,9 +28,12 @@ from pipelines.io.output_dir import join
 from pipelines.vectors.cosine_range import clamp_cosines
 from pipelines.vectors.kmeans import assign
 from pipelines.vectors.precision import Precision, normalize_rows
+from pipelines.vectors.progress import shared_progress
 from pipelines.vectors.sampling import sample_rows
 
 ASSIGNMENTS = "assignments"
+# The progress bar every assignment DoFn in this process counts its batches on.
+ASSIGN_PROGRESS = "cluster assign"
 
 ASSIGNMENTS_SCHEMA = pa.schema(
     [
@@ -78,13 +81,20 @@ class _AssignShardFn(beam.DoFn):
     """``(index, embeddings shard)`` -> ``assignments/part-index-of-count.parquet``."""
 
     def __init__(
-        self, centroids_path: str, output: str, count: int, batch_size: int, precision: Precision
+        self,
+        centroids_path: str,
+        output: str,
+        count: int,
+        batch_size: int,
+        precision: Precision,
+        total: int | None,
     ) -> None:
         self._centroids_path = centroids_path
         self._output = output
         self._count = count
         self._batch_size = batch_size
         self._precision = precision
+        self._total = total
         self._centroids: np.ndarray | None = None
         self._assigned = Metrics.counter(METRICS_NAMESPACE, "assigned")
 
@@ -92,8 +102,11 @@ class _AssignShardFn(beam.DoFn):
         self._centroids = load_centroids(self._centroids_path)
 
     def _tables(self, path: str) -> Iterator[pa.Table]:
+        # Shown only where this process shows progress (a local runner's in-process workers).
+        bar = shared_progress(ASSIGN_PROGRESS, "vectors", self._total)
         for table in assign_shard(path, self._centroids, self._batch_size, self._precision):
             self._assigned.inc(table.num_rows)
+            bar.update(table.num_rows)
             yield table
 
     def process(self, item: tuple[int, str]) -> Iterator[tuple[str, int]]:
@@ -111,6 +124,7 @@ class AssignClusters(beam.PTransform):
         output: the cluster output directory.
         batch_size: rows read and assigned at a time (bounds worker memory).
         precision: see :func:`pipelines.vectors.kmeans.assign`; labels are fp32-exact either way.
+        total: rows in all shards, for the progress bar's ETA.
 
     Emits ``(assignments shard path, rows)`` per shard.
     """
@@ -123,10 +137,11 @@ class AssignClusters(beam.PTransform):
         *,
         batch_size: int = 65536,
         precision: Precision = "auto",
+        total: int | None = None,
     ) -> None:
         super().__init__()
         self._shards = list(shards)
-        self._fn = _AssignShardFn(centroids_path, output, len(shards), batch_size, precision)
+        self._fn = _AssignShardFn(centroids_path, output, len(shards), batch_size, precision, total)
 
     def expand(self, pbegin):
         return (
@@ -149,16 +164,19 @@ def sample_embeddings(
     total = sum(dataset.count for dataset in datasets)
     chosen = sample_rows(total, size, seed)
     ids: list[str] = []
-    parts: list[np.ndarray] = []
+    # Filled in place: one copy of the sample, not its parts plus their concatenation.
+    sample = np.empty((len(chosen), datasets[0].dim), np.float32)
     offset = 0
     for dataset in datasets:
         for batch_ids, vectors in dataset.batches(batch_size):
             lo, hi = np.searchsorted(chosen, [offset, offset + len(batch_ids)])
             local = chosen[lo:hi] - offset
             ids.extend(batch_ids[i] for i in local)
-            parts.append(vectors[local])
+            sample[lo:hi] = vectors[local]
             offset += len(batch_ids)
-    return ids, np.concatenate(parts) if parts else np.zeros((0, datasets[0].dim), np.float32)
+    if len(ids) != len(chosen):
+        raise ValueError(f"the embeddings ended after {offset} rows; expected {total}")
+    return ids, sample
 
 
 def read_assignments(output: str) -> pa.Table:

@@ -41,6 +41,7 @@ from pipelines.io.texts import recorded_corpus_spec, texts_from_corpus, texts_fr
 from pipelines.vectors.communities import detect_communities
 from pipelines.vectors.kmeans import fit_spherical_kmeans, lloyd_pass
 from pipelines.vectors.precision import normalize_rows
+from pipelines.vectors.progress import stage_progress
 
 logger = logging.getLogger(__name__)
 
@@ -149,18 +150,22 @@ def run_kmeans(
     )
     centroids = fit.centroids
     refine_empty = []
-    for _ in range(options.refine_passes):
-        batches = (batch for dataset in datasets for _, batch in dataset.batches())
-        sums = lloyd_pass(batches, centroids, precision=options.precision)
-        centroids, empty = sums.centroids(centroids)
-        refine_empty.append(int(empty.sum()))
+    # Each pass reads every row: at 10M rows, minutes apiece.
+    total = options.refine_passes * items
+    with stage_progress("k-means refine", total=total, unit="vectors") as bar:
+        for _ in range(options.refine_passes):
+            batches = (batch for dataset in datasets for _, batch in dataset.batches())
+            sums = lloyd_pass(batches, centroids, precision=options.precision, progress=bar)
+            centroids, empty = sums.centroids(centroids)
+            refine_empty.append(int(empty.sum()))
     centroids_path = join(output, CENTROIDS)
     save_centroids(centroids_path, centroids)
 
-    run(
-        "AssignClusters",
-        AssignClusters(all_shards(datasets), centroids_path, output, precision=options.precision),
+    shards = all_shards(datasets)
+    assign = AssignClusters(
+        shards, centroids_path, output, precision=options.precision, total=items
     )
+    run("AssignClusters", assign)
     table = read_assignments(output)
     if table.num_rows != items:
         raise LostRowsError(

@@ -13,8 +13,10 @@ from pipelines.stage_api.options import OptionError, at_least, in_range, option
 from pipelines.stage_api.shared_options import (
     ExternalVectorOptions,
     beam_options_option,
+    checked_memory_budget,
     kmeans_iterations_option,
     kmeans_sample_option,
+    memory_budget_option,
     output_option,
     overwrite_option,
     seed_option,
@@ -76,6 +78,9 @@ class Options(ExternalVectorOptions):
     refit: bool = option(
         False, "with --incremental: fit the centroids again on all rows (a full run)"
     )
+    # The k-means sample, the centroids, one assignment batch and the per-row results, or for
+    # communities every vector: refused before any vector is read when they do not fit.
+    memory_budget: str = memory_budget_option()
     overwrite: bool = overwrite_option()
     verify: bool = verify_option()
     beam_options: Any = beam_options_option()
@@ -94,6 +99,7 @@ class Options(ExternalVectorOptions):
             )
         at_least("representatives", self.representatives, 0)
         at_least("terms", self.terms, 0)
+        checked_memory_budget(self.memory_budget)
 
     def _check_kmeans(self) -> None:
         if self.k is None:

@@ -6,7 +6,8 @@ Run from Python as ``cluster.run(cluster.Options(embeddings=[...], output=..., k
         [--method kmeans|communities] [--sample N] [--iterations I] [--refine-passes P]
         [--seed S] [--text-from EMBEDDINGS_DIR_OR_CORPUS_GLOB]
         [--threshold T] [--min-size M] [--neighbors K0]      (communities)
-        [--representatives R] [--terms T] [--overwrite] [Beam options]
+        [--representatives R] [--terms T] [--memory-budget SIZE|auto] [--overwrite]
+        [Beam options]
 
 kmeans: cosine k-means fitted in this process on a random sample (default 64 rows per cluster,
 at least 20,000, at most what fits in 2 GiB), optionally refined by full passes over the data,
@@ -21,6 +22,10 @@ Output (docs/architecture.md ``clusters/``): ``assignments/`` Parquet (id, clust
 cosine to the cluster's centre: its centroid, or a community's central item), ``centroids.npy``,
 ``summary.parquet`` (size, members nearest the centre, distinctive terms), ``report.html``, and
 ``_manifest.json``, written last and only on success.
+
+Memory: the stage counts what the process will hold (``pipelines/cluster/memory.py``) from the
+inputs' row counts and refuses before reading any vector when that exceeds ``--memory-budget``;
+the manifest records the budget, the parts counted and the measured peak RSS.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from pipelines.cluster.incremental import (
     find_previous,
     fit_options,
 )
+from pipelines.cluster.memory import communities_parts, kmeans_parts, require_parts
 from pipelines.cluster.options import MIN_SAMPLE, SAMPLE_PER_CLUSTER, Options
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.content_checks import content_checks
@@ -55,6 +61,7 @@ from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_r
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout
 from pipelines.io.previous_output import full_run, incremental_record
+from pipelines.io.resources import MemoryBudget, peak_rss
 from pipelines.stage_api.beam_options import runner_name
 from pipelines.stage_api.beam_run import (
     options_for,
@@ -63,8 +70,10 @@ from pipelines.stage_api.beam_run import (
     workers_here,
 )
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.shared_options import checked_memory_budget
 from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
+from pipelines.vectors.memory_use import resident_bytes
 from pipelines.vectors.sampling import sample_size
 
 logger = logging.getLogger(__name__)
@@ -123,6 +132,8 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     if items == 0:
         raise ValueError(f"{', '.join(options.embeddings)}: no embeddings to cluster (0 rows)")
     sample = _sample_size(options, items, datasets[0].dim) if options.method == "kmeans" else None
+    budget = checked_memory_budget(options.memory_budget)
+    memory = _require_memory(options, items, datasets[0].dim, sample, budget)
     source = text_source(options.text_from, datasets)
     beam_options = options_for(options.beam_options, pipeline)
     refuse_remote_workers(datasets, here=workers_here(beam_options, pipeline))
@@ -175,7 +186,12 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         beam_ran = options.method == "kmeans" and record["mode"] == "full"
         runner = runner_name(beam_options) if beam_ran else "launcher"
         fields = _manifest(options, datasets, summary, profiles, clustering.details, runner)
-        manifest = out.commit({**fields, "incremental": record})
+        memory_fields = {
+            "memory_budget": budget.to_json(),
+            "memory_needed": memory,
+            "peak_rss_bytes": peak_rss(),
+        }
+        manifest = out.commit({**fields, **memory_fields, "incremental": record})
     return Result(options.output, manifest, summary)
 
 
@@ -215,6 +231,23 @@ def _manifest(
         "seconds": round(summary.seconds, 3),
         "created": created_now(),
     }
+
+
+def _require_memory(
+    options: Options, items: int, dim: int, sample: int | None, budget: MemoryBudget
+) -> dict[str, int]:
+    """What the run will hold (``pipelines/cluster/memory.py``), refused when over the budget
+    before any vector is read."""
+    if options.method == "kmeans":
+        parts = kmeans_parts(resident_bytes(), items, dim, options.k, sample)
+        what = f"k-means of {items:,} vectors of dimension {dim} into {options.k:,} clusters"
+        change = "use a smaller --sample or --k"
+    else:
+        parts = communities_parts(resident_bytes(), items, dim, options.neighbors)
+        what = f"communities of {items:,} vectors of dimension {dim} (all held in memory)"
+        change = "cluster fewer embeddings, fewer --neighbors, or --method kmeans"
+    require_parts(parts, budget, what, change)
+    return parts
 
 
 def _sample_size(options: Options, items: int, dim: int) -> int:

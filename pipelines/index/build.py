@@ -239,6 +239,30 @@ def gather_rows(source: VectorSource, positions: np.ndarray, batch_size: int) ->
     return out
 
 
+def gather_prepared(
+    source: VectorSource, positions: np.ndarray, metric: Metric, batch_size: int
+) -> np.ndarray:
+    """:func:`gather_rows` prepared for ``metric`` in place: the same values as
+    ``prepare_vectors(gather_rows(...))`` without a second copy."""
+    vectors = gather_rows(source, positions, batch_size)
+    if metric == "ip":
+        faiss.normalize_L2(vectors)
+    return vectors
+
+
+def take_rows(vectors: np.ndarray, keep: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    """``vectors[keep]`` for sorted distinct ``keep``, moved to the front of ``vectors`` in
+    place (a view of it is returned), so the rows are not copied a second time whole.
+
+    Safe in place: row ``keep[i] >= i``, and each chunk reads its rows (into a ``chunk``-row
+    temporary) before writing below them, never above where later chunks read.
+    """
+    for start in range(0, len(keep), chunk):
+        stop = min(start + chunk, len(keep))
+        vectors[start:stop] = vectors[keep[start:stop]]
+    return vectors[: len(keep)]
+
+
 def _on_device(index: faiss.Index, work: Callable[[faiss.Index], None], use_gpu: bool):
     """Run ``work`` on a GPU copy of ``index`` when asked and possible; ``(cpu_index, device)``.
 
@@ -283,11 +307,11 @@ def train_on_sample(source: VectorSource, settings: BuildSettings) -> TrainedInd
             )
     train_rows, held_out = sample_positions(n, n_train, settings.n_queries, settings.seed)
     rows = np.union1d(train_rows, held_out)
-    sample = gather_rows(source, rows, settings.batch_size)
-    queries = prepare_vectors(sample[np.searchsorted(rows, held_out)], settings.metric)
+    sample = gather_prepared(source, rows, settings.metric, settings.batch_size)
+    queries = sample[np.searchsorted(rows, held_out)]
     device = "cpu"
     if n_train:
-        train = prepare_vectors(sample[np.searchsorted(rows, train_rows)], settings.metric)
+        train = take_rows(sample, np.searchsorted(rows, train_rows))  # in place: one copy
         del sample
         logger.info("training %s on %d vectors", settings.factory, n_train)
         index, device = _on_device(index, lambda target: target.train(train), settings.gpu())
@@ -311,7 +335,7 @@ def fill_index(
     """
 
     def add_all(target: faiss.Index) -> None:
-        with stage_progress("index", total=total, unit="vectors") as bar:
+        with stage_progress("index fill", total=total, unit="vectors") as bar:
             for vectors in batches:
                 prepared = prepare_vectors(vectors, metric)
                 target.add(prepared)

@@ -11,7 +11,7 @@ import re
 import faiss
 import numpy as np
 
-from pipelines.index.planner import POINTS_PER_CENTROID
+from pipelines.index.planner import train_sample_size
 from pipelines.vectors.exact_truth import Metric
 
 _FAISS_ERROR = re.compile(r"^Error in .*? at \S+:\d+: (?:Error: '.*?' failed: )?")
@@ -92,5 +92,4 @@ def default_train_sample(index: faiss.Index, n: int) -> int:
         return 0
     ivf = faiss.try_extract_index_ivf(index)
     nlist = int(ivf.nlist) if ivf is not None else 1
-    wanted = max(64 * nlist, 64 * min_train_points(index))
-    return min(n, max(POINTS_PER_CENTROID * nlist, min(wanted, 500_000)))
+    return train_sample_size(n, nlist, min_train_points(index))

@@ -57,6 +57,7 @@ from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.embeddings_versions import PartChanges, compare_versions, unchanged_row_mask
 from pipelines.io.output_dir import join, relative_to
 from pipelines.io.previous_output import NOT_ASKED, model_change, previous_output
+from pipelines.io.resources import AUTO
 from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
 
 logger = logging.getLogger(__name__)
@@ -183,13 +184,14 @@ def _settings_change(options: Options, plan: IndexPlan | None, previous: dict) -
         "target_recall": options.target_recall,
         "train_sample_requested": options.train_sample,
     }
-    if options.factory == "auto":
+    # ``auto`` follows the memory free at each run; the plan check below covers it.
+    if options.factory == "auto" and options.memory_budget.strip().lower() != AUTO:
         asked["memory_budget_bytes"] = options.memory_budget_bytes()
     for name, value in asked.items():
         if previous.get(name) != value:
             return f"{name} changed: {previous.get(name)!r} -> {value!r}"
     if plan is not None:
-        fitting = {c.factory for c in plan.considered if c.bytes <= plan.budget_bytes}
+        fitting = {c.factory for c in plan.considered if plan.fits(c)}
         if previous.get("factory") not in fitting:
             return (
                 f"the previous index {previous.get('factory')} is not among the indexes the "

@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pipelines.io.sizes import parse_size
+from pipelines.io.resources import MemoryBudget
 from pipelines.stage_api.options import OptionError, at_least, in_range, option
 from pipelines.stage_api.shared_options import (
     ExternalVectorOptions,
     beam_options_option,
+    checked_memory_budget,
+    memory_budget_option,
     output_option,
     overwrite_option,
     seed_option,
@@ -32,9 +34,8 @@ class Options(ExternalVectorOptions):
     factory: str = option(
         "auto", "'auto' (choose under --memory-budget) or a FAISS index_factory string"
     )
-    memory_budget: str = option(
-        "4GB", "memory the index may use, e.g. 4GB, 512MiB (default 4GB; used by auto)"
-    )
+    # The whole process: the index, its training sample, the trial, the queries, the batches.
+    memory_budget: str = memory_budget_option()
     target_recall: float = option(
         0.95, "recall@10 the search parameter is tuned to reach (default 0.95)"
     )
@@ -73,7 +74,7 @@ class Options(ExternalVectorOptions):
         at_least("batch_size", self.batch_size, 1)
         at_least("shards", self.shards, 1)
         at_least("train_sample", self.train_sample, 1)
-        self.memory_budget_bytes()
+        self.budget()
         if self.beam_options and self.shards is None:
             raise OptionError(
                 "shards",
@@ -81,9 +82,10 @@ class Options(ExternalVectorOptions):
                 "process)",
             )
 
+    def budget(self) -> MemoryBudget:
+        """``memory_budget`` resolved (``auto``: a share of the memory available now)."""
+        return checked_memory_budget(self.memory_budget)
+
     def memory_budget_bytes(self) -> int:
         """``memory_budget`` in bytes."""
-        try:
-            return parse_size(self.memory_budget)
-        except ValueError as err:
-            raise OptionError("memory_budget", str(err)) from None
+        return self.budget().bytes

@@ -23,16 +23,23 @@ Memory estimates (bytes, float32 vectors, 64-bit ids; what the index occupies wh
 - OPQ,IVF,PQ:  N·(m + 8) + nlist·(4·D + 48) + 4·256·D + 4·d·D [+ 4·nlist·m·256 for l2]
   (codes and ids; centroids and list headers; PQ codebooks; the OPQ rotation; for l2 FAISS
   keeps a precomputed distance table when it is under 2 GiB)
+
+The budget bounds the whole process, not only the index: with a :class:`ProcessMemory` the
+planner adds what the process holds besides the final index (:meth:`ProcessMemory.parts`): what
+is already resident, the held-out queries, and the larger of the two phases of a build, the
+training (the sample and FAISS's copies of it) and the fill (the index plus the reading batches).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
+from pipelines.io.resources import MemoryBudget, ResourceError, require_memory
 from pipelines.io.sizes import format_size
+from pipelines.vectors.memory_use import vector_bytes
 from pipelines.vectors.records import field_record
 
 Metric = Literal["ip", "l2"]
@@ -51,10 +58,23 @@ PQ_CENTROIDS = 256  # 8-bit codes
 PQ_BYTES_CHOICES = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 PRECOMPUTED_TABLE_MAX_BYTES = 2**31  # faiss IndexIVFPQ.precomputed_table_max_bytes
 LIST_HEADER_BYTES = 48  # two std::vector headers (codes, ids) per inverted list
+# Training vectors: 64 per IVF list (FAISS wants 39-256; k-means subsamples above 256), at least
+# 64 per PQ centroid, at most this many above the 39-per-list minimum (memory).
+TRAIN_POINTS_PER_LIST = 64
+MAX_TRAIN_VECTORS = 500_000
+# Copies of the training sample alive while an index trains: ours, plus for OPQ+IVF-PQ the
+# rotated copy (IndexPreTransform.train) and the IVF residuals the PQ is trained on.
+TRAIN_COPIES: dict[str, int] = {"flat": 0, "hnsw": 0, "ivf_flat": 1, "ivf_pq": 3}
+# Copies of one reading batch alive while it is added: the Arrow batch, its numpy matrix, the
+# normalised copy, and the OPQ-rotated copy inside FAISS.
+BATCH_COPIES = 4
+# The held-out queries: the build's copy and the exact top-k's.
+QUERY_COPIES = 2
 
 
-class BudgetTooSmallError(ValueError):
-    """No index family fits the memory budget."""
+class BudgetTooSmallError(ResourceError, ValueError):
+    """No index family fits the memory budget (a :class:`ResourceError`, and a ValueError for
+    the callers that refuse bad input with one)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +87,7 @@ class MemoryEstimate:
         bytes: estimated memory of the filled index.
         formula: the estimate with the numbers substituted, for the manifest and messages.
         search_parameter: what ``ParameterSpace`` tunes at search time (None: exact).
+        train_vectors: the default training sample (0: the index needs no training).
     """
 
     factory: str
@@ -74,6 +95,51 @@ class MemoryEstimate:
     bytes: int
     formula: str
     search_parameter: str | None
+    train_vectors: int = 0
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """What the process holds besides the final index while it builds one.
+
+    Attributes:
+        resident: bytes resident when the stage starts (interpreter, libraries, earlier stages).
+        batch_rows: vectors read and added per step (``--batch-size``).
+        query_rows: held-out query vectors.
+        train_sample: ``--train-sample`` (None: each index's default).
+    """
+
+    resident: int = 0
+    batch_rows: int = 0
+    query_rows: int = 0
+    train_sample: int | None = None
+
+    def parts(self, candidate: MemoryEstimate, n: int, dim: int) -> dict[str, int]:
+        """Bytes of each part for building ``candidate`` over ``n`` vectors; ``"total"`` is
+        the peak: resident + queries + the larger of training and filling."""
+        n_train = candidate.train_vectors
+        if n_train and self.train_sample is not None:
+            n_train = min(n, self.train_sample)
+        parts = {
+            "resident": self.resident,
+            "held_out_queries": QUERY_COPIES * vector_bytes(self.query_rows, dim),
+            "training": TRAIN_COPIES[candidate.family] * vector_bytes(n_train, dim),
+            "index": candidate.bytes,
+            "reading_batches": BATCH_COPIES * vector_bytes(min(self.batch_rows, n), dim),
+        }
+        fill = parts["index"] + parts["reading_batches"]
+        parts["total"] = (
+            parts["resident"] + parts["held_out_queries"] + max(parts["training"], fill)
+        )
+        return parts
+
+    def describe(self, parts: dict[str, int]) -> str:
+        """The parts in words, for messages."""
+        return ", ".join(
+            f"{name.replace('_', ' ')} {format_size(size)}"
+            for name, size in parts.items()
+            if name != "total"
+        )
 
 
 @dataclass(frozen=True)
@@ -86,16 +152,41 @@ class IndexPlan:
     budget_bytes: int
     chosen: MemoryEstimate
     considered: tuple[MemoryEstimate, ...]
+    process: ProcessMemory | None = None
+
+    def needed(self, candidate: MemoryEstimate) -> int:
+        """Peak bytes of the process building ``candidate`` (the index alone without a
+        :class:`ProcessMemory`)."""
+        if self.process is None:
+            return candidate.bytes
+        return self.process.parts(candidate, self.n, self.dim)["total"]
+
+    def fits(self, candidate: MemoryEstimate) -> bool:
+        """Whether building ``candidate`` stays within the budget."""
+        return self.needed(candidate) <= self.budget_bytes
 
     def to_json(self) -> dict:
         """A JSON-ready record for the index manifest."""
+        process = self.process
         return field_record(
             self,
             chosen=asdict(self.chosen),
             considered=[
-                {**asdict(c), "fits": c.bytes <= self.budget_bytes} for c in self.considered
+                {**asdict(c), "process_bytes": self.needed(c), "fits": self.fits(c)}
+                for c in self.considered
             ],
+            process=None
+            if process is None
+            else {**asdict(process), "parts": process.parts(self.chosen, self.n, self.dim)},
         )
+
+
+def train_sample_size(n: int, nlist: int, min_points: int) -> int:
+    """Training vectors for an index of ``nlist`` inverted lists (1 without IVF) over N vectors
+    that needs at least ``min_points`` to train (nlist, or 256 for PQ codebooks): 64 per list
+    and per needed point, at most 500k above the 39-per-list minimum, at most N."""
+    wanted = max(TRAIN_POINTS_PER_LIST * nlist, TRAIN_POINTS_PER_LIST * min_points)
+    return min(n, max(POINTS_PER_CENTROID * nlist, min(wanted, MAX_TRAIN_VECTORS)))
 
 
 def ivf_nlist(n: int) -> int:
@@ -135,6 +226,7 @@ def ivf_flat_estimate(n: int, dim: int, nlist: int) -> MemoryEstimate:
         n * (4 * dim + 8) + nlist * (4 * dim + LIST_HEADER_BYTES),
         f"N·(4·d + 8) + nlist·(4·d + 48) = {n}·(4·{dim} + 8) + {nlist}·(4·{dim} + 48)",
         "nprobe",
+        train_sample_size(n, nlist, nlist),
     )
 
 
@@ -162,7 +254,14 @@ def ivf_pq_estimate(
         f"N·(m + 8) + nlist·(4·D + 48) + 4·256·D + 4·d·D + table = {n}·({m} + 8) + "
         f"{nlist}·(4·{reduced} + 48) + 4·256·{reduced} + 4·{dim}·{reduced} + {table}"
     )
-    return MemoryEstimate(f"{opq},IVF{nlist},PQ{m}", "ivf_pq", total, formula, "nprobe")
+    return MemoryEstimate(
+        f"{opq},IVF{nlist},PQ{m}",
+        "ivf_pq",
+        total,
+        formula,
+        "nprobe",
+        train_sample_size(n, nlist, max(nlist, PQ_CENTROIDS)),
+    )
 
 
 def candidates(n: int, dim: int, metric: Metric) -> list[MemoryEstimate]:
@@ -181,8 +280,17 @@ def candidates(n: int, dim: int, metric: Metric) -> list[MemoryEstimate]:
     return out
 
 
-def plan_index(n: int, dim: int, metric: Metric, budget_bytes: int) -> IndexPlan:
-    """Pick the best index for N x d vectors that fits ``budget_bytes``.
+def plan_index(
+    n: int,
+    dim: int,
+    metric: Metric,
+    budget: int | MemoryBudget,
+    process: ProcessMemory | None = None,
+) -> IndexPlan:
+    """Pick the best index for N x d vectors that fits the budget.
+
+    With ``process``, the whole process's peak must fit (see :class:`ProcessMemory`); without,
+    the index alone.
 
     Example:
         >>> plan_index(1_000_000, 384, "ip", parse_size("2GB")).chosen.factory
@@ -194,8 +302,11 @@ def plan_index(n: int, dim: int, metric: Metric, budget_bytes: int) -> IndexPlan
 
     Raises:
         ValueError: N or d not positive, unknown metric.
-        BudgetTooSmallError: nothing fits; the message names the smallest candidate's need.
+        BudgetTooSmallError: nothing fits; the message names the smallest candidate's need
+            and the budget.
     """
+    if not isinstance(budget, MemoryBudget):
+        budget = MemoryBudget(budget, "--memory-budget")
     if n <= 0 or dim <= 0:
         raise ValueError(f"cannot plan an index for {n} vectors of dimension {dim}")
     if metric not in ("ip", "l2"):
@@ -203,16 +314,26 @@ def plan_index(n: int, dim: int, metric: Metric, budget_bytes: int) -> IndexPlan
     considered = candidates(n, dim, metric)
     if not considered:  # tiny N with a large d: only Flat makes sense
         considered = [flat_estimate(n, dim)]
-    for candidate in considered:
-        if candidate.bytes <= budget_bytes:
-            return IndexPlan(n, dim, metric, budget_bytes, candidate, tuple(considered))
-    smallest = min(considered, key=lambda c: c.bytes)
-    raise BudgetTooSmallError(
-        f"no FAISS index for {n:,} vectors of dimension {dim} fits a memory budget of "
-        f"{format_size(budget_bytes)}: the smallest, {smallest.factory}, needs "
-        f"{format_size(smallest.bytes)} ({smallest.formula}); raise --memory-budget to at "
-        f"least {format_size(smallest.bytes)}"
-    )
+    plans = [
+        IndexPlan(n, dim, metric, budget.bytes, candidate, tuple(considered), process)
+        for candidate in considered
+    ]
+    smallest = min(plans, key=lambda plan: plan.needed(plan.chosen))
+    chosen = smallest.chosen
+    held = f"the index alone is {chosen.formula}"
+    if process is not None:
+        held += f"; the process holds {process.describe(process.parts(chosen, n, dim))}"
+    try:  # refuses when even the smallest does not fit
+        require_memory(
+            smallest.needed(chosen),
+            budget,
+            f"no FAISS index for {n:,} vectors of dimension {dim} fits: the smallest, "
+            f"{chosen.factory},",
+            f"index fewer vectors ({held})",
+        )
+    except ResourceError as err:
+        raise BudgetTooSmallError(str(err)) from None
+    return next(plan for plan in plans if plan.fits(plan.chosen))
 
 
 def estimate_for_factory(factory: str, n: int, dim: int, metric: Metric) -> MemoryEstimate | None:
@@ -227,7 +348,5 @@ def estimate_for_factory(factory: str, n: int, dim: int, metric: Metric) -> Memo
         m, reduced, nlist, pq = (int(g) if g else None for g in match.groups())
         if m == pq:
             estimate = ivf_pq_estimate(n, dim, nlist, m, metric, reduced)
-            return MemoryEstimate(
-                factory, "ivf_pq", estimate.bytes, estimate.formula, estimate.search_parameter
-            )
+            return replace(estimate, factory=factory)
     return None

@@ -50,6 +50,8 @@ from pipelines.index.options import Options
 from pipelines.index.planner import (
     POINTS_PER_CENTROID,
     IndexPlan,
+    MemoryEstimate,
+    ProcessMemory,
     estimate_for_factory,
     plan_index,
 )
@@ -66,6 +68,7 @@ from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_r
 from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout
 from pipelines.io.previous_output import full_run, incremental_record
+from pipelines.io.resources import MemoryBudget, peak_rss, require_memory
 from pipelines.io.sizes import format_size
 from pipelines.stage_api.beam_run import (
     options_for,
@@ -76,6 +79,7 @@ from pipelines.stage_api.beam_run import (
 from pipelines.stage_api.result import Result
 from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
+from pipelines.vectors.memory_use import resident_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +143,7 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
 
 def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     """:func:`run` inside the content checks."""
-    budget = options.memory_budget_bytes()
+    budget = options.budget()
     (data,) = open_inputs([options.embeddings], ExternalColumns.from_args(options))
     if options.shards is not None:  # the shards are filled by Beam workers
         here = workers_here(options_for(options.beam_options, pipeline), pipeline)
@@ -148,9 +152,17 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     if n == 0:
         raise ValueError(f"{options.embeddings} holds no embeddings; there is nothing to index")
     auto = options.factory == "auto"
-    plan = plan_index(n, data.dim, options.metric, budget) if auto else None
+    # What the process holds besides the index, counted before any vector is read.
+    process = ProcessMemory(
+        resident=resident_bytes(),
+        batch_rows=options.batch_size,
+        query_rows=min(options.queries, max(n // 10, 1)),
+        train_sample=options.train_sample,
+    )
+    plan = plan_index(n, data.dim, options.metric, budget, process) if auto else None
     if plan is None:  # a bad factory, or one this corpus cannot train, fails before writing
         _check_trainable(options.factory, data.dim, options.metric, n, options.train_sample)
+        _require_factory_memory(options, n, data.dim, process, budget)
     settings = BuildSettings(
         factory=options.factory,
         metric=options.metric,
@@ -174,6 +186,29 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
             reason = updated
         record = full_run("index", options.output, reason)
         return _build(options, out, data, (plan, n, budget), settings, pipeline, record)
+
+
+def _factory_estimate(factory: str, n: int, dim: int, metric: str) -> MemoryEstimate:
+    """The planner's estimate of ``factory``, or a zero-byte stand-in (the index itself not
+    counted) for a factory outside the planner's four families."""
+    estimate = estimate_for_factory(factory, n, dim, metric)
+    return estimate or MemoryEstimate(factory, "flat", 0, "not estimated", None)
+
+
+def _require_factory_memory(
+    options: Options, n: int, dim: int, process: ProcessMemory, budget: MemoryBudget
+) -> None:
+    """Refuse an explicit ``--factory`` whose build would not fit the budget, before writing."""
+    estimate = _factory_estimate(options.factory, n, dim, options.metric)
+    parts = process.parts(estimate, n, dim)
+    require_memory(
+        parts["total"],
+        budget,
+        f"--factory {options.factory} over {n:,} vectors of dimension {dim} "
+        f"({process.describe(parts)})",
+        "choose a smaller index (--factory auto picks one that fits), a smaller --batch-size "
+        "or --train-sample",
+    )
 
 
 def _check_trainable(factory: str, dim: int, metric: str, n: int, train_sample: int | None) -> None:
@@ -202,7 +237,13 @@ def _build(options: Options, out, data, sized, settings, pipeline, record: dict)
     trial = None
     if plan is not None and options.trial_sample != 0:
         trial = choose_by_trial(
-            data, plan, options.target_recall, seed=options.seed, n_sample=options.trial_sample
+            data,
+            plan,
+            options.target_recall,
+            seed=options.seed,
+            n_sample=options.trial_sample,
+            batch_size=options.batch_size,
+            room=budget.bytes - resident_bytes(),
         )
     chosen = trial.chosen if trial else plan.chosen if plan else None
     factory = chosen.factory if chosen else options.factory
@@ -287,6 +328,7 @@ def _write_update(
         **{name: previous.get(name) for name in _KEPT_FIELDS},
         "memory_estimate_bytes": estimate.bytes if estimate else None,
         "memory_estimate_formula": estimate.formula if estimate else None,
+        **_memory_fields(options.budget()),
         "shards": None,
         "has_text": data.has_text,
         "embeddings": {"directory": data.directory, "manifest": data.manifest},
@@ -328,7 +370,7 @@ def _manifest_fields(
     n: int,
     choice: tuple[IndexPlan | None, TrialChoice | None],
     built: BuiltIndex,
-    budget: int,
+    budget: MemoryBudget,
     runner: str | None,
     seconds: float,
 ) -> dict:
@@ -338,7 +380,8 @@ def _manifest_fields(
         **built.manifest_fields(),
         "factory_requested": options.factory,
         "train_sample_requested": options.train_sample,
-        "memory_budget_bytes": budget,
+        "memory_budget_bytes": budget.bytes,
+        **_memory_fields(budget),
         "memory_estimate_bytes": estimate.bytes if estimate else None,
         "memory_estimate_formula": estimate.formula if estimate else None,
         "plan": plan.to_json() if plan else None,
@@ -352,3 +395,8 @@ def _manifest_fields(
         "total_seconds": round(seconds, 3),
         "created": created_now(),
     }
+
+
+def _memory_fields(budget: MemoryBudget) -> dict:
+    """The budget the stage ran under and the process's measured peak, for the manifest."""
+    return {"memory_budget": budget.to_json(), "peak_rss_bytes": peak_rss()}

@@ -17,6 +17,10 @@ at full size is predicted from what was measured:
 Each is turned into seconds with the seconds per distance measured on the sample (which
 charges HNSW's scattered memory reads and IVF's sequential scans their own rates), and the
 cheaper one wins. The trial's numbers go into the index manifest.
+
+The trial runs before the build, so it has the budget to itself (less what the process already
+holds): :func:`trial_size` shrinks the sample until the sample, its IVF training copy and the
+larger trial index fit (:func:`trial_bytes`), and skips the trial when too few vectors would.
 """
 
 from __future__ import annotations
@@ -29,10 +33,18 @@ from dataclasses import asdict, dataclass
 import faiss
 import numpy as np
 
-from pipelines.index.build import VectorSource, gather_rows, sample_positions
-from pipelines.index.faiss_ops import faiss_metric, new_index, prepare_vectors
-from pipelines.index.planner import IndexPlan, MemoryEstimate, ivf_nlist
+from pipelines.index.build import VectorSource, gather_prepared, sample_positions, take_rows
+from pipelines.index.faiss_ops import faiss_metric, new_index
+from pipelines.index.planner import (
+    IndexPlan,
+    MemoryEstimate,
+    hnsw_estimate,
+    ivf_flat_estimate,
+    ivf_nlist,
+)
 from pipelines.index.tuning import RECALL_K, queries_per_second, tune_search_parameter
+from pipelines.vectors.memory_use import vector_bytes
+from pipelines.vectors.progress import stage_progress
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +57,38 @@ MAX_TRIAL_VECTORS = 1_000_000
 TRIAL_QUERIES = 500
 # IVF trial k-means trains on this many points per list (FAISS's own default sample is 256).
 TRAIN_POINTS_PER_LIST = 64
+# Below this many vectors a trial sample says too little about the full index: a budget that
+# leaves the trial less takes the planner's first choice instead.
+MIN_BUDGET_TRIAL_VECTORS = 20_000
+# Each step down when the trial does not fit the budget keeps this share of the sample.
+SHRINK = 0.8
 
 
-def trial_size(n: int) -> int:
-    """Vectors in the trial sample for a corpus of ``n``."""
-    return min(n, max(MIN_TRIAL_VECTORS, min(n // 4, MAX_TRIAL_VECTORS)))
+def trial_bytes(n_sample: int, plan: IndexPlan) -> int:
+    """Memory the trial adds to the process for ``n_sample`` vectors: the sample and its
+    queries, the IVF trial's training copy, and the larger of the two trial indexes (built one
+    after the other)."""
+    dim = plan.dim
+    nlist = ivf_nlist(n_sample)
+    hnsw = max((c for c in plan.considered if c.family == "hnsw"), key=lambda c: c.bytes)
+    m = int(hnsw.factory.removeprefix("HNSW"))
+    ivf = ivf_flat_estimate(n_sample, dim, nlist).bytes + vector_bytes(
+        min(n_sample, TRAIN_POINTS_PER_LIST * nlist), dim
+    )
+    sample = vector_bytes(n_sample + TRIAL_QUERIES, dim)
+    return sample + max(hnsw_estimate(n_sample, dim, m).bytes, ivf)
+
+
+def trial_size(n: int, plan: IndexPlan | None = None, room: int | None = None) -> int:
+    """Vectors in the trial sample for a corpus of ``n``: a quarter, at least 100k and at most
+    1M, then shrunk until :func:`trial_bytes` fits ``room`` (the budget less what the process
+    holds) when both are given; 0 when fewer than :data:`MIN_BUDGET_TRIAL_VECTORS` would fit."""
+    size = min(n, max(MIN_TRIAL_VECTORS, min(n // 4, MAX_TRIAL_VECTORS)))
+    if plan is None or room is None:
+        return size
+    while size >= MIN_BUDGET_TRIAL_VECTORS and trial_bytes(size, plan) > room:
+        size = int(size * SHRINK)
+    return size if size >= MIN_BUDGET_TRIAL_VECTORS else 0
 
 
 @dataclass(frozen=True)
@@ -92,7 +131,7 @@ def trial_candidates(plan: IndexPlan) -> tuple[MemoryEstimate, MemoryEstimate] |
     the other fits too; None when there is nothing to weigh."""
     if plan.chosen.family not in ("hnsw", "ivf_flat"):
         return None
-    fitting = [c for c in plan.considered if c.bytes <= plan.budget_bytes]
+    fitting = [c for c in plan.considered if plan.fits(c)]
     hnsw = next((c for c in fitting if c.family == "hnsw"), None)
     ivf = next((c for c in fitting if c.family == "ivf_flat"), None)
     return (hnsw, ivf) if hnsw is not None and ivf is not None else None
@@ -106,28 +145,46 @@ def choose_by_trial(
     n_sample: int | None = None,
     n_queries: int = TRIAL_QUERIES,
     batch_size: int = 65536,
+    room: int | None = None,
 ) -> TrialChoice | None:
     """Build the plan's HNSW and IVF-Flat candidates on a sample and keep the faster one.
 
     Args:
-        n_sample: vectors in the trial indexes (default :func:`trial_size`).
+        n_sample: vectors in the trial indexes (default :func:`trial_size`, within ``room``).
+        room: bytes the trial may add to the process (the budget less what it holds); None:
+            no limit.
 
-    Returns None when the plan has only one of the two within budget (nothing to try).
+    Returns None when the plan has only one of the two within budget (nothing to try), or when
+    the room leaves too small a sample.
     """
     pair = trial_candidates(plan)
     if pair is None:
         return None
     n = plan.n
-    n_sample = trial_size(n) if n_sample is None else n_sample
+    n_sample = trial_size(n, plan, room) if n_sample is None else n_sample
+    if n_sample == 0:
+        logger.info(
+            "no trial: the memory budget leaves room for fewer than %d trial vectors; "
+            "building the planner's first choice, %s",
+            MIN_BUDGET_TRIAL_VECTORS,
+            plan.chosen.factory,
+        )
+        return None
     train_rows, query_rows = sample_positions(n, n_sample, n_queries, seed)
     rows = np.union1d(train_rows, query_rows)
-    vectors = prepare_vectors(gather_rows(source, rows, batch_size), plan.metric)
+    vectors = gather_prepared(source, rows, plan.metric, batch_size)
     is_query = np.isin(rows, query_rows)
-    base, queries = vectors[~is_query], vectors[is_query]
+    queries = vectors[is_query]
+    base = take_rows(vectors, np.flatnonzero(~is_query))  # in place: no second sample
+    del vectors
     _, truth = faiss.knn(queries, base, RECALL_K, metric=faiss_metric(plan.metric))
-    results = tuple(
-        _trial(candidate, base, queries, truth, plan, target_recall) for candidate in pair
-    )
+    # Each candidate is built and tuned on the sample: seconds to minutes apiece.
+    with stage_progress("index trial", total=len(pair), unit="candidates") as bar:
+        results = []
+        for candidate in pair:
+            results.append(_trial(candidate, base, queries, truth, plan, target_recall))
+            bar.update()
+    results = tuple(results)
     best = min(range(len(pair)), key=lambda i: results[i].predicted_seconds_per_query)
     for result in results:
         logger.info(

@@ -35,7 +35,7 @@ import torch
 
 from pipelines.vectors.checks import require_finite
 from pipelines.vectors.precision import Precision, normalize_rows, one_thread, use_bf16
-from pipelines.vectors.progress import stage_progress
+from pipelines.vectors.progress import Progress, stage_progress
 from pipelines.vectors.records import field_record
 
 logger = logging.getLogger(__name__)
@@ -352,15 +352,22 @@ def _sums(vectors: np.ndarray, assignment: Assignment, k: int) -> CentroidSums:
 
 
 def lloyd_pass(
-    batches: Iterable[np.ndarray], centroids: np.ndarray, *, precision: Precision = "auto"
+    batches: Iterable[np.ndarray],
+    centroids: np.ndarray,
+    *,
+    precision: Precision = "auto",
+    progress: Progress | None = None,
 ) -> CentroidSums:
     """A full-data refinement pass: :func:`centroid_sums` of every batch, merged.
 
-    The batches can come from disk one at a time, so memory stays at one batch.
+    The batches can come from disk one at a time, so memory stays at one batch. ``progress``,
+    if given, counts the vectors of each batch done.
     """
     total = CentroidSums.zeros(*centroids.shape)
     for batch in batches:
         total = total.merge(centroid_sums(normalize_rows(batch), centroids, precision=precision))
+        if progress is not None:
+            progress.update(len(batch))
     return total
 
 
