@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 
 import faiss
 import numpy as np
@@ -48,18 +49,29 @@ K = 10
 BASELINES = ("HNSW32", "IVF4096,Flat")
 
 
+def planted_chunks(
+    n: int, dim: int, clusters: int, spread: float, seed: int, draw: int, chunk: int = 100_000
+) -> Iterator[np.ndarray]:
+    """:func:`planted_vectors` as ``chunk``-row pieces, in order (for data larger than memory)."""
+    centres = np.random.default_rng(seed).standard_normal((clusters, dim)).astype(np.float32)
+    rng = np.random.default_rng([seed, draw + 1])
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        labels = rng.integers(0, clusters, stop - start)
+        block = centres[labels] + spread * rng.standard_normal((stop - start, dim), np.float32)
+        yield block / np.linalg.norm(block, axis=1, keepdims=True)
+
+
 def planted_vectors(
     n: int, dim: int, clusters: int, spread: float, seed: int, draw: int, chunk: int = 100_000
 ) -> np.ndarray:
     """``n`` unit vectors around ``clusters`` centres; ``draw`` picks fresh points, same centres."""
-    centres = np.random.default_rng(seed).standard_normal((clusters, dim)).astype(np.float32)
-    rng = np.random.default_rng([seed, draw + 1])
     out = np.empty((n, dim), dtype=np.float32)
-    for start in range(0, n, chunk):  # bounded temporaries: 1M x 384 is 1.5 GB already
-        stop = min(start + chunk, n)
-        labels = rng.integers(0, clusters, stop - start)
-        block = centres[labels] + spread * rng.standard_normal((stop - start, dim), np.float32)
-        out[start:stop] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    start = 0
+    # Bounded temporaries: 1M x 384 is 1.5 GB already.
+    for block in planted_chunks(n, dim, clusters, spread, seed, draw, chunk):
+        out[start : start + len(block)] = block
+        start += len(block)
     return out
 
 

@@ -125,15 +125,17 @@ def test_sharded_hnsw_keeps_shards_searched_together(
 
 def test_auto_records_its_plan(tmp_path, embeddings):
     output = tmp_path / "auto"
-    summary = run(index_args(embeddings, output, "--memory-budget", "2MB"))
+    # The budget holds the whole process (the interpreter and its libraries too), so a size
+    # here would depend on the machine; auto is what a run gets by default.
+    summary = run(index_args(embeddings, output, "--memory-budget", "auto"))
     manifest = json.loads((output / "_manifest.json").read_text())
     assert summary.factory == manifest["factory"] == manifest["plan"]["chosen"]["factory"]
     assert manifest["factory"] == "Flat" and manifest["recall_at_10"] == 1.0
-    assert manifest["plan"]["budget_bytes"] == 2_000_000
+    assert manifest["plan"]["budget_bytes"] == manifest["memory_budget"]["bytes"] > 0
 
 
 def test_budget_too_small_is_refused_before_writing(tmp_path, embeddings):
-    with pytest.raises(BudgetTooSmallError, match=r"needs 1000\.00 KiB"):
+    with pytest.raises(BudgetTooSmallError, match=r"the smallest, Flat, needs .* budget of 512"):
         run(index_args(embeddings, tmp_path / "out", "--memory-budget", "512KiB"))
     assert not (tmp_path / "out").exists()
 

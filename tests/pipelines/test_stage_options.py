@@ -40,6 +40,6 @@ def test_a_mapping_names_its_key_and_refuses_owned_and_unknown_keys():
 
 
 def test_defaults_and_to_dict_are_plain_values():
-    assert defaults(index.Options)["memory_budget"] == "4GB"
+    assert defaults(index.Options)["memory_budget"] == "auto"
     recorded = index.Options(embeddings="e", output="o").to_dict()
     assert "beam_options" not in recorded and recorded["factory"] == "auto"
