@@ -94,7 +94,7 @@ def check_memory(
             launcher + WORKER_OVERHEAD,
             budget,
             f"the clustered launcher of {n:,} vectors (ids, k-means sample, exact-truth queries)",
-            _SMALLER_CLUSTERED,
+            "use a smaller --sample, --tune-sample or --recall-sample",
         )
         return MemoryPlan(budget, launcher + WORKER_OVERHEAD, worker_memory)
     block = min(request.max_block or DEFAULT_MAX_BLOCK, n)
