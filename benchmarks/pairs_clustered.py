@@ -15,7 +15,9 @@ Data (seeded, generated in chunks, written once as an ``embeddings/`` dataset un
 
 The job runs in a child process (``sbert pairs`` through ``jobs.stage_cli``, the local
 FnApiRunner), so the reported peak RSS (``ru_maxrss`` of the child) is the job's own:
-launcher, Beam runner and workers.
+launcher, Beam runner and workers. Meanwhile this process lists the output folder's ``_work``
+files every 0.2 s: their largest total is the temporary disk peak, reported against the
+vectors' size (``n * dim * 4``).
 There is no competitor for the clustered mode at 1M on this machine: exact search of 1M x 1M
 would take hours on two cores. The job itself compares with exact search on a random sample
 of ``--recall-sample`` queries (the manifest's ``recall_at_k``); ``--extrapolate-exact`` also
@@ -29,11 +31,13 @@ The last line gives the recall numbers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import resource
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -126,19 +130,54 @@ def _run_job(argv: list[str], queue) -> None:
     queue.put(run_command("pairs", argv).line())
 
 
-def run_job(argv: list[str]) -> tuple[str, float, int]:
-    """``sbert pairs ARGV`` in a child process: (summary line, seconds, peak RSS bytes)."""
+def work_bytes(output: Path) -> int:
+    """Bytes of the files under any ``_work`` folder below ``output`` (the run's attempt area)."""
+    total = 0
+    for root, _, files in os.walk(output):
+        if "_work" not in Path(root).parts:
+            continue
+        for name in files:
+            with contextlib.suppress(OSError):  # removed while listed
+                total += os.path.getsize(os.path.join(root, name))
+    return total
+
+
+class DiskWatch:
+    """The largest :func:`work_bytes` of ``output`` seen while the ``with`` block runs."""
+
+    def __init__(self, output: Path, every: float = 0.2) -> None:
+        self.output, self.every, self.peak = output, every, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.every):
+            self.peak = max(self.peak, work_bytes(self.output))
+
+    def __enter__(self) -> DiskWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def run_job(argv: list[str], watch: Path | None = None) -> tuple[str, float, int, int]:
+    """``sbert pairs ARGV`` in a child process: (summary line, seconds, peak RSS bytes, peak
+    bytes under ``watch``'s ``_work`` folders, 0 without ``watch``)."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     child = context.Process(target=_run_job, args=(argv, queue))
     start = time.perf_counter()
-    child.start()
-    child.join()
+    with DiskWatch(watch or Path("/nonexistent")) as disk:
+        child.start()
+        child.join()
     seconds = time.perf_counter() - start
     if child.exitcode != 0:
         raise SystemExit(f"the pairs job failed (exit status {child.exitcode})")
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return queue.get(), seconds, peak_kib * 1024
+    return queue.get(), seconds, peak_kib * 1024, disk.peak
 
 
 def _time_exact(directory: str, rows: int, queue) -> None:
@@ -202,7 +241,7 @@ def main() -> None:
         argv += ["--clusters", str(args.clusters)]
     if args.nprobe:
         argv += ["--nprobe", str(args.nprobe)]
-    line, seconds, peak = run_job(argv)
+    line, seconds, peak, disk = run_job(argv, output)
     print(line)
     manifest = json.loads((output / "_manifest.json").read_text())
     known = manifest["known_pairs"]
@@ -221,6 +260,9 @@ def main() -> None:
         "job_seconds": manifest["seconds"],
         "job_seconds_parts": manifest["seconds_parts"],
         "peak_rss_bytes": peak,
+        "temporary_disk_peak_bytes": disk,
+        "temporary_disk_over_vectors": disk / (args.n * args.dim * 4),
+        "memory_budget": manifest.get("memory_budget"),
         "recall_at_k": manifest["recall_at_k"],
         "recall_queries": manifest["recall"]["queries"],
         "planted_pair_recall_in_pairs": known["recall_in_pairs"],
@@ -238,7 +280,10 @@ def main() -> None:
     default_name = "pairs_clustered" if args.n == 1_000_000 else f"pairs_clustered_n{args.n}"
     path = write_result(args.name or default_name, result)
     print(f"results: {path}")
-    print(f"wall {seconds:.1f}s, peak RSS {peak / 2**30:.2f} GiB")
+    print(
+        f"wall {seconds:.1f}s, peak RSS {peak / 2**30:.2f} GiB, temporary disk peak "
+        f"{disk / 2**20:.0f} MiB ({result['temporary_disk_over_vectors']:.2f}x the vectors)"
+    )
     if "exact_extrapolation" in result:
         exact = result["exact_extrapolation"]["extrapolated_all_rows_s"]
         print(f"exact self_topk extrapolated to all {args.n} rows: {exact:.0f}s")
