@@ -8,6 +8,8 @@ from typing import Literal
 Method = Literal["components", "ranked", "star", "split", "mutual", "average"]
 # --stable-keep: keep what the previous version kept (pipelines/dedup/previous.py).
 StableKeep = Literal["on", "off"]
+# --sweep: the threshold sweep runs the chosen method only, or every method (the comparison).
+SweepScope = Literal["chosen", "all"]
 METHODS: tuple[str, ...] = ("components", "ranked", "star", "split", "mutual", "average")
 # The representative policies components compute from the groups themselves
 # (pipelines/dedup/groups.py); any other --keep value is a ranking (pipelines/dedup/ranking.py).

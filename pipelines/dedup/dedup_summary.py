@@ -9,7 +9,7 @@ from pipelines.dedup.decisions import changes_line
 from pipelines.dedup.groups import SweepPoint
 from pipelines.dedup.known import Found
 from pipelines.dedup.labels import LabelPoint
-from pipelines.dedup.sweep import MethodSweep
+from pipelines.dedup.sweep import NOT_COMPARED, MethodSweep
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,8 @@ def methods_lines(sweeps: list[MethodSweep], threshold: float) -> list[str]:
     labelled = bool(sweeps[0].labels)
     what = "removed/largest F1" if labelled else "removed/largest"
     lines = [f"every method ({what}; the chosen one first):"]
+    if len(sweeps) == 1:
+        lines = [f"{sweeps[0].method} ({what}); {NOT_COMPARED}:"]
     lines.append(f"{'threshold':>9} " + " ".join(f"{s.method:>18}" for s in sweeps))
     for i, point in enumerate(sweeps[0].points):
         cells = []

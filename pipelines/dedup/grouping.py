@@ -121,8 +121,7 @@ def from_labels(
     when their score reaches ``radius`` (default ``threshold``).
     """
     n = len(labels)
-    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
+    inverse, counts = dense_labels(labels)
     if representative_row is None:
         best = np.full(len(counts), np.iinfo(np.int64).max)
         np.minimum.at(best, inverse, rank)
@@ -158,6 +157,23 @@ def from_labels(
         reason=reason,
         pairs_used=int(np.sum(pairs.scores >= np.float32(threshold))),
     )
+
+
+def dense_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(labels, return_inverse=True, return_counts=True)[1:]``: each row's place
+    among the distinct labels (ascending) and each label's count.
+
+    Labels of rows (components, representatives) are small non-negative integers, so the
+    counts are one ``bincount`` and the places its running sum, with no sort.
+    """
+    labels = np.asarray(labels)
+    if len(labels) and labels.min() >= 0 and labels.max() < 4 * len(labels) + 16:
+        every = np.bincount(labels)
+        present = every > 0
+        place = np.cumsum(present) - 1
+        return place[labels], every[present].astype(np.int64)
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    return inverse.reshape(-1), counts
 
 
 def lookup_scores(pairs: IndexedPairs, n: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:

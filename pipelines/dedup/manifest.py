@@ -22,7 +22,7 @@ from pipelines.dedup.outputs import (
     REPORT_FILE,
 )
 from pipelines.dedup.report_methods import KnownView
-from pipelines.dedup.sweep import MethodSettings, MethodSweep
+from pipelines.dedup.sweep import NOT_COMPARED, MethodSettings, MethodSweep
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 
@@ -97,6 +97,9 @@ def dedup_manifest(
             for point, flag in zip(summary.sweep, limited, strict=True)
         ],
         "methods": [sweep.to_json(limited, summary.target_precision) for sweep in summary.sweeps],
+        # --sweep: chosen (the method alone) or all (every method, the comparison).
+        "methods_swept": options.sweep,
+        "methods_note": None if options.sweep == "all" else NOT_COMPARED,
         "labels": _labels(options, summary, labelled),
         "known_duplicates": known_duplicates_json(options.threshold, known, summary.sweeps),
         "histogram": histogram.to_json(),

@@ -47,9 +47,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-import numba
 import numpy as np
 
+from pipelines.dedup.adjacency import PairGraph, ranked_leaders
 from pipelines.dedup.choices import METHODS, Method
 from pipelines.dedup.grouping import (
     Grouping,
@@ -60,7 +60,10 @@ from pipelines.dedup.grouping import (
 from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.linkage import average_linkage
 from pipelines.vectors.components import component_labels
-from pipelines.vectors.progress import stage_progress
+from pipelines.vectors.progress import Progress, stage_progress
+
+# The methods that walk each row's pairs (pipelines/dedup/adjacency.py).
+GRAPH_METHODS = ("ranked", "star", "mutual")
 
 
 def group_items(
@@ -73,6 +76,7 @@ def group_items(
     rep_threshold: float | None = None,
     k: int = 5,
     missing_score: float = 0.0,
+    graph: PairGraph | None = None,
 ) -> Grouping:
     """Duplicate groups of ``n`` items at ``threshold`` by ``method`` (module docstring).
 
@@ -87,6 +91,8 @@ def group_items(
             ``threshold``).
         k: ``mutual``: neighbours per item.
         missing_score: ``average``: the score of a pair that is not given.
+        graph: ``ranked``, ``star``, ``mutual``: the pairs' :class:`PairGraph`, when the
+            caller groups the same pairs at several thresholds (made here otherwise).
 
     Raises:
         ValueError: an unknown method, a bad threshold, rank, ``rep_threshold`` or ``k``.
@@ -95,16 +101,15 @@ def group_items(
     if method == "components":
         return component_groups(n, pairs, threshold, rank)
     if method == "ranked":
-        return ranked(n, pairs, threshold, rank)
+        return ranked(n, pairs, threshold, rank, graph)
     if method == "star":
-        return star(
-            n, pairs, threshold, rank, threshold if rep_threshold is None else rep_threshold
-        )
+        radius = threshold if rep_threshold is None else rep_threshold
+        return star(n, pairs, threshold, rank, radius, graph)
     if method == "split":
         radius = threshold if rep_threshold is None else rep_threshold
         return split(n, pairs, threshold, rank, radius)
     if method == "mutual":
-        return mutual(n, pairs, threshold, rank, k)
+        return mutual(n, pairs, threshold, rank, k, graph)
     if method == "average":
         return average_linkage(n, pairs, threshold, missing_score).cut(threshold, rank, pairs)
     raise ValueError(f"unknown dedup method {method!r}; choose one of {', '.join(METHODS)}")
@@ -120,6 +125,7 @@ def sweep_groupings(
     rep_threshold: Callable[[float], float] | None = None,
     k: int = 5,
     missing_score: float = 0.0,
+    progress: Progress | None = None,
 ) -> Iterator[Grouping]:
     """:func:`group_items` at every threshold, in the order given.
 
@@ -129,8 +135,12 @@ def sweep_groupings(
         rank_at: the ranking to use at a threshold (``central`` depends on it).
         rep_threshold: ``star``, ``split``: the radius at a threshold (default: the threshold).
         k, missing_score: as for :func:`group_items`.
+        progress: the bar to count each threshold on (:func:`pipelines.dedup.sweep.
+            sweep_methods` counts every method on one); default: a bar of this method's own.
     """
-    bar = stage_progress(f"dedup sweep ({method})", total=len(thresholds), unit="thresholds")
+    bar = progress
+    if bar is None:
+        bar = stage_progress(f"dedup sweep ({method})", total=len(thresholds), unit="thresholds")
     bar.start()  # counted as the caller takes the next grouping; closed at the total
     if method == "average" and len(thresholds):
         tree = average_linkage(n, pairs, min(thresholds), missing_score)
@@ -138,6 +148,8 @@ def sweep_groupings(
             yield tree.cut(threshold, rank_at(threshold), pairs)
             bar.update()
         return
+    # Sorted once for every threshold (pipelines/dedup/adjacency.py).
+    graph = PairGraph(n, pairs) if method in GRAPH_METHODS and len(thresholds) else None
     for threshold in thresholds:
         radius = None if rep_threshold is None else rep_threshold(threshold)
         yield group_items(
@@ -149,6 +161,7 @@ def sweep_groupings(
             rep_threshold=radius,
             k=k,
             missing_score=missing_score,
+            graph=graph,
         )
         bar.update()
 
@@ -160,15 +173,26 @@ def component_groups(n: int, pairs: IndexedPairs, threshold: float, rank: np.nda
     return from_labels("components", threshold, component_labels(n, used.a, used.b), rank, pairs)
 
 
-def ranked(n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray) -> Grouping:
+def ranked(
+    n: int,
+    pairs: IndexedPairs,
+    threshold: float,
+    rank: np.ndarray,
+    graph: PairGraph | None = None,
+) -> Grouping:
     """SemDeDup's rule: remove an item ``>= threshold`` to a kept better-ranked item."""
     check_inputs(n, pairs, threshold, rank)
-    used = pairs.above(threshold)
-    return _ranked_grouping("ranked", n, used, threshold, rank, pairs)
+    leader = ranked_leaders(graph or PairGraph(n, pairs), rank, threshold)
+    return _leader_grouping("ranked", leader, threshold, rank, pairs)
 
 
 def star(
-    n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray, rep_threshold: float
+    n: int,
+    pairs: IndexedPairs,
+    threshold: float,
+    rank: np.ndarray,
+    rep_threshold: float,
+    graph: PairGraph | None = None,
 ) -> Grouping:
     """Components at ``threshold``, each split by the ranked rule at ``rep_threshold``."""
     check_inputs(n, pairs, threshold, rank)
@@ -178,10 +202,10 @@ def star(
         )
     used = pairs.above(threshold)
     component = component_labels(n, used.a, used.b)
-    loose = pairs.above(rep_threshold)
-    inside = component[loose.a] == component[loose.b]
-    edges = IndexedPairs(loose.a[inside], loose.b[inside], loose.scores[inside])
-    return _ranked_grouping("star", n, edges, threshold, rank, pairs, rep_threshold)
+    del used
+    # The ranked rule over the pairs >= the radius inside one component.
+    leader = ranked_leaders(graph or PairGraph(n, pairs), rank, rep_threshold, component)
+    return _leader_grouping("star", leader, threshold, rank, pairs, rep_threshold)
 
 
 def split(
@@ -234,77 +258,43 @@ def split(
     return from_labels("split", threshold, final, rank, pairs, radius=rep_threshold)
 
 
-def mutual(n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray, k: int) -> Grouping:
+def mutual(
+    n: int,
+    pairs: IndexedPairs,
+    threshold: float,
+    rank: np.ndarray,
+    k: int,
+    graph: PairGraph | None = None,
+) -> Grouping:
     """Components over the pairs ``>= threshold`` whose ends are each in the other's top ``k``.
 
     A neighbour's place in an item's list is by score descending, then row ascending (as
     :func:`pipelines.vectors.allpairs.self_topk` orders them). Every neighbour that precedes a pair
     ``>= threshold`` in a list is itself ``>= threshold``, so the places are exact whenever the
-    pairs hold every pair ``>= threshold``.
+    pairs hold every pair ``>= threshold`` (and the same among all the pairs as among those
+    ``>= threshold``: :class:`pipelines.dedup.adjacency.PairGraph` computes them once).
     """
     check_inputs(n, pairs, threshold, rank)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    used = pairs.above(threshold)
-    places = _neighbour_places(used.a, used.b, used.scores, n)
-    mutual_edge = (places[: len(used)] < k) & (places[len(used) :] < k)
-    labels = component_labels(n, used.a[mutual_edge], used.b[mutual_edge])
+    place_ab, place_ba = (graph or PairGraph(n, pairs)).places
+    mutual_edge = (pairs.scores >= np.float32(threshold)) & (place_ab < k) & (place_ba < k)
+    labels = component_labels(n, pairs.a[mutual_edge], pairs.b[mutual_edge])
     return from_labels("mutual", threshold, labels, rank, pairs)
 
 
-def _neighbour_places(a: np.ndarray, b: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
-    """``(2P,)``: the place of ``b`` in ``a``'s neighbour list for every pair, then the place
-    of ``a`` in ``b``'s (0 = nearest)."""
-    row, other = np.concatenate([a, b]), np.concatenate([b, a])
-    order = np.lexsort((other, -np.concatenate([scores, scores]), row))
-    sorted_row = row[order]
-    starts = np.searchsorted(sorted_row, np.arange(n))
-    place = np.empty(len(row), np.int64)
-    place[order] = np.arange(len(row)) - starts[sorted_row]
-    return place
-
-
-def _ranked_grouping(
+def _leader_grouping(
     method: str,
-    n: int,
-    edges: IndexedPairs,
+    leader: np.ndarray,
     threshold: float,
     rank: np.ndarray,
     pairs: IndexedPairs,
     radius: float | None = None,
 ) -> Grouping:
-    """The ranked rule over ``edges``: visit by rank, join the most similar kept better item."""
-    both_ends = np.concatenate([edges.a, edges.b])
-    others = np.concatenate([edges.b, edges.a])
-    scores = np.concatenate([edges.scores, edges.scores])
-    order = np.argsort(both_ends, kind="stable")
-    starts = np.searchsorted(both_ends[order], np.arange(n + 1))
-    visit = np.argsort(rank, kind="stable")
-    leader = _ranked_kernel(visit, rank, starts, others[order], scores[order])
-    rows = np.arange(n)
-    alone = leader < 0
-    labels = np.where(alone, rows, leader)
-    representative_row = np.where(alone, rows, leader)
-    return from_labels(method, threshold, labels, rank, pairs, representative_row, radius)
-
-
-@numba.njit(nogil=True, cache=True)
-def _ranked_kernel(visit, rank, starts, others, scores):  # pragma: no cover - compiled
-    """``leader[i]``: the kept item row ``i`` joins, -1 when ``i`` is kept."""
-    n = len(rank)
-    leader = np.full(n, -1, np.int64)
-    kept = np.zeros(n, np.bool_)
-    for i in visit:
-        best = -1
-        best_score = -np.inf
-        for position in range(starts[i], starts[i + 1]):
-            j = others[position]
-            if rank[j] < rank[i] and kept[j]:
-                s = scores[position]
-                if s > best_score or (s == best_score and rank[j] < rank[best]):
-                    best, best_score = j, s
-        if best < 0:
-            kept[i] = True
-        else:
-            leader[i] = best
-    return leader
+    """The grouping of the ranked rule: every row with the kept row it joined (``leader``,
+    -1: kept), which is its group's label and its representative."""
+    rows = np.arange(len(leader))
+    representative_row = np.where(leader < 0, rows, leader)
+    return from_labels(
+        method, threshold, representative_row, rank, pairs, representative_row, radius
+    )

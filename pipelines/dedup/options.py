@@ -22,12 +22,19 @@ from pipelines.dedup.choices import (
     NO_KNOWN_FIELD,
     Method,
     StableKeep,
+    SweepScope,
     canonical_keep,
     default_keep,
     is_keep,
 )
 from pipelines.stage_api.options import OptionError, StageOptions, at_least, in_range, option
-from pipelines.stage_api.shared_options import overwrite_option, seed_option, verify_option
+from pipelines.stage_api.shared_options import (
+    checked_memory_budget,
+    memory_budget_option,
+    overwrite_option,
+    seed_option,
+    verify_option,
+)
 from sbert_core.tabular import FORMATS
 
 
@@ -128,10 +135,17 @@ class Options(StageOptions):
     sweep_from: float = option(0.80, "lowest sweep threshold")
     sweep_to: float = option(0.99, "highest sweep threshold")
     sweep_step: float = option(0.01, "sweep step")
+    sweep: SweepScope = option(
+        "chosen",
+        "which methods the threshold sweep runs: chosen (default: the --method only, which is "
+        "all a run needs) or all (every method, for the comparison in the report, the "
+        "manifest's methods and --labels calibration of every method; about six times the work)",
+    )
     report_groups: int = option(50, "largest groups shown in report.html")
     dry_run: bool = option(False, "print the threshold sweep only; write nothing")
     overwrite: bool = overwrite_option()
     verify: bool = verify_option("the pairs' and the embeddings' files")
+    memory_budget: str = memory_budget_option()
 
     def check(self) -> None:
         """Refuse values and combinations that cannot work, before any input is read."""
@@ -155,6 +169,7 @@ class Options(StageOptions):
             )
         if self.format is not None and self.format not in FORMATS:
             raise OptionError("format", f"must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        checked_memory_budget(self.memory_budget)
         self._check_keep()
         self._check_method_settings()
         self._check_labels()

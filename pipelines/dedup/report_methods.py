@@ -13,7 +13,7 @@ import numpy as np
 
 from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.known import Found, KnownDuplicates, known_found, missed_pairs
-from pipelines.dedup.sweep import MethodSweep
+from pipelines.dedup.sweep import NOT_COMPARED, MethodSweep
 from pipelines.io.html import Series, lines_svg, shown_text
 
 _WIDTH, _HEIGHT = 420, 360
@@ -42,8 +42,13 @@ def methods_section(sweeps: Sequence[MethodSweep], threshold: float) -> str:
             + "".join(f'<td class="num">{cell}</td>' for cell in cells)
             + "</tr>"
         )
+    compared = (
+        "The chosen method first."
+        if len(sweeps) > 1
+        else f"Not compared: {html.escape(NOT_COMPARED)}."
+    )
     return (
-        "<h2>Every method</h2><p>The chosen method first. Largest group: the most rows one "
+        f"<h2>Every method</h2><p>{compared} Largest group: the most rows one "
         "group holds (a method that chains makes it grow with the corpus).</p>"
         f'<table><tr><th rowspan="2">threshold</th>{head}</tr><tr>{sub_head}</tr>'
         f"{''.join(rows)}</table>"
@@ -87,6 +92,7 @@ def labels_section(
         "<h2>Against the labelled pairs</h2>"
         f"<p>Pair precision, recall and F1 of &ldquo;both in one group&rdquo; on the labelled "
         f"pairs only ({facts}).</p>"
+        f"{'' if len(sweeps) > 1 else f'<p>{html.escape(NOT_COMPARED)}.</p>'}"
         f"<table><tr>{head}</tr>{''.join(rows)}</table>"
         "<h3>Precision-recall curve</h3>"
         f"{pr_curve_svg(sweeps, threshold)}"

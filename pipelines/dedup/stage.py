@@ -11,6 +11,7 @@ Run from Python as ``dedup.run(dedup.Options(pairs=..., output=..., threshold=..
          [--target-precision P] [--skip-unknown-labels]] [--known-duplicates-field F|none]
         [--corpus GLOB [--apply] [--id-field F] [--text-field F] [--format FMT]]
         [--embeddings DIR ...] [--sweep-from 0.8] [--sweep-to 0.99] [--sweep-step 0.01]
+        [--sweep chosen|all] [--memory-budget SIZE|auto]
         [--report-groups 50] [--dry-run] [--overwrite]
 
 Methods (docs/architecture.md, "dedup methods"); every member of a group but its
@@ -87,9 +88,19 @@ grouped with its most similar reference row; reference rows are pinned, marked i
 ``--embeddings``) nothing else is removed; with it, a corpus group holding such a row is
 removed whole.
 
+The threshold sweep runs the chosen method only (``--sweep chosen``, the default); ``--sweep
+all`` runs every method at every threshold for the comparison (the report's "every method"
+table, the manifest's ``methods``, with ``--labels`` every method's calibration). One progress
+line counts every (method, threshold) point, with one ETA for the whole sweep.
+
+Memory: the pairs are columns (row numbers and scores), so a run needs about
+``pipelines.dedup.budget.dedup_memory(rows, pairs)``; it is refused before any pair is read when
+that is over ``--memory-budget`` (default: most of the memory available), and the manifest's
+``memory`` records the estimate, the budget and the measured peak RSS.
+
 ``--dry-run`` prints the threshold sweep (the chosen method's counts from --sweep-from to
---sweep-to, plus T, then every method's removed rows and largest group, with labels F1) and
-writes nothing.
+--sweep-to, plus T, then, with ``--sweep all``, every method's removed rows and largest group,
+with labels F1) and writes nothing.
 """
 
 from __future__ import annotations
@@ -102,7 +113,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.dedup.against import open_reference
-from pipelines.dedup.choices import DEFAULT_KEEP, DEFAULT_RADIUS_GAP, KEEP_POLICIES
+from pipelines.dedup.budget import check_memory
+from pipelines.dedup.choices import KEEP_POLICIES, METHODS
 from pipelines.dedup.copies import read_copies, reason_column
 from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE, apply_corpus, scan_corpus
 from pipelines.dedup.decisions import changes_html, decide, reference_texts, shown_ids
@@ -129,15 +141,18 @@ from pipelines.dedup.outputs import (
 )
 from pipelines.dedup.previous import changes, pinned_rows, read_previous, stable_group_ids
 from pipelines.dedup.report_methods import KnownView, known_view
-from pipelines.dedup.sweep import MethodSettings, Ranker, group_at, sweep_methods
+from pipelines.dedup.run_settings import check_settings, settings_of
+from pipelines.dedup.sweep import Ranker, group_at, sweep_methods
 from pipelines.io.atomic import write_table
 from pipelines.io.content_checks import content_checks
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import OutputLayout, join
 from pipelines.io.pairs_output import PairsOutput
+from pipelines.io.resources import peak_rss
 from pipelines.stage_api.beam_run import show_progress
 from pipelines.stage_api.result import Result
+from pipelines.stage_api.shared_options import checked_memory_budget
 from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 
@@ -206,6 +221,9 @@ def _run(options: Options) -> DedupResult:
         else open_embeddings(pairs_output, list(options.embeddings) or None)
     )
     settings = settings_of(options, None if pairs_output is None else pairs_output.threshold)
+    # From the manifests and Parquet footers only: refused before any pair or id is read.
+    budget = checked_memory_budget(options.memory_budget)
+    memory = check_memory(budget, pairs_output, datasets, options.threshold)
     # The chosen method keeps by ``keep``; the other methods of the sweep by settings.keep (the
     # same unless --keep was left to each method's default).
     keep = options.keep_for(options.method)
@@ -225,11 +243,13 @@ def _run(options: Options) -> DedupResult:
     )
     check_settings(settings, thresholds)
     reach = min(settings.radius_at(t) for t in thresholds)
+    loading = time.perf_counter()
     source = (
         load_pairs(pairs_output, ids, options.threshold, thresholds, reach)
         if pairs_output is not None
         else no_pairs(thresholds)
     )
+    logger.info("read %s pairs in %.1f s", f"{len(source.pairs):,}", time.perf_counter() - loading)
     source = dataclasses.replace(source, pairs=copies.distinct(source.pairs))
     for note in source.notes:
         logger.warning("%s", note)
@@ -272,6 +292,7 @@ def _run(options: Options) -> DedupResult:
         source.thresholds,
         ranker,
         labelled,
+        methods=METHODS if options.sweep == "all" else (options.method,),
         copies=copies,
         known=None if known is None else known.pairs,
     )
@@ -414,6 +435,7 @@ def _run(options: Options) -> DedupResult:
         manifest["changes"] = summary.changes
         manifest["against"] = summary.against
         manifest["incremental"] = {"mode": "full", "reason": FULL_REASON}
+        manifest["memory"] = {**memory, "peak_rss_bytes": peak_rss()}
         if copies.n_copies:
             manifest["exact_copies"] = copies.to_json()
         manifest["texts"] = {
@@ -423,50 +445,6 @@ def _run(options: Options) -> DedupResult:
         }
         written = out.commit(manifest)
         return DedupResult(output=options.output, manifest=written, summary=summary)
-
-
-def settings_of(options: Options, floor: float | None) -> MethodSettings:
-    """The method settings of ``options``; ``floor``: the pairs stage's threshold.
-
-    Raises:
-        ValueError: ``--radius`` below the pairs' threshold (the pairs under it are not all
-            known, so stars would be cut by missing pairs).
-    """
-    if options.radius is not None and floor is not None and options.radius < floor:
-        raise ValueError(
-            f"--radius {options.radius:g} is below the pairs' threshold {floor:g} (the pairs "
-            f"manifest in {options.pairs}): pairs under it are not all known; raise --radius or "
-            f"rerun sbert pairs with --threshold {options.radius:g}"
-        )
-    gap = (
-        DEFAULT_RADIUS_GAP
-        if options.radius is None
-        else round(options.threshold - options.radius, 6)
-    )
-    return MethodSettings(
-        method=options.method,
-        # The methods of the sweep other than components (which only count there).
-        keep=options.keep if options.keep is not None else DEFAULT_KEEP,
-        radius_gap=gap,
-        floor=floor,
-        k=options.mutual_k,
-        missing_score=options.missing_score,
-        seed=options.seed,
-    )
-
-
-def check_settings(settings: MethodSettings, thresholds: list[float]) -> None:
-    """Refuse settings the sweep cannot run with.
-
-    Raises:
-        ValueError: ``--missing-score`` above the lowest sweep threshold (average linkage
-            would merge clusters that share no pair).
-    """
-    if settings.missing_score > min(thresholds):
-        raise ValueError(
-            f"--missing-score {settings.missing_score:g} is above the lowest sweep threshold "
-            f"{min(thresholds):g}: average linkage would merge clusters that share no pair"
-        )
 
 
 def _known_view(known, groups, summary: DedupSummary, source, ids, texts) -> KnownView | None:

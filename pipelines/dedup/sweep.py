@@ -3,7 +3,8 @@
 :class:`MethodSettings` holds what the methods need besides the pairs and the threshold: the
 member kept (``--keep``), the star/split radius (``--radius``, kept as a gap below each threshold),
 mutual's ``k`` and average linkage's score for pairs not given. :func:`sweep_methods` runs
-every method at every threshold and, with labelled pairs, scores each point
+the chosen method (``sbert dedup --sweep chosen``, the default) or every method (``--sweep
+all``) at every threshold and, with labelled pairs, scores each point
 (:mod:`pipelines.dedup.labels`).
 
 ``components`` is counted by :func:`pipelines.dedup.groups.threshold_sweep` (one union-find
@@ -30,6 +31,13 @@ from pipelines.dedup.groups import IndexedPairs, SweepPoint, threshold_sweep
 from pipelines.dedup.labels import LabelledPairs, LabelPoint, best_f1_point, evaluate, for_precision
 from pipelines.dedup.methods import group_items, sweep_groupings
 from pipelines.dedup.ranking import rank_items
+from pipelines.vectors.progress import Progress, stage_progress
+
+# Said by the report, the dry run's table and the manifest when only the chosen method was swept.
+NOT_COMPARED = (
+    "the comparison of every method was not run: only the chosen method was swept (--sweep "
+    "chosen, the default); rerun with --sweep all (sweep: all in sbert run) to compare them"
+)
 
 
 @dataclass(frozen=True)
@@ -175,7 +183,11 @@ def sweep_methods(
     copies: TextCopies | None = None,
     known: LabelledPairs | None = None,
 ) -> list[MethodSweep]:
-    """Every method at every threshold (ascending), the chosen method first.
+    """Every method of ``methods`` at every threshold (ascending), the chosen method first.
+
+    The chosen method (``settings.method``) is always swept, listed in ``methods`` or not:
+    ``sbert dedup`` passes it alone (``--sweep chosen``) or every method (``--sweep all``).
+    One progress bar counts every (method, threshold) point, so its ETA is the whole sweep's.
 
     With ``known`` (known duplicate pairs, all labelled duplicates), every point also counts
     how many of them ended in one group (``MethodSweep.known``).
@@ -193,41 +205,66 @@ def sweep_methods(
         )
     ordered = [settings.method, *(m for m in methods if m != settings.method)]
     copies = copies if copies is not None else TextCopies.none(ranker.n)
+    what = ordered[0] if len(ordered) == 1 else f"{len(ordered)} methods"
+    bar = stage_progress(
+        f"dedup sweep ({what})", total=len(thresholds) * len(ordered), unit="thresholds"
+    )
     out = []
-    for method in ordered:
-        counted = None
-        if method == "components":
-            edges = copies.with_copy_edges(pairs)
-            counted = copies.counted(threshold_sweep(ranker.n, edges, thresholds))
-        points, labels, found = [], [], []
-        if counted is None or labelled is not None or known is not None:
-            groupings = sweep_groupings(
-                method,
-                ranker.n,
-                pairs,
-                thresholds,
-                ranker,
-                rep_threshold=settings.radius_at,
-                k=settings.k,
-                missing_score=settings.missing_score,
+    with bar:
+        for method in ordered:
+            out.append(
+                _sweep_one(
+                    method, settings, pairs, thresholds, ranker, labelled, copies, known, bar
+                )
             )
-            # One grouping at a time: they hold several (n,) arrays each.
-            for grouping in groupings:
-                grouping = copies.join(grouping, ranker.order_rank)
-                points.append(sweep_point(grouping))
-                if labelled is not None:
-                    labels.append(evaluate(grouping, labelled))
-                if known is not None:
-                    found.append(evaluate(grouping, known))
-        out.append(
-            MethodSweep(
-                method,
-                counted or points,
-                labels if labelled else None,
-                found if known is not None else None,
-            )
-        )
     return out
+
+
+def _sweep_one(
+    method: str,
+    settings: MethodSettings,
+    pairs: IndexedPairs,
+    thresholds: Sequence[float],
+    ranker: Ranker,
+    labelled: LabelledPairs | None,
+    copies: TextCopies,
+    known: LabelledPairs | None,
+    bar: Progress,
+) -> MethodSweep:
+    """One method of :func:`sweep_methods`, counted on its bar."""
+    counted = None
+    if method == "components":
+        edges = copies.with_copy_edges(pairs)
+        counted = copies.counted(threshold_sweep(ranker.n, edges, thresholds))
+    points, labels, found = [], [], []
+    if counted is None or labelled is not None or known is not None:
+        groupings = sweep_groupings(
+            method,
+            ranker.n,
+            pairs,
+            thresholds,
+            ranker,
+            rep_threshold=settings.radius_at,
+            k=settings.k,
+            missing_score=settings.missing_score,
+            progress=bar,
+        )
+        # One grouping at a time: they hold several (n,) arrays each.
+        for grouping in groupings:
+            grouping = copies.join(grouping, ranker.order_rank)
+            points.append(sweep_point(grouping))
+            if labelled is not None:
+                labels.append(evaluate(grouping, labelled))
+            if known is not None:
+                found.append(evaluate(grouping, known))
+    else:
+        bar.update(len(thresholds))  # one union-find pass answered every threshold
+    return MethodSweep(
+        method,
+        counted or points,
+        labels if labelled else None,
+        found if known is not None else None,
+    )
 
 
 def sweep_point(grouping: Grouping) -> SweepPoint:

@@ -636,7 +636,7 @@ def test_star_is_the_default_and_components_is_todays_grouping(chain):
 def test_sweep_covers_every_method_in_the_manifest_and_the_dry_run(chain, capsys):
     root, pairs = chain
     out = root / "out"
-    run(["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"])
+    run(["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9", "--sweep", "all"])
     manifest = manifest_of(out)
     methods = [entry["method"] for entry in manifest["methods"]]
     assert methods == ["star", "components", "ranked", "split", "mutual", "average"]
@@ -653,7 +653,8 @@ def test_sweep_covers_every_method_in_the_manifest_and_the_dry_run(chain, capsys
     ]
     page = (out / "report.html").read_text()
     assert "Every method" in page and "average" in page
-    assert cli_main(["dedup", "--pairs", str(pairs), "--threshold", "0.9", "--dry-run"]) == 0
+    dry = ["dedup", "--pairs", str(pairs), "--threshold", "0.9", "--dry-run", "--sweep", "all"]
+    assert cli_main(dry) == 0
     printed = capsys.readouterr().out.splitlines()
     table = printed[printed.index("") + 1 :]
     assert table[0].startswith("every method")
@@ -719,7 +720,8 @@ def test_labels_give_hand_checked_precision_recall_and_calibrated_thresholds(sma
 def test_labels_from_the_cli_with_other_column_names(small, capsys):
     root, pairs = small
     labels = write_labels(root / "labels.tsv", LABELS, header=("left", "right", "dup"))
-    argv = ["dedup", "--pairs", str(pairs), "--threshold", "0.9", "--dry-run", "--labels"]
+    argv = ["dedup", "--pairs", str(pairs), "--threshold", "0.9", "--dry-run", "--sweep", "all"]
+    argv.append("--labels")
     columns = ["--label-id-a", "left", "--label-id-b", "right", "--label-column", "dup"]
     assert cli_main([*argv, str(labels), *columns]) == 0
     printed = capsys.readouterr().out
