@@ -21,6 +21,8 @@ from pipelines.stage_api.options import OptionError
 from tests.stage_commands import pairs as run
 
 GiB = 1024**3
+N, DIM = 2_000_000, 384
+REQUEST = BlockingRequest(10, None, None, None, None, 500, 1000, 0, "4GB")
 
 
 @pytest.fixture(scope="module")
@@ -65,52 +67,31 @@ def test_the_manifest_records_the_budget_and_the_peak(embeddings, tmp_path):
     assert section["peak_rss_bytes"] > 0
 
 
+def clustered_plan(budget: int, here: bool = True):
+    """The memory plan of clustered pairs of 2M x 384 under ``budget`` and --worker-memory 4GiB."""
+    return check_memory(
+        MemoryBudget(budget, "test"),
+        "clustered",
+        N,
+        DIM,
+        REQUEST,
+        threshold=True,
+        worker_memory=4 * GiB,
+        here=here,
+    )
+
+
 def test_a_budget_below_the_worker_memory_shrinks_the_groups():
-    request = BlockingRequest(10, None, None, None, None, 500, 1000, 0, "4GB")
-    n, dim = 2_000_000, 384
-    roomy = check_memory(
-        MemoryBudget(20 * GiB, "test"),
-        "clustered",
-        n,
-        dim,
-        request,
-        threshold=True,
-        worker_memory=4 * GiB,
-        here=True,
-    )
-    tight = check_memory(
-        MemoryBudget(3 * GiB, "test"),
-        "clustered",
-        n,
-        dim,
-        request,
-        threshold=True,
-        worker_memory=4 * GiB,
-        here=True,
-    )
+    roomy, tight = clustered_plan(20 * GiB), clustered_plan(3 * GiB)
     assert roomy.worker_bytes == 4 * GiB and tight.worker_bytes < 3 * GiB
-    wide = plan_blocking(request, n, dim, roomy.worker_bytes)
-    narrow = plan_blocking(request, n, dim, tight.worker_bytes)
+    wide = plan_blocking(REQUEST, N, DIM, roomy.worker_bytes)
+    narrow = plan_blocking(REQUEST, N, DIM, tight.worker_bytes)
     assert narrow.group_rows < wide.group_rows
     assert narrow.max_block == wide.max_block  # the blocks, hence the results, are the same
-    assert (
-        tight.needed
-        + block_worker_bytes(narrow.group_rows, dim)
-        - block_worker_bytes(narrow.max_block, dim)
-        <= 3 * GiB
-    )
+    group = block_worker_bytes(narrow.group_rows, DIM) - block_worker_bytes(narrow.max_block, DIM)
+    assert tight.needed + group <= 3 * GiB
     # Workers elsewhere: only the launcher counts here.
-    remote = check_memory(
-        MemoryBudget(3 * GiB, "test"),
-        "clustered",
-        n,
-        dim,
-        request,
-        threshold=True,
-        worker_memory=4 * GiB,
-        here=False,
-    )
-    assert remote.needed < tight.needed
+    assert clustered_plan(3 * GiB, here=False).needed < tight.needed
 
 
 def test_the_scan_keeps_one_copy_of_the_vectors(tmp_path):
