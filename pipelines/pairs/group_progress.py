@@ -50,7 +50,9 @@ def group_progress(output: str, groups: int, poll: float = POLL_SECONDS) -> Iter
         while not done.wait(poll):
             catch_up()
 
-    bar.start()
+    # The clock starts at the first group searched (not here): the vectors are routed to their
+    # blocks before any group is searched, and counting that time would make the first ETAs
+    # far too long.
     watcher = threading.Thread(target=watch, name="pairs-progress", daemon=True)
     watcher.start()
     try:
