@@ -23,7 +23,7 @@ from jobs.run import main as run_main
 from jobs.run import run
 from jobs.run_config import all_stage_options, load_run_config, stage_options
 from jobs.run_inputs import check_inputs
-from jobs.run_stages import plan_stages
+from jobs.run_stages import JobState, StageResult, plan_stages
 from pipelines import pairs
 from pipelines.io.pairs_output import read_pairs
 
@@ -284,3 +284,28 @@ def test_a_folder_without_manifest_needs_its_columns_named(tmp_path, vectors) ->
     with pytest.raises(FileNotFoundError, match=r"embeddings.path: .*nowhere"):
         run([str(missing)])
     assert not (tmp_path / "job").exists()
+
+
+def test_a_state_written_before_peak_rss_was_recorded_still_loads(tmp_path) -> None:
+    (tmp_path / "_job_state.json").write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "stages": {
+                    "index": {
+                        "fingerprint": "f",
+                        "output_identity": "i",
+                        "seconds": 1.5,
+                        "finished": "2026-01-01T00:00:00Z",
+                    }
+                },
+            }
+        )
+    )
+    record = JobState.load(str(tmp_path)).stages["index"]
+    assert record.peak_rss is None and record.peak_rss_at_start is None
+    assert StageResult("index", "skipped", "out").peak_rss_text() == "-"
+    shared = StageResult("dedup", "ran", "out", peak_rss=2 << 30, peak_rss_at_start=2 << 30)
+    assert shared.peak_rss_text() == "<= 2.00 GiB"  # an earlier stage had reached it
+    raised = StageResult("pairs", "ran", "out", peak_rss=3 << 30, peak_rss_at_start=2 << 30)
+    assert raised.peak_rss_text() == "3.00 GiB"
