@@ -8,9 +8,11 @@ chatter from optional Beam I/O modules is filtered).
 
 Exit statuses: 0 done; 1 the job failed (rows lost, too many rejected), the disk filled up or
 the output is on a read-only file system; 2 a mistake the message names (an option, a missing
-file, a damaged input); 130 Ctrl-C; 143 SIGTERM. Each failure is one line on stderr; a stop the
-user caused (Ctrl-C, SIGTERM, a full disk, a read-only output) says that the previous output is
-unchanged, which the staged commit guarantees (``pipelines/io/output_dir.py``).
+file, a damaged input); 130 Ctrl-C; 143 SIGTERM (the process ends within
+``jobs.user_stops.STOP_DEADLINE_S`` of the signal, whatever it is doing). Each failure is one
+line on stderr; a stop the user caused (Ctrl-C, SIGTERM, a full disk, a read-only output)
+says that the previous output is unchanged, which the staged commit guarantees
+(``pipelines/io/output_dir.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 
 from jobs import stage_cli
 from jobs.parsers import CommandParser, HelpFormatter
-from jobs.user_stops import user_stop
+from jobs.user_stops import StopDeadline, user_stop
 from pipelines.stage_api.stops import JobFailedError, Terminated, note_stop
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
@@ -165,14 +167,17 @@ def check_command_args(command: str, argv: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def stops_raise() -> Iterator[None]:
+def stops_raise(deadline: StopDeadline | None = None) -> Iterator[None]:
     """While the command runs, Ctrl-C raises ``KeyboardInterrupt`` and SIGTERM raises
     :class:`Terminated` in the main thread, and neither stop is lost: the cleanup a stop needs
     (``finally`` blocks, the folder's lock, undoing an interrupted commit) runs, instead of the
     process dying mid-step without a word. Only Python's default handlers are replaced (an
     ignored signal stays ignored), and they are put back after. Outside the main thread, where
-    Python takes no signals, nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
+    Python takes no signals, nothing changes.
+
+    ``deadline``: closed when the command is over; one a stop started still ends the process.
+    """
+    if not _in_main_thread():
         yield
         return
     replaced = {
@@ -190,6 +195,12 @@ def stops_raise() -> Iterator[None]:
         for signum, handler in replaced.items():
             signal.signal(signum, handler)
         note_stop(None)
+        if deadline is not None:
+            deadline.close()
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _raise_stop(signum: int, frame) -> None:
@@ -238,6 +249,7 @@ class _StopRelay:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the process exit status."""
+    argv_given = argv
     argv = sys.argv[1:] if argv is None else list(argv)
     # What is alive when the process ends is freed with it: freezing it at exit spares the
     # interpreter's last collections a walk over every object torch and Beam made (about half a
@@ -246,8 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(gc.freeze)
     level, rest = split_global_flags(argv)
     _configure_logging(level)
+    # Called with no arguments, main is the process's command (the `sbert` script, `python -m
+    # jobs.cli`): a stop ends the process within STOP_DEADLINE_S, however busy it is. Not for a
+    # caller that passes its own arguments (a test, a library): that process is not ours to end.
+    deadline = StopDeadline() if argv_given is None and _in_main_thread() else None
     try:
-        with stops_raise():
+        with stops_raise(deadline):
             return _run_command(rest)
     except USER_ERRORS as err:
         print(f"sbert: error: {err}", file=sys.stderr)
@@ -259,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         stop = user_stop(err)  # Ctrl-C, SIGTERM, a full disk, a read-only output
         if stop is None:
             raise
-        print(stop.line(), file=sys.stderr)
+        print(stop.line(), file=sys.stderr, flush=True)
+        if deadline is not None:
+            deadline.reported()
         return stop.status
 
 

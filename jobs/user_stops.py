@@ -14,6 +14,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+import signal
+import threading
 from dataclasses import dataclass
 
 from pipelines.stage_api.stops import Terminated, cause_chain, stop_signal
@@ -26,6 +28,12 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 # A full disk or a read-only output fails the run like any other failed job.
 EXIT_ENVIRONMENT = 1
+# From a stop signal to the end of the process at most (StopDeadline): the stop's own cleanup
+# (finally blocks, undoing an interrupted commit) takes well under a second; what it cannot
+# finish by then, the next run clears.
+STOP_DEADLINE_S = 4.0
+# The signals whose number on the wakeup file descriptor starts the deadline.
+_STOPS = frozenset({signal.SIGINT, signal.SIGTERM})
 # The promise of the staged commit (pipelines/io/output_dir.py): a run that stops before its
 # commit has written only under OUTPUT/_attempts/<run id>/.
 UNCHANGED = "the running stage published nothing and its previous output is unchanged"
@@ -79,3 +87,58 @@ def _environment_error(err: BaseException) -> tuple[int, str | None] | None:
             if int(code) in ENVIRONMENT_ERRNOS:
                 return int(code), path or None
     return None
+
+
+class StopDeadline:
+    """Ends the process :data:`STOP_DEADLINE_S` after Ctrl-C or SIGTERM, whatever it is doing.
+
+    Python runs a signal's handler in the main thread between two bytecodes, so the stop waits
+    for whatever the main thread is in: a forward pass or tokenising a large batch, a Beam step
+    in C, or, once the command has reported the stop, the interpreter's exit (joining library
+    threads, freeing a large run's millions of objects), which took most of the 45 s seen at
+    2M texts. The C-level handler writes each signal's number to the wakeup file descriptor at
+    once, in whichever thread takes it; a thread reading that pipe starts the deadline, and when
+    it passes the process prints the stop's one line (unless the command already did) and ends
+    with the stop's exit status. The lock on the output folder is the kernel's and goes with the
+    process; the attempt area is left for the next run to clear, as after SIGKILL
+    (``pipelines/io/output_dir.py``). Only for a process that is the command: never in a
+    process that called ``sbert`` as a library.
+    """
+
+    def __init__(self, seconds: float = STOP_DEADLINE_S) -> None:
+        self.seconds = seconds
+        self._reported = threading.Event()
+        self._armed = threading.Event()
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)  # the C handler must never block on it
+        self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, name="sbert-stop-deadline", daemon=True).start()
+
+    def reported(self) -> None:
+        """The command printed the stop's line itself: the deadline only ends the process."""
+        self._reported.set()
+
+    def close(self) -> None:
+        """The command is over: signals no longer start the deadline (one started still runs,
+        so that the interpreter's exit after a stop is bounded too)."""
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._write_fd)  # the watcher reads end-of-file and returns
+
+    def _watch(self) -> None:
+        try:
+            while data := os.read(self._read_fd, 64):
+                signums = [number for number in data if number in _STOPS]
+                if signums and not self._armed.is_set():
+                    self._armed.set()
+                    timer = threading.Timer(self.seconds, self._expire, (signums[0],))
+                    timer.daemon = True
+                    timer.start()
+        finally:
+            os.close(self._read_fd)
+
+    def _expire(self, signum: int) -> None:
+        stop = user_stop(KeyboardInterrupt() if signum == signal.SIGINT else Terminated())
+        if not self._reported.is_set():
+            # os.write: the main thread may hold sys.stderr's lock mid-write.
+            os.write(2, f"{stop.line()}\n".encode())
+        os._exit(stop.status)

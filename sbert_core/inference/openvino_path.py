@@ -42,6 +42,8 @@ PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16", "int8": "f32"}
 OPENVINO_INT8_QUANTIZER = (
     "NNCF static int8 (transformer preset), calibrated on sbert_core.inference.calibration_texts"
 )
+# transformers' FutureWarning when anything reads PreTrainedModel.is_gradient_checkpointing.
+_GRADIENT_CHECKPOINTING_WARNING = r"`is_gradient_checkpointing` is deprecated"
 # Texts per calibration batch (300 texts: 19 batches of similar length).
 _CALIBRATION_BATCH = 16
 
@@ -201,10 +203,7 @@ def openvino_model(
     example = torch.ones(1, 8, dtype=torch.long)  # (B, T)
     shape = ov.PartialShape([-1, -1])  # any batch size and length
     try:
-        with torch.no_grad(), warnings.catch_warnings(), eager_attention(transformer):
-            # The trace warns that Python booleans of shapes become constants; the ones in
-            # Hugging Face's masking hold for every shape (mask length == sequence length).
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        with torch.no_grad(), _quiet_trace(), eager_attention(transformer):
             model = ov.convert_model(
                 _LastHiddenState(transformer, output).eval(),
                 example_input=tuple(example for _ in probe),
@@ -221,6 +220,41 @@ def openvino_model(
             raise ValueError("the OpenVINO int8 path needs calibration batches")
         model = _quantize_int8(model, calibration)
     return model
+
+
+@contextlib.contextmanager
+def _quiet_trace():
+    """Silence exactly what tracing a Hugging Face model makes transformers and torch say, none
+    of it true of the run: the trace warns that Python booleans of shapes become constants (the
+    ones in Hugging Face's masking hold for every shape: mask length == sequence length), and it
+    reads every attribute of the model, deprecated properties too, so transformers warns that
+    ``is_gradient_checkpointing`` is deprecated and, reading ``loss_function`` of an encoder
+    that has no loss, that ``loss_type=None`` falls back to ``ForCausalLMLoss``. Nothing
+    computes a loss here. (transformers logs that line once per process, so it stays unsaid
+    after the trace too.)"""
+    loss_logger = logging.getLogger("transformers.modeling_utils")
+    loss_filter = _LossTypeFilter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings(
+            "ignore",
+            message=_GRADIENT_CHECKPOINTING_WARNING,
+            category=FutureWarning,
+            module=r"transformers\.modeling_utils",
+        )
+        loss_logger.addFilter(loss_filter)
+        try:
+            yield
+        finally:
+            loss_logger.removeFilter(loss_filter)
+
+
+class _LossTypeFilter(logging.Filter):
+    """Drops transformers' ``loss_type=None ... ForCausalLMLoss`` line (see _quiet_trace)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("`loss_type=") and "ForCausalLMLoss" in message)
 
 
 @contextlib.contextmanager
