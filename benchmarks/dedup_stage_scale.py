@@ -115,6 +115,8 @@ def timed_dedup(code: Path, pairs_dir: Path, output: Path | None, args: list[str
     return {
         "code": str(code),
         "seconds": round(seconds, 2),
+        # CPU time: the machine may be shared, and wall time then says more about the others.
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
         "peak_rss_bytes": usage.ru_maxrss * 1024,
         "output_tail": text.strip().splitlines()[-12:],
     }

@@ -69,8 +69,8 @@ def check_memory(
     require_memory(
         needed,
         budget,
-        f"dedup of {rows:,} rows and {pairs:,} pairs ({format_size(BYTES_PER_ROW)} a row and "
-        f"{BYTES_PER_PAIR} bytes a pair, columnar)",
+        f"dedup of {rows:,} rows and {pairs:,} pairs (about {BYTES_PER_ROW} bytes a row and "
+        f"{BYTES_PER_PAIR} a pair, and {format_size(BASE_BYTES)} of libraries)",
         "raise --threshold / the pairs stage's threshold so that fewer pairs are loaded",
     )
     return {"budget": budget.to_json(), "rows": rows, "pairs": pairs, "estimate_bytes": needed}
