@@ -12,7 +12,7 @@ on the threshold, so :class:`PairGraph` does it once:
   pairs at or above any threshold the pair reaches as among all the pairs: every pair before
   it in the list scores at least as high (:meth:`PairGraph.places`).
 
-Memory: 2 x (int64 row + float32 score) per pair, plus the ``(n + 1,)`` row starts.
+Memory: 2 x (int32 row + float32 score) per pair, plus the ``(n + 1,)`` row starts.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class PairGraph:
 
     Attributes:
         starts: ``(n + 1,)`` int64: row ``i``'s pairs are ``others[starts[i]:starts[i + 1]]``.
-        others: ``(2P,)`` int64 the other end of each listed pair.
+        others: ``(2P,)`` int32 (int64 from 2**31 rows) the other end of each listed pair.
         scores: ``(2P,)`` float32 its score.
     """
 
@@ -47,8 +47,13 @@ class PairGraph:
         np.cumsum(counts, out=self.starts[1:])
         order = _counting_order(ends, self.starts)
         del ends
-        self.others = np.concatenate([pairs.b, pairs.a])[order]
-        self.scores = np.concatenate([pairs.scores, pairs.scores])[order]
+        # Rows fit int32 up to 2**31 items: 4 bytes a listed pair fewer than int64.
+        others = np.empty(2 * len(pairs), np.int32 if n < 2**31 else np.int64)
+        others[: len(pairs)], others[len(pairs) :] = pairs.b, pairs.a
+        self.others = others[order]
+        del others
+        scores = np.concatenate([pairs.scores, pairs.scores])
+        self.scores = scores[order]
 
     @cached_property
     def places(self) -> tuple[np.ndarray, np.ndarray]:
