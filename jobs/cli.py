@@ -8,11 +8,11 @@ chatter from optional Beam I/O modules is filtered).
 
 Exit statuses: 0 done; 1 the job failed (rows lost, too many rejected), the disk filled up or
 the output is on a read-only file system; 2 a mistake the message names (an option, a missing
-file, a damaged input); 130 Ctrl-C; 143 SIGTERM (the process ends within
-``jobs.user_stops.STOP_DEADLINE_S`` of the signal, whatever it is doing). Each failure is one
-line on stderr; a stop the user caused (Ctrl-C, SIGTERM, a full disk, a read-only output)
-says that the previous output is unchanged, which the staged commit guarantees
-(``pipelines/io/output_dir.py``).
+file, a damaged input, a run over its memory budget); 130 Ctrl-C; 143 SIGTERM (the process
+ends within ``jobs.user_stops.STOP_DEADLINE_S`` of the signal, whatever it is doing). Each
+failure is one line on stderr; a stop the user caused (Ctrl-C, SIGTERM, a full disk, a
+read-only output) says that the previous output is unchanged, which the staged commit
+guarantees (``pipelines/io/output_dir.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from jobs import stage_cli
 from jobs.parsers import CommandParser, HelpFormatter
 from jobs.user_stops import StopDeadline, user_stop
+from pipelines.io.resources import ResourceError
 from pipelines.stage_api.stops import JobFailedError, Terminated, note_stop
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
@@ -53,8 +54,10 @@ JOB_COMMANDS = dict(
         }.items()
     )
 )
-# Errors a user can fix from the message alone: printed as one line, exit status 2.
+# Errors a user can fix from the message alone: printed as one line, exit status 2 (a stage
+# refusing a run over its memory budget or the free disk names the size and what to change).
 USER_ERRORS = (
+    ResourceError,
     ModelLoadError,
     DataFileError,
     FileExistsError,

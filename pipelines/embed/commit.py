@@ -29,6 +29,7 @@ from pipelines.io.atomic import write_json_replacing
 from pipelines.io.embeddings import count_rows, shard_paths
 from pipelines.io.manifest_fields import created_now
 from pipelines.io.output_dir import MANIFEST, join
+from pipelines.io.resources import peak_rss
 from pipelines.io.schemas import ERRORS_DIR
 from pipelines.io.staged_output import StagedOutput
 
@@ -37,6 +38,9 @@ ROWS_READ = "_rows_read"  # rows the readers emitted (records + rejections)
 FILES_WRITTEN = "_files_written"  # files the writes finished (shards, ledger entries)
 # Tallies of embedded rows that the manifest reports, always present (0 when nothing embedded).
 EMBEDDING_COUNTS = ("truncated", "tokens", ZERO_VECTORS)
+# The manifest's section of the memory budget, what the run needed of it and its peak RSS
+# (pipelines/embed/memory.py; the peak is the committing process's).
+MEMORY_FIELD = "memory_budget"
 
 
 class CommitRefusedError(RuntimeError):
@@ -218,6 +222,8 @@ def commit_embeddings(out: StagedOutput, plan: CommitPlan, tallies: Mapping[str,
         "seconds": round(time.time() - plan.started, 3),
         "created": created_now(),
     }
+    if MEMORY_FIELD in launch:  # the budget counted at launch, and the peak measured here
+        manifest[MEMORY_FIELD] = {**launch[MEMORY_FIELD], "peak_rss_bytes": peak_rss()}
     return out.commit(manifest)
 
 

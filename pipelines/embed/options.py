@@ -14,12 +14,15 @@ from pipelines.stage_api.model_options import ModelOptions, encoder_settings
 from pipelines.stage_api.options import OptionError, at_least, in_range, option
 from pipelines.stage_api.shared_options import (
     beam_options_option,
+    checked_memory_budget,
+    memory_budget_option,
     output_option,
     overwrite_option,
 )
 
 if TYPE_CHECKING:
     from pipelines.io.corpus_reader import CorpusSpec
+    from pipelines.io.resources import MemoryBudget
     from sbert_core.inference.encoder_settings import EncoderSettings
 
 # The columns every embeddings output has (pipelines/embed/sinks.py): --keep-fields may not
@@ -100,6 +103,7 @@ class Options(ModelOptions):
         "settings, embeds only the files it had not finished. The launcher waits for the job "
         "(not with --no_wait_until_finish, and not with --exact-dedup)",
     )
+    memory_budget: str = memory_budget_option()
     overwrite: bool = overwrite_option()
     beam_options: Any = beam_options_option()
 
@@ -107,6 +111,7 @@ class Options(ModelOptions):
         """Refuse bad values before any input is read or any output touched."""
         super().check()
         in_range("max_error_rate", self.max_error_rate, 0.0, 1.0)
+        self.budget()
         at_least("max_record_bytes", self.max_record_bytes, 1)
         at_least("max_record_lines", self.max_record_lines, 1)
         # Before anything lists it: listing / or $HOME alone walks much of the disk.
@@ -135,6 +140,14 @@ class Options(ModelOptions):
                 f"must be at least 1 and at most --max-batch-size ({self.max_batch_size}), "
                 f"got {self.min_batch_size}",
             )
+
+    def budget(self) -> MemoryBudget:
+        """``memory_budget`` resolved (``auto``: a share of the memory available now).
+
+        Raises:
+            OptionError: not a size, naming --memory-budget.
+        """
+        return checked_memory_budget(self.memory_budget)
 
     def corpus_spec(self) -> CorpusSpec:
         """How the corpus files are read."""

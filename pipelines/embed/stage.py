@@ -26,6 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.embed.commit import (
     EMBEDDING_COUNTS,
     FILES_WRITTEN,
+    MEMORY_FIELD,
     ROWS_READ,
     CommitEmbeddings,
     CommitPlan,
@@ -39,6 +40,7 @@ from pipelines.embed.exact_copies import (
     EmbedDistinctTexts,
     exact_dedup_tally,
 )
+from pipelines.embed.memory import check_embed_memory, embed_memory
 from pipelines.embed.model_handler import DeterministicInferenceError, SbertModelHandler
 from pipelines.embed.options import Options
 from pipelines.embed.read_corpus import (
@@ -73,6 +75,7 @@ from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
 from pipelines.vectors.progress import close_shared_progress
 from sbert_core.errors import DataFileError
+from sbert_core.model.artifact import weight_files
 
 logger = logging.getLogger(__name__)
 
@@ -205,9 +208,25 @@ def build(options: Options, pipeline: beam.Pipeline | None = None) -> EmbedJob:
     # Fail before any work: the settings (above), the model's files, the input, then the output.
     # What the manifest records: the model with the prompt and dimensions these settings
     # choose (an unknown prompt name or a truncate_dim above the model's fails here).
-    description = settings.describe(settings.inspect())
+    info = settings.inspect()
+    description = settings.describe(info)
     read_corpus = ReadCorpus(options.input, spec)
     refuse_output_inside_input(options.output, options.input, read_corpus.files)
+    # The files are listed, not read: refuse a run that cannot fit before any work.
+    memory = embed_memory(
+        options.budget(),
+        info,
+        settings,
+        read_corpus.files,
+        max_batch_size=options.max_batch_size,
+        dtype=options.dtype,
+        weight_bytes=sum(
+            path.stat().st_size
+            for path in weight_files(info.transformer_dir, allow_pickle=settings.allow_pickle)
+        ),
+    )
+    if is_local(beam_options):  # elsewhere the workers hold the model and the records
+        check_embed_memory(memory, len(read_corpus.files))
     schema = output_schema(
         description["dim"],
         options.dtype,
@@ -222,7 +241,11 @@ def build(options: Options, pipeline: beam.Pipeline | None = None) -> EmbedJob:
             input_files=tuple(path for path, _, _ in read_corpus.files),
             max_error_rate=options.max_error_rate,
             allow_all_rejected=options.allow_all_rejected,
-            manifest=launch_manifest(options, description, spec, beam_options),
+            manifest={
+                **launch_manifest(options, description, spec, beam_options),
+                # The commit step adds the peak RSS measured (pipelines/embed/commit.py).
+                MEMORY_FIELD: memory.describe(0),
+            },
             started=started,
             reported=REPORTED_COUNTS + (EXACT_DEDUP_COUNTS if options.exact_dedup else ()),
         )
