@@ -31,7 +31,7 @@ EXIT_ENVIRONMENT = 1
 # From a stop signal to the end of the process at most (StopDeadline): the stop's own cleanup
 # (finally blocks, undoing an interrupted commit) takes well under a second; what it cannot
 # finish by then, the next run clears.
-STOP_DEADLINE_S = 3.0
+STOP_DEADLINE_S = 2.5
 # The signals whose number on the wakeup file descriptor starts the deadline.
 _STOPS = frozenset({signal.SIGINT, signal.SIGTERM})
 # The promise of the staged commit (pipelines/io/output_dir.py): a run that stops before its

@@ -50,23 +50,40 @@ WORDS = {signal.SIGINT: "interrupted by Ctrl-C (SIGINT)", signal.SIGTERM: "stopp
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
+@pytest.fixture(autouse=True)
+def _no_child_left():
+    """Whatever a test's outcome, the process it started ends with it (a stuck one would
+    sleep on for 10 minutes)."""
+    yield
+    for process in _STARTED:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    _STARTED.clear()
+
+
+_STARTED: list[subprocess.Popen] = []
+
+
 def _start(args: list[str], log: Path, *, stuck: Path | None = None) -> subprocess.Popen:
     patch = STUCK if stuck is not None else ""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if stuck is not None:
         env["SBERT_TEST_STUCK"] = str(stuck)
     with open(log, "w") as stream:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-c", CHILD.format(patch=patch), "-q", *args],
             stdout=subprocess.DEVNULL,
             stderr=stream,
             start_new_session=True,
             env=env,
         )
+    _STARTED.append(process)
+    return process
 
 
 def _wait_for(process: subprocess.Popen, log: Path, ready) -> None:
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600  # a loaded machine
     while not ready() and time.monotonic() < deadline:
         assert process.poll() is None, log.read_text()
         time.sleep(0.05)
