@@ -50,7 +50,7 @@ def rank_items(
     if policy not in RANK_POLICIES:
         raise ValueError(f"unknown ranking {policy!r}; choose one of {', '.join(RANK_POLICIES)}")
     order = np.arange(n, dtype=np.int64) if order_rank is None else np.asarray(order_rank, np.int64)
-    if order.shape != (n,) or len(np.unique(order)) != n:
+    if order.shape != (n,) or not _distinct(order):
         raise ValueError(f"order_rank must hold {n} distinct integers")
     if policy == "first":
         key = np.zeros(n)
@@ -92,3 +92,13 @@ def _paired(n: int, pairs: IndexedPairs | None, threshold: float | None) -> np.n
     out = np.zeros(n, bool)
     out[used.a] = out[used.b] = True
     return out
+
+
+def _distinct(values: np.ndarray) -> bool:
+    """Whether the integers ``values`` are all different. A ranking checks its order rank at
+    every threshold of a sweep: values in ``0 .. n-1`` (every order rank this project makes)
+    are counted in one ``bincount`` instead of sorted."""
+    n = len(values)
+    if n and values.min() >= 0 and values.max() < n:
+        return bool(np.all(np.bincount(values, minlength=n) == 1))
+    return len(np.unique(values)) == n

@@ -348,3 +348,19 @@ def test_one_progress_bar_counts_the_whole_sweep(methods, what):
     assert lines and all(line.startswith(f"dedup sweep ({what}): ") for line in lines)
     assert all(f"/{total} thresholds" in line for line in lines)
     assert lines[-1].startswith(f"dedup sweep ({what}): {total}/{total} ")
+
+
+@pytest.mark.parametrize(
+    ("order", "distinct"),
+    [([2, 0, 1], True), ([0, 0, 2], False), ([5, -3, 9], True), ([5, 9, 5], False)],
+)
+def test_rank_items_checks_the_order_rank_without_sorting_it(order, distinct):
+    order = np.array(order, np.int64)
+    if distinct:
+        assert (
+            rank_items("first", 3, order_rank=order).tolist()
+            == np.argsort(np.argsort(order)).tolist()
+        )
+    else:
+        with pytest.raises(ValueError, match="3 distinct integers"):
+            rank_items("first", 3, order_rank=order)
