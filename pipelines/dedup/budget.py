@@ -3,10 +3,11 @@ before any pair is read (Beam-free).
 
 Dedup holds the pairs as columns (two int64 row arrays and a float32 score per pair,
 :class:`pipelines.dedup.groups.IndexedPairs`) and a few ``(n,)`` arrays per row, so its memory
-is linear in rows and pairs: :func:`dedup_memory`. The constants are the measured peaks of the
-stage (``benchmarks/dedup_stage_scale.py``) divided out, rounded up: reading maps the pairs'
-string ids to rows (the Arrow strings and their row numbers live together for a moment), and
-each threshold of the sweep holds the pairs at or above it once more.
+is linear in rows and pairs: :func:`dedup_memory`. The constants are on the safe side of what
+``benchmarks/dedup_stage_scale.py`` measured (2M rows and 9.5M pairs: peak RSS 1.84 GiB against
+an estimate of 2.83 GiB): reading maps the pairs' string ids to rows (the Arrow strings and
+their row numbers live together for a moment), the sweep's :class:`pipelines.dedup.adjacency.
+PairGraph` lists every pair twice, and each threshold holds the pairs at or above it once more.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pipelines.io.resources import MemoryBudget, require_memory
 from pipelines.io.sizes import format_size
 
 # Bytes per pair at the peak: the Arrow ids and scores read, the row pairs, their sort order,
-# and a threshold's subset with its adjacency (measured: benchmarks/dedup_stage_scale.py).
+# and a threshold's subset, with the sweep's adjacency (benchmarks/dedup_stage_scale.py).
 BYTES_PER_PAIR = 160
 # Bytes per row: the id as a Python string and its row in a dict, about ten (n,) int64 arrays
 # of the groupings and the rankings.
