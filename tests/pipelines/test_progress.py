@@ -241,7 +241,7 @@ def test_index_build_reports_vectors_added(lines):
 
     vectors = _planted(2000)
     built = build_index(ArraySource(vectors), BuildSettings("Flat", batch_size=500, n_queries=100))
-    counts = _counts(lines(), "index:")
+    counts = _counts(lines(), "index fill:")
     added = len(vectors) - len(built.held_out)
     assert counts[-1] == f"{added:,}/{added:,}" and len(counts) == 4
 
