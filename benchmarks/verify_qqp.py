@@ -8,7 +8,7 @@ it, the benchmark runs the commands a user runs, as subprocesses:
     sbert embed  --input corpus.jsonl --format jsonl --id-field id --text-field text --keep-text
     sbert pairs  --embeddings emb --threshold 0.7 --method exact
     sbert verify --pairs pairs --model CROSS_ENCODER [--band LOW HIGH]
-    sbert dedup  --pairs pairs|verified --labels labels.tsv --sweep-from ... --sweep all (every method)
+    sbert dedup  --pairs pairs|verified --labels labels.tsv --sweep-from ... --sweep all
 
 and reads each method's best pair-F1 (over the sweep, and under a largest group of at most
 ``--max-largest``) from the two dedup manifests. It also reports, for cosine band edges, how

@@ -65,7 +65,10 @@ def argparse_settings(item: dataclasses.Field, hint: Any) -> dict[str, Any]:
     meta = item.metadata
     overrides = dict(meta.get("cli", {}))
     negatable = overrides.pop("negatable", False)
-    settings: dict[str, Any] = {"help": meta.get("help", ""), "default": item.default}
+    # argparse formats help with %-style (``%(default)s``); an option's help is plain text, also
+    # shown in the YAML docs, so a literal percent sign ("80% of ...") is escaped here.
+    help_text = meta.get("help", "").replace("%", "%%")
+    settings: dict[str, Any] = {"help": help_text, "default": item.default}
     if meta.get("metavar"):
         settings["metavar"] = meta["metavar"]
     if meta.get("required"):

@@ -87,7 +87,7 @@ def test_days_of_new_and_removed_files(tmp_path, corpus, tiny_st_dir) -> None:
         f"model: {tiny_st_dir}\n"
         "incremental: true\n"
         "stages: [embed, index, cluster, pairs, dedup]\n"
-        "index: {memory_budget: 1GB}\n"
+        "index: {target_recall: 0.95}\n"
         "cluster: {method: kmeans, k: 2}\n"
         f"pairs: {{k: 5, threshold: {THRESHOLD}, method: exact}}\n"
         f"dedup: {{threshold: {THRESHOLD}, method: components}}\n",

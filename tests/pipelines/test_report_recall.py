@@ -127,7 +127,9 @@ def _points(manifest: dict, method: str) -> dict[float, tuple[int, float]]:
 
 def test_recall_per_method_and_threshold_in_the_manifest_report_and_summary(corpus):
     tmp_path, pairs, _ = corpus
-    summary, manifest, page = dedup(tmp_path, pairs, "--method", "ranked", "--rank", "corpus")
+    summary, manifest, page = dedup(
+        tmp_path, pairs, "--method", "ranked", "--rank", "corpus", "--sweep", "all"
+    )
     known = manifest["known_duplicates"]
     assert known["source"] == "field" and known["field"] == "duplicate_of"
     assert (known["pairs"], known["unknown_ids"], known["same_item"]) == (3, 1, 1)
