@@ -61,7 +61,7 @@ from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_r
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout
 from pipelines.io.previous_output import full_run, incremental_record
-from pipelines.io.resources import MemoryBudget, peak_rss
+from pipelines.io.resources import MemoryBudget, peak_rss, resident_bytes
 from pipelines.stage_api.beam_options import runner_name
 from pipelines.stage_api.beam_run import (
     options_for,
@@ -73,7 +73,6 @@ from pipelines.stage_api.result import Result
 from pipelines.stage_api.shared_options import checked_memory_budget
 from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
-from pipelines.vectors.memory_use import resident_bytes
 from pipelines.vectors.sampling import sample_size
 
 logger = logging.getLogger(__name__)

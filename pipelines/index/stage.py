@@ -68,7 +68,7 @@ from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_r
 from pipelines.io.manifest_fields import created_now, software_versions
 from pipelines.io.output_dir import OutputLayout
 from pipelines.io.previous_output import full_run, incremental_record
-from pipelines.io.resources import MemoryBudget, peak_rss, require_memory
+from pipelines.io.resources import MemoryBudget, peak_rss, require_memory, resident_bytes
 from pipelines.io.sizes import format_size
 from pipelines.stage_api.beam_run import (
     options_for,
@@ -79,7 +79,6 @@ from pipelines.stage_api.beam_run import (
 from pipelines.stage_api.result import Result
 from pipelines.stage_api.stage_output import stage_output
 from pipelines.stage_api.stops import JobFailedError
-from pipelines.vectors.memory_use import resident_bytes
 
 logger = logging.getLogger(__name__)
 

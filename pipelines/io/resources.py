@@ -7,7 +7,7 @@ One budget holds for the whole process (``--memory-budget``, ``sbert run``'s top
 works out what it needs from its inputs' sizes *before* it reads them, and
 :func:`require_memory` / :func:`require_disk` refuse with the size needed and what to change,
 so a job that cannot fit fails in its first second instead of after an hour (see
-``docs/architecture.md``, "Memory and temporary disk").
+``docs/architecture.md``, "Memory budget, temporary disk and stops").
 """
 
 from __future__ import annotations
@@ -121,6 +121,19 @@ def require_disk(needed: int, path: str, what: str, change: str) -> None:
             f"{what} needs {format_size(needed)} of temporary disk under {path}, but only "
             f"{format_size(free)} is free there; free some space, or {change}"
         )
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now, in bytes (``/proc/self/statm``); elsewhere the peak
+    so far (:func:`peak_rss`), which is never less. After an earlier stage of ``sbert run`` the
+    peak says nothing about what is still held: a stage that adds its need to what the process
+    holds counts from this."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return peak_rss()
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def peak_rss() -> int:
