@@ -27,7 +27,7 @@ import csv
 import gzip
 import io
 import posixpath
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
@@ -36,7 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.io.corpus_files import match_corpus, open_decompressed
+from pipelines.dedup.corpus_index import FileKey, FileRows
+from pipelines.io.corpus_files import files_sha256, match_corpus, open_decompressed
 from pipelines.io.corpus_reader import (
     CorpusRecord,
     CorpusSpec,
@@ -72,6 +73,10 @@ class CorpusScan:
     # (n,) float64 the numeric value of ``value_field`` per item, NaN where missing; None when
     # no field was asked for.
     values: np.ndarray | None = None
+    digests: list[str] = field(default_factory=list)  # each file's sha256
+    file_rows: list[FileRows] = field(default_factory=list)  # the records of each file
+    # How the files were taken: from the previous corpus index or parsed (corpus_index.py).
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def scan_corpus(
@@ -81,6 +86,9 @@ def scan_corpus(
     want_text: np.ndarray,
     rejected_ids: Callable[[], set[str]],
     value_field: str | None = None,
+    *,
+    previous: Mapping[FileKey, FileRows] | None = None,
+    fetch_texts: Callable[[set[str]], dict[str, str]] | None = None,
 ) -> CorpusScan:
     """Read the corpus once: each embedded id's row, and the texts of the wanted items.
 
@@ -91,6 +99,11 @@ def scan_corpus(
         want_text: ``(n,)`` bool, items whose text to keep.
         rejected_ids: gives the ids the embed jobs rejected (read only if needed).
         value_field: a numeric metadata field to read for every item (``--rank column:NAME``).
+        previous: the previous run's corpus index (:func:`corpus_index.previous_index`): a
+            file it holds unchanged (path, id prefix, bytes, sha256) is not parsed again, unless
+            ``value_field`` is asked for (the index holds no field values).
+        fetch_texts: gives the texts of ids from elsewhere (the embeddings) for the files taken
+            from ``previous``; without it such a file holding a wanted text is parsed again.
 
     Raises:
         FileNotFoundError: nothing matches ``pattern``.
@@ -101,35 +114,43 @@ def scan_corpus(
     files = match_corpus(pattern)
     if value_field is not None:
         spec = replace(spec, keep_fields=(*spec.keep_fields, value_field))
-    values = None if value_field is None else np.full(len(index), np.nan)
-    positions = np.full((len(index), 2), -1, np.int64)
-    texts: dict[str, str] = {}
-    rows = not_embedded = 0
-    unexplained: list[str] = []
-    known_rejections: set[str] | None = None
-    for number, (path, prefix, _) in enumerate(files):
+        previous = None
+    digests = files_sha256([path for path, _, _ in files])
+    place = _Placement(index, want_text, len(index), rejected_ids, value_field)
+    file_rows: list[FileRows] = []
+    counts = {"reused": 0, "parsed": 0, "texts_from_embeddings": 0}
+    fetch: set[str] = set()
+    for number, ((path, prefix, size), digest) in enumerate(zip(files, digests, strict=True)):
+        known = (previous or {}).get((path, prefix, size, digest))
+        if known is not None and (fetch_texts is not None or not place.wants_any(known.ids)):
+            counts["reused"] += 1
+            place.rows += known.rows
+            place.not_embedded += known.rows - len(known.ids)
+            for item_id, line in zip(known.ids, known.numbers.tolist(), strict=True):
+                if place.record(item_id, number, path, line):
+                    fetch.add(item_id)
+            file_rows.append(known)
+            continue
+        counts["parsed"] += 1
+        before, ids, numbers = place.rows, [], []
         with open_decompressed(path) as stream:
             for item in read_corpus_file(stream, path, spec, prefix):
-                rows += 1
+                place.rows += 1
                 if isinstance(item, RejectedRow):
-                    not_embedded += 1
+                    place.not_embedded += 1
                     continue
-                row = index.get(item.id)
-                if row is not None and positions[row, 0] < 0:
-                    positions[row] = (number, _row_number(item.source))
-                    if values is not None:
-                        values[row] = _number(dict(item.fields).get(value_field), item)
-                    if want_text[row]:
-                        texts[item.id] = item.text
-                    continue
-                not_embedded += 1
-                if row is None:
-                    if known_rejections is None:
-                        known_rejections = rejected_ids()
-                    if item.id not in known_rejections:
-                        unexplained.append(f"{item.source} (id {item.id!r})")
+                line = _row_number(item.source)
+                ids.append(item.id)
+                numbers.append(line)
+                if place.record(item.id, number, path, line, item):
+                    place.texts[item.id] = item.text
+        file_rows.append(FileRows(place.rows - before, np.asarray(numbers, np.int64), ids))
+    if fetch and fetch_texts is not None:
+        found = fetch_texts(fetch)
+        place.texts.update(found)
+        counts["texts_from_embeddings"] = len(found)
     described = f"{pattern} read with {_describe(spec)}"
-    missing = np.flatnonzero(positions[:, 0] < 0)
+    missing = np.flatnonzero(place.positions[:, 0] < 0)
     if len(missing):
         ids = list(index)
         first = ", ".join(repr(ids[row]) for row in missing[:3])
@@ -138,13 +159,61 @@ def scan_corpus(
             f"(first: {first}); pass the corpus the embeddings were made from, with the same "
             "--id-field (or, for derived file:row ids, the same glob)"
         )
-    if unexplained:
+    if place.unexplained:
         raise ValueError(
-            f"the corpus {described} has {len(unexplained)} rows that the embed job neither "
-            f"embedded nor rejected (first: {unexplained[0]}); the corpus changed after it was "
-            "embedded, or it is another corpus"
+            f"the corpus {described} has {len(place.unexplained)} rows that the embed job "
+            f"neither embedded nor rejected (first: {place.unexplained[0]}); the corpus changed "
+            "after it was embedded, or it is another corpus"
         )
-    return CorpusScan(pattern, spec, files, positions, texts, rows, not_embedded, values)
+    return CorpusScan(
+        pattern,
+        spec,
+        files,
+        place.positions,
+        place.texts,
+        place.rows,
+        place.not_embedded,
+        place.values,
+        digests,
+        file_rows,
+        counts,
+    )
+
+
+class _Placement:
+    """The scan's state: each embedded id's first row, the wanted texts and what is not
+    embedded."""
+
+    def __init__(self, index, want_text, n, rejected_ids, value_field) -> None:
+        self.index, self.want_text, self.value_field = index, want_text, value_field
+        self.positions = np.full((n, 2), -1, np.int64)
+        self.values = None if value_field is None else np.full(n, np.nan)
+        self.texts: dict[str, str] = {}
+        self.rows = self.not_embedded = 0
+        self.unexplained: list[str] = []
+        self._rejected_ids = rejected_ids
+        self._known_rejections: set[str] | None = None
+
+    def wants_any(self, ids: list[str]) -> bool:
+        """Whether the text of any of ``ids`` is wanted."""
+        rows = [row for row in map(self.index.get, ids) if row is not None]
+        return bool(rows) and bool(self.want_text[rows].any())
+
+    def record(self, item_id: str, number: int, path: str, line: int, item=None) -> bool:
+        """Place one record of file ``number``; whether its text is wanted (its first row)."""
+        row = self.index.get(item_id)
+        if row is not None and self.positions[row, 0] < 0:
+            self.positions[row] = (number, line)
+            if self.values is not None:
+                self.values[row] = _number(dict(item.fields).get(self.value_field), item)
+            return bool(self.want_text[row])
+        self.not_embedded += 1
+        if row is None:
+            if self._known_rejections is None:
+                self._known_rejections = self._rejected_ids()
+            if item_id not in self._known_rejections:
+                self.unexplained.append(f"{path}:{line} (id {item_id!r})")
+        return False
 
 
 def _number(value: str | None, item: CorpusRecord) -> float:

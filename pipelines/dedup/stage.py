@@ -117,6 +117,7 @@ from pipelines.dedup.budget import check_memory
 from pipelines.dedup.choices import KEEP_POLICIES, METHODS
 from pipelines.dedup.copies import read_copies, reason_column
 from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE, apply_corpus, scan_corpus
+from pipelines.dedup.corpus_index import INDEX_FILE, embedded_texts, previous_index, write_index
 from pipelines.dedup.decisions import changes_html, decide, reference_texts, shown_ids
 from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.deduplicate import deduplicate
@@ -172,7 +173,15 @@ FULL_REASON = (
 
 # What a dedup run writes (see docs/architecture.md, ``dedup/``).
 LAYOUT = OutputLayout(
-    files=(GROUPS_FILE, KEPT_FILE, REMOVED_FILE, REPORT_FILE, REJECTED_FILE, f"{CORPUS_DIR}/*")
+    files=(
+        GROUPS_FILE,
+        KEPT_FILE,
+        REMOVED_FILE,
+        REPORT_FILE,
+        REJECTED_FILE,
+        INDEX_FILE,
+        f"{CORPUS_DIR}/*",
+    )
 )
 
 
@@ -372,6 +381,7 @@ def _run(options: Options) -> DedupResult:
                 f"rows in ({n}) != kept ({n_kept}) + removed ({n_removed}; expected "
                 f"{groups.n_removed}); {folder} has no manifest and must not be used"
             )
+        scanned = None if scan is None else write_index(folder, scan)
         corpus = (
             apply_corpus(folder, scan, index, decided.corpus_kept, groups.n_removed)
             if options.apply
@@ -431,6 +441,8 @@ def _run(options: Options) -> DedupResult:
             known_shown,
         )
         manifest["first_order"] = order_basis
+        if scanned is not None:
+            manifest["corpus"]["index"] = scanned
         manifest["stable_keep"] = stable
         manifest["changes"] = summary.changes
         manifest["against"] = summary.against
@@ -467,9 +479,14 @@ def _labels(options: Options, ids) -> LabelledPairs | None:
 
 
 def _scan(options: Options, datasets, index: dict[str, int], wanted: np.ndarray, column):
-    """The corpus rows of the grouped items (texts, order, the ranking column)."""
+    """The corpus rows of the grouped items (texts, order, the ranking column); files the
+    previous version's corpus index holds unchanged are not parsed again."""
     spec = corpus_spec(datasets, options.format, options.text_field, options.id_field)
     logger.info("reading the corpus %s", options.corpus)
-    return scan_corpus(
-        options.corpus, spec, index, wanted, lambda: embed_error_ids(datasets), value_field=column
-    )
+    previous = previous_index(None if options.dry_run else options.output, spec)
+    scan = scan_corpus(
+        options.corpus, spec, index, wanted, lambda: embed_error_ids(datasets), column,
+        previous=previous, fetch_texts=embedded_texts(datasets, spec),
+    )  # fmt: skip
+    logger.info("corpus files: %(reused)d unchanged (from its index), %(parsed)d read", scan.counts)
+    return scan

@@ -16,11 +16,10 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pipelines.io.content_checks import ListedFile, digest_of
-from pipelines.io.filesystems import CompressionTypes, FileSystems
+from pipelines.io.corpus_files import files_sha256
 from pipelines.io.output_dir import (
     CorruptOutputError,
     file_sizes,
@@ -35,7 +34,6 @@ GROUPS = "_groups"  # inside an attempt area: where one file's pipeline writes b
 # Launch-manifest fields that do not change the rows (where and with what it ran); every other
 # field (model identity, prompt, dims, dtype, reading options) must match for rows to be kept.
 NOT_SETTINGS = ("runner", "software", "compute")
-_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -71,19 +69,10 @@ class InputFile:
         )
 
 
-def _sha256(path: str) -> str:
-    hasher = hashlib.sha256()
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        while chunk := handle.read(_CHUNK):
-            hasher.update(chunk)
-    return hasher.hexdigest()
-
-
 def hash_inputs(files: Sequence[tuple[str, str, int]]) -> list[InputFile]:
     """The matched ``(path, id prefix, bytes)`` files with their sha256 (hashed in threads:
     hashlib releases the GIL; cheap next to embedding the same bytes)."""
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(files)))) as pool:
-        digests = list(pool.map(_sha256, [path for path, _, _ in files]))
+    digests = files_sha256([path for path, _, _ in files])
     return [
         InputFile(path, prefix, size, digest)
         for (path, prefix, size), digest in zip(files, digests, strict=True)

@@ -98,16 +98,21 @@ class EmbedSummary:
     truncated: int | None
     seconds: float
     copies: int | None = None  # --exact-dedup: rows written with their representative's vector
+    kept: int = 0  # --incremental: rows of unchanged input files, kept as they were
 
     def line(self) -> str:
-        """One-line human summary."""
-        rate = self.embedded / self.seconds if self.seconds > 0 else float("inf")
+        """One-line human summary (the rate counts the rows embedded by this run)."""
+        embedded = self.embedded - self.kept
+        rate = embedded / self.seconds if self.seconds > 0 else float("inf")
         truncated = "" if self.truncated is None else f", {self.truncated} truncated"
         if self.copies is not None:
             distinct = self.embedded - self.copies
             truncated += f" ({distinct} distinct normalised texts, {self.copies} copies)"
+        read = f"read {self.read} rows"
+        if self.kept:
+            read = f"{self.read} rows, {self.kept} kept from unchanged files"
         return (
-            f"read {self.read} rows: {self.embedded} embedded{truncated}, {self.rejected} rejected "
+            f"{read}: {embedded} embedded{truncated}, {self.rejected} rejected "
             f"(see {join(self.output, ERRORS_DIR)}) in {self.seconds:.1f}s ({rate:.0f} texts/s) "
             f"-> {self.output}"
         )
@@ -124,6 +129,7 @@ class EmbedSummary:
             counts.get("truncated"),
             float(manifest["seconds"]),
             counts.get("copies"),
+            int((manifest.get("incremental") or {}).get("rows_old", 0)),
         )
 
 

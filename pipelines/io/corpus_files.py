@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 from pipelines.io.filesystems import CompressionTypes, FileSystems, split_pattern
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import open_bz2
+
+_CHUNK = 1 << 22  # bytes hashed at a time
 
 
 def match_corpus(pattern: str) -> list[tuple[str, str, int]]:
@@ -75,3 +79,21 @@ def open_decompressed(path: str) -> BinaryIO:
     if name.endswith(".bz2"):
         return open_bz2(raw)
     return raw
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a file's bytes as stored (the compressed bytes of a compressed file)."""
+    hasher = hashlib.sha256()
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        while chunk := handle.read(_CHUNK):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def files_sha256(paths: Sequence[str]) -> list[str]:
+    """:func:`file_sha256` of each path, in order (hashed in threads: hashlib releases the GIL;
+    cheap next to parsing or embedding the same bytes)."""
+    if not paths:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
+        return list(pool.map(file_sha256, paths))

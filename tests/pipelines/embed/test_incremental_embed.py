@@ -130,6 +130,8 @@ def test_appended_changed_and_removed_files(tmp_path, tiny_st_dir, yesterday):
     assert (section["rows_old"], section["rows_new"], section["rows_gone"]) == (9, 12, 6)
     assert section["previous_created"] == before["created"]
     assert (summary.read, summary.embedded, summary.rejected) == (22, 21, 1)
+    # The line counts what this run embedded, apart from the rows it kept.
+    assert summary.line().startswith("22 rows, 9 kept from unchanged files: 12 embedded")
     # The unchanged files' parts are the same files: same names, bytes and digests.
     for path in (a, b):
         assert _part_bytes(out, manifest, path) == kept_bytes[path]
