@@ -95,8 +95,10 @@ def previous_index(output: str | None, spec) -> dict[FileKey, FileRows]:
 
 def _read_index(output: str, spec) -> dict[FileKey, FileRows]:
     manifest = read_manifest(output, verify=False)  # the one file used is checked below
-    section = (manifest.get("corpus") or {}).get("index") if isinstance(manifest, dict) else None
-    if manifest.get("kind") != "dedup" or not isinstance(section, dict):
+    if not isinstance(manifest, dict) or manifest.get("kind") != "dedup":
+        return {}
+    section = (manifest.get("corpus") or {}).get("index")
+    if not isinstance(section, dict):
         return {}
     if section.get("spec") != spec_json(spec):
         logger.info("the corpus index in %s was read with other settings: not used", output)
