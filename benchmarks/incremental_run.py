@@ -72,7 +72,7 @@ def job_config(job_dir: Path, corpus: Path, *, incremental: bool) -> dict:
         "runner": "local",
         "incremental": incremental,
         "stages": list(STAGES),
-        "index": {"memory_budget": "2GB"},
+        # The index budget is the default (auto: most of the free memory), as a user runs it.
         "cluster": {"method": "kmeans", "k": 100},
         "pairs": {"k": 10, "threshold": PAIRS_THRESHOLD, "method": "exact"},
         "dedup": {"threshold": DEDUP_THRESHOLD, "stable_keep": "off"},
