@@ -37,6 +37,7 @@ from pipelines.index.faiss_ops import (
     new_index,
     prepare_vectors,
 )
+from pipelines.index.list_reserve import reserve_inverted_lists
 from pipelines.index.planner import POINTS_PER_CENTROID
 from pipelines.index.tuning import RECALL_K, SearchTuning, queries_per_second, tune_search_parameter
 from pipelines.vectors.checks import require_finite
@@ -399,6 +400,9 @@ def build_index(source: VectorSource, settings: BuildSettings) -> BuiltIndex:
     """
     trained = train_on_sample(source, settings)
     start = time.perf_counter()
+    if not settings.gpu():  # every row, held-out ones too: they are added last
+        batches = (vectors for _, vectors in source.batches(settings.batch_size))
+        reserve_inverted_lists(trained.index, batches, settings.metric, total=source.count)
     exact = ExactTopK(trained.queries, RECALL_K, metric=settings.metric, kernel="faiss")
     batches = (vectors for _, vectors in source.batches(settings.batch_size))
     index, device = fill_index(
