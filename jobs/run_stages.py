@@ -36,6 +36,7 @@ from jobs.run_table import stage_package, stage_spec
 from pipelines.io.atomic import write_json_replacing
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import MANIFEST, join
+from pipelines.io.resources import release_free_memory
 from pipelines.io.sizes import format_size
 from pipelines.stage_api.job_stage import JobStage
 from pipelines.stage_api.options import BEAM_FIELD
@@ -188,8 +189,13 @@ def _preflight(spec: JobStage, options: Any) -> None:
 
 
 def run_stage(plan: StagePlan, *, overwrite: bool) -> Any:
-    """Run one stage through its package's ``run``; returns its ``Result``."""
-    return stage_package(plan.name).run(plan.run_options(overwrite=overwrite))
+    """Run one stage through its package's ``run``; returns its ``Result``. What the stage
+    freed goes back to the system after it, so the next stage's memory check counts only what
+    is still held."""
+    try:
+        return stage_package(plan.name).run(plan.run_options(overwrite=overwrite))
+    finally:
+        release_free_memory()
 
 
 @dataclass

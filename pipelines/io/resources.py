@@ -139,3 +139,21 @@ def resident_bytes() -> int:
 def peak_rss() -> int:
     """The process's peak resident memory so far, in bytes (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def release_free_memory() -> None:
+    """Hand memory the process has freed back to the system, so that the next stage of the
+    same ``sbert run`` counts what is still held (:func:`resident_bytes`), not what a finished
+    stage freed: pyarrow's pool keeps freed buffers for reuse, and glibc keeps freed heap
+    blocks (an IVF index's lists below its mmap threshold). Elsewhere than glibc, only the
+    pyarrow pool is released."""
+    import contextlib
+    import ctypes
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing more to ask
+        ctypes.CDLL("libc.so.6").malloc_trim(0)

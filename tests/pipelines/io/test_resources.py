@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 
 from pipelines.io import resources
 from pipelines.io.resources import (
     MemoryBudget,
     ResourceError,
+    release_free_memory,
     require_disk,
     require_memory,
+    resident_bytes,
     resolve_budget,
 )
 from pipelines.stage_api.options import OptionError
@@ -58,3 +62,26 @@ def test_peak_rss_grows_with_an_allocation():
     block[::4096] = b"x" * len(block[::4096])
     assert resources.peak_rss() >= before
     assert resources.peak_rss() >= 64 * 2**20
+
+
+def test_release_free_memory_hands_freed_heap_blocks_back():
+    # Blocks below glibc's mmap threshold live on the heap; freed under a block still in use
+    # (the fence), they stay resident until malloc_trim.
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    block, count = 64 * 1024, 2_000
+    before = resident_bytes()
+    blocks = [libc.malloc(block) for _ in range(count)]
+    fence = libc.malloc(block)
+    for address in blocks:
+        ctypes.memset(address, 1, block)
+    grown = resident_bytes() - before
+    for address in blocks:
+        libc.free(address)
+    held = resident_bytes()
+    release_free_memory()
+    released = held - resident_bytes()
+    libc.free(fence)
+    assert grown > 0.5 * block * count
+    assert released > 0.5 * grown, (grown, released)
