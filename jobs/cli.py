@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from jobs import stage_cli
 from jobs.parsers import CommandParser, HelpFormatter
 from jobs.user_stops import StopDeadline, user_stop
-from pipelines.io.resources import ResourceError
+from pipelines.io.resources import ResourceError, return_freed_arrow_memory_at_once
 from pipelines.stage_api.stops import JobFailedError, Terminated, note_stop
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     # CPU-second once torch is loaded). Registered once however often main runs.
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
+    return_freed_arrow_memory_at_once()  # before pyarrow is imported; budgets count RSS
     level, rest = split_global_flags(argv)
     _configure_logging(level)
     # Called with no arguments, main is the process's command (the `sbert` script, `python -m

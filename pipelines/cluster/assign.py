@@ -23,7 +23,13 @@ from apache_beam.metrics import Metrics
 from pipelines.io.atomic import write_parquet_replacing
 from pipelines.io.centroids import load_centroids
 from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.embeddings import EmbeddingsDataset, all_shards, embedding_matrix, shard_paths
+from pipelines.io.embeddings import (
+    EmbeddingsDataset,
+    all_shards,
+    embedding_matrix,
+    shard_paths,
+    stream_parquet,
+)
 from pipelines.io.output_dir import join
 from pipelines.vectors.cosine_range import clamp_cosines
 from pipelines.vectors.kmeans import assign
@@ -69,7 +75,7 @@ def assign_shard(
     """``assignments/`` tables of one embeddings shard: each row's nearest centroid, read and
     assigned ``batch_size`` rows at a time."""
     with FileSystems.open(path) as handle:
-        for batch in pq.ParquetFile(handle).iter_batches(
+        for batch in stream_parquet(handle).iter_batches(
             batch_size=batch_size, columns=["id", "embedding"]
         ):
             vectors = normalize_rows(embedding_matrix(batch.column("embedding")))

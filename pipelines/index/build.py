@@ -40,6 +40,7 @@ from pipelines.index.faiss_ops import (
 from pipelines.index.list_reserve import reserve_inverted_lists
 from pipelines.index.planner import POINTS_PER_CENTROID
 from pipelines.index.tuning import RECALL_K, SearchTuning, queries_per_second, tune_search_parameter
+from pipelines.io.resources import release_free_memory
 from pipelines.vectors.checks import require_finite
 from pipelines.vectors.exact_truth import ExactTopK, Metric
 from pipelines.vectors.progress import stage_progress
@@ -117,7 +118,7 @@ class BuildSettings:
     target_recall: float = 0.95
     train_sample: int | None = None
     n_queries: int = 1000
-    batch_size: int = 65536
+    batch_size: int = 16384
     seed: int = 0
     use_gpu: bool | None = None
 
@@ -316,6 +317,10 @@ def train_on_sample(source: VectorSource, settings: BuildSettings) -> TrainedInd
         del sample
         logger.info("training %s on %d vectors", settings.factory, n_train)
         index, device = _on_device(index, lambda target: target.train(train), settings.gpu())
+        del train
+    # The sample's reads and k-means' work space are freed; hand them back before the fill,
+    # whose peak the planner counts from what was resident at the start.
+    release_free_memory()
     return TrainedIndex(index, queries, held_out, n_train, device, time.perf_counter() - start)
 
 
@@ -339,10 +344,12 @@ def fill_index(
         with stage_progress("index fill", total=total, unit="vectors") as bar:
             for vectors in batches:
                 prepared = prepare_vectors(vectors, metric)
+                del vectors
                 target.add(prepared)
                 if exact is not None:
                     exact.add(prepared)
                 bar.update(len(prepared))
+                del prepared  # not alive while the next batch is read (the planner's count)
 
     return _on_device(index, add_all, use_gpu)
 

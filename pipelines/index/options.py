@@ -51,7 +51,8 @@ class Options(ExternalVectorOptions):
     queries: int = option(
         1000, "held-out vectors for tuning and the recall estimate (default 1000)"
     )
-    batch_size: int = option(65536, "vectors read and added per step")
+    # 16k rows: adding is as fast as with 64k, and the fill holds 0.3 GiB less (2M x 384).
+    batch_size: int = option(16384, "vectors read and added per step")
     seed: int = seed_option("for the training and query sample")
     shards: int | None = option(
         help="fill S shards in a Beam pipeline and merge them (default: one process, no Beam)"

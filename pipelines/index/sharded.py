@@ -59,7 +59,7 @@ from pipelines.io.atomic import (
     write_bytes_replacing,
     write_json_replacing,
 )
-from pipelines.io.embeddings import EmbeddingsDataset, embedding_matrix
+from pipelines.io.embeddings import EmbeddingsDataset, embedding_matrix, stream_parquet
 from pipelines.io.output_dir import join
 from pipelines.vectors.checks import require_finite
 from pipelines.vectors.exact_truth import ExactTopK
@@ -185,7 +185,7 @@ def read_row_range(task: ShardTask, batch_size: int) -> Iterator[np.ndarray]:
     """
     for path, file_first in task.files:
         with FileSystems.open(path) as handle:
-            parquet = pq.ParquetFile(handle)
+            parquet = stream_parquet(handle)
             group_first = file_first
             for group in range(parquet.num_row_groups):
                 group_rows = parquet.metadata.row_group(group).num_rows

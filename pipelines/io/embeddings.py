@@ -64,6 +64,19 @@ def parquet_source(path: str) -> Iterator[str | object]:
         yield handle
 
 
+# Streaming reads page by page: without it Arrow reads each row group's column chunks whole
+# (pre-buffered) before decoding, which held ~0.25 GiB more than the batch being read for
+# 15 MB row groups (2M x 384 vectors here); 1 MiB reads cost no measurable time on local disk.
+STREAM_BUFFER_BYTES = 1 << 20
+
+
+def stream_parquet(source: str | object) -> pq.ParquetFile:
+    """A Parquet file opened for reading in batches with memory bounded by the batch: no
+    pre-buffering of whole row groups, pages read through a :data:`STREAM_BUFFER_BYTES`
+    buffer. ``source`` is what :func:`parquet_source` yields."""
+    return pq.ParquetFile(source, pre_buffer=False, buffer_size=STREAM_BUFFER_BYTES)
+
+
 def count_rows(paths: list[str]) -> int:
     """Total rows of Parquet files, from their footers (no data is read)."""
     total = 0
@@ -189,13 +202,14 @@ class EmbeddingsDataset:
         wanted = ["id", "embedding", *columns]
         for path in self.shards:
             with parquet_source(path) as source:
-                for batch in pq.ParquetFile(source).iter_batches(
+                for batch in stream_parquet(source).iter_batches(
                     batch_size=batch_size, columns=wanted
                 ):
                     ids = batch.column("id").to_pylist()
                     vectors = embedding_matrix(batch.column("embedding"))
                     require_finite(vectors, ids, where=path)
                     yield (ids, vectors, batch) if columns else (ids, vectors)
+                    del batch, ids, vectors  # not held while the next batch is read
 
     def load(self) -> tuple[list[str], np.ndarray]:
         """All ids and vectors in memory: ``(ids, (N, d) float32)``."""

@@ -157,3 +157,26 @@ def release_free_memory() -> None:
     pa.default_memory_pool().release_unused()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing more to ask
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+# mimalloc (pyarrow's default pool) keeps pages it freed until a later allocation purges them;
+# reading 2M vectors left ~0.6 GiB resident that no stage held, and the index stage's fill went
+# 0.35 GiB over its budget (benchmarks/results/scale_job_n2000000.json). With a purge delay of 0
+# freed pages go back at once (reading cost +10% wall time, hidden behind FAISS in every stage).
+ARROW_PURGE_SETTING = ("MIMALLOC_PURGE_DELAY", "0")
+
+
+def return_freed_arrow_memory_at_once() -> bool:
+    """Ask pyarrow's allocator to hand freed pages back to the system at once, so that what
+    the process holds is what it uses (the memory budget counts resident bytes).
+
+    mimalloc reads its settings when pyarrow is first imported: call this first. A user's own
+    ``MIMALLOC_PURGE_DELAY`` is kept. Returns whether the setting will take effect (False when
+    pyarrow is already imported)."""
+    import sys
+
+    if "pyarrow" in sys.modules:
+        return False
+    name, value = ARROW_PURGE_SETTING
+    os.environ.setdefault(name, value)
+    return True

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.io.embeddings import embedding_matrix, parquet_source
+from pipelines.io.embeddings import embedding_matrix, parquet_source, stream_parquet
 from pipelines.vectors.checks import require_finite
 from pipelines.vectors.precision import normalize_rows
 
@@ -72,7 +72,7 @@ class VectorReader:
         read-only views of Arrow's buffers (for a caller that copies them anyway); without
         ``threads`` Arrow decodes on the calling thread only."""
         with parquet_source(path) as source:
-            for batch in pq.ParquetFile(source).iter_batches(
+            for batch in stream_parquet(source).iter_batches(
                 batch_size=self.batch_size, columns=["id", "embedding"], use_threads=threads
             ):
                 ids = _plain(batch.column("id"))

@@ -88,3 +88,61 @@ def test_release_free_memory_hands_freed_heap_blocks_back():
     libc.free(fence)
     assert grown > 0.5 * block * count
     assert released > 0.5 * grown, (grown, released)
+
+
+READ_AND_MEASURE = """
+import sys
+from pipelines.io.resources import return_freed_arrow_memory_at_once, resident_bytes
+if sys.argv[2] == "on":
+    assert return_freed_arrow_memory_at_once()
+import pyarrow.parquet as pq
+before = resident_bytes()
+for batch in pq.ParquetFile(sys.argv[1]).iter_batches(batch_size=16384):
+    matrix = batch.column(0).values.to_numpy()
+del batch, matrix
+print(resident_bytes() - before)
+"""
+
+
+def test_arrow_memory_read_and_freed_goes_back_at_once(tmp_path):
+    # A fresh interpreter each: mimalloc reads its settings when pyarrow is imported.
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows, dim = 100_000, 384
+    vectors = np.random.default_rng(0).standard_normal((rows, dim), dtype=np.float32)
+    column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), dim)
+    path = tmp_path / "vectors.parquet"
+    pq.write_table(pa.table({"embedding": column}), path, row_group_size=5_000)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIMALLOC_")}
+
+    def held_after_reading(mode: str) -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", READ_AND_MEASURE, str(path), mode],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        return int(done.stdout.split()[-1])
+
+    kept, returned = held_after_reading("off"), held_after_reading("on")
+    # Without the setting the freed pages stay resident (measured here 2.4x the vectors); with
+    # it only the allocator's own working set does (about 65 MB).
+    assert kept > vectors.nbytes, kept
+    assert returned < kept / 3, (kept, returned)
+
+
+def test_a_user_purge_setting_is_kept(monkeypatch):
+    monkeypatch.delitem(__import__("sys").modules, "pyarrow", raising=False)
+    monkeypatch.setenv("MIMALLOC_PURGE_DELAY", "250")
+    assert resources.return_freed_arrow_memory_at_once()
+    assert resources.os.environ["MIMALLOC_PURGE_DELAY"] == "250"
+    monkeypatch.delenv("MIMALLOC_PURGE_DELAY")
+    assert resources.return_freed_arrow_memory_at_once()
+    assert resources.os.environ["MIMALLOC_PURGE_DELAY"] == "0"
