@@ -175,7 +175,7 @@ def test_help_is_plain_text_citing_files_of_the_repo(command, capsys):
         (["embed"], "records per inference call, min (default: 4096)"),
         (["pairs"], "k-means iterations, at most (default: 20)"),
         (["cluster"], "communities: minimum cosine to the centre (default: 0.75)"),
-        (["index"], "vectors read and added per step (default: 65536)"),
+        (["index"], "vectors read and added per step (default: 16384)"),
         (["dedup"], "highest sweep threshold (default: 0.99)"),
         (["encode"], "column holding the text (default: text)"),
         (["eval", "sts"], "column with the gold score (default: score)"),
