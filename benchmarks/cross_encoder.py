@@ -15,6 +15,10 @@ Spearman correlation to ours fp32 and the average precision of its scores on the
 calibration) is reported apart: a worker pays it once.
 
     python -m benchmarks.cross_encoder [--model DIR] [--pairs 4000] [--repeats 3] [--threads N]
+    python -m benchmarks.cross_encoder --device cuda --model DIR --pairs 20000 --batch-size 256
+
+On a CUDA device (``--device cuda``) the contenders are sentence-transformers fp32 and ours in
+float32, bfloat16 and float16 on torch, and the results go to ``cross_encoder_cuda.json``.
 
 Without ``--model`` the cross-encoder is the bundled all-MiniLM-L6-v2 under a new random
 one-label head (as ``sbert finetune`` starts one), saved to a temporary folder: the speed is
@@ -45,6 +49,8 @@ PATHS = [
     ("bfloat16", "openvino"),
     ("int8", "openvino"),
 ]
+# On a CUDA device: torch only (OpenVINO and int8 are CPU paths), float16 as well.
+CUDA_PATHS = [("float32", "torch"), ("bfloat16", "torch"), ("float16", "torch")]
 ST_NAME = "sentence_transformers_fp32"
 EXACT_NAME = "ours_float32_torch"
 
@@ -71,11 +77,12 @@ def default_cross_encoder(directory: Path) -> Path:
     return start_cross_encoder("all-MiniLM-L6-v2", device="cpu").save(directory / "model")
 
 
-def _skip_reason(dtype: str, backend: str) -> str | None:
+def _skip_reason(dtype: str, backend: str, device: str) -> str | None:
     """Why a path is not timed on this CPU though ``CrossEncoder.load`` would run it."""
     from sbert_core.inference.cpu_features import detect_cpu_features
 
-    if (dtype, backend) == ("bfloat16", "torch") and not detect_cpu_features().fast_bf16:
+    native_bf16 = detect_cpu_features().fast_bf16
+    if device == "cpu" and (dtype, backend) == ("bfloat16", "torch") and not native_bf16:
         return (
             "this CPU has no native bf16 (AVX512-BF16 or AMX): torch emulates bf16 products, "
             "slower than float32"
@@ -90,6 +97,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--batch-size", type=int, default=32, help="both predicts' batch size")
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, or cuda: float32, bfloat16 and float16 on torch"
+    )
+    parser.add_argument(
+        "--name", default=None, help="results file name (default cross_encoder[_cuda])"
+    )
     args = parser.parse_args()
 
     from scipy.stats import spearmanr
@@ -103,18 +116,18 @@ def main() -> None:
     pairs, labels = qqp_pairs(args.pairs)
     with tempfile.TemporaryDirectory(prefix="cross-encoder-bench-") as work:
         model_dir = Path(args.model) if args.model else default_cross_encoder(Path(work))
-        theirs = STCrossEncoder(str(model_dir), device="cpu")
+        theirs = STCrossEncoder(str(model_dir), device=args.device)
         ours: dict[str, CrossEncoder] = {}
         setup_s: dict[str, float] = {}
         skipped: dict[str, str] = {}
-        for dtype, backend in PATHS:
+        for dtype, backend in CUDA_PATHS if args.device.startswith("cuda") else PATHS:
             name = f"ours_{dtype}_{backend}"
-            reason = _skip_reason(dtype, backend)
+            reason = _skip_reason(dtype, backend, args.device)
             start = time.perf_counter()
             try:
                 if reason is None:
                     ours[name] = CrossEncoder.load(
-                        model_dir, device="cpu", dtype=dtype, backend=backend
+                        model_dir, device=args.device, dtype=dtype, backend=backend
                     )
             except ValueError as err:  # a path this machine cannot run: load says why
                 reason = str(err)
@@ -155,8 +168,9 @@ def main() -> None:
     fast = [name for name in ours if name != EXACT_NAME]
     best = max(fast, key=speed.get) if fast else EXACT_NAME
     tokens = ours[EXACT_NAME].tokenize(pairs)[1]
+    on_cuda = args.device.startswith("cuda")
     path = write_result(
-        "cross_encoder",
+        args.name or ("cross_encoder_cuda" if on_cuda else "cross_encoder"),
         {
             "model": str(args.model) if args.model else "all-MiniLM-L6-v2 + new random head",
             "pairs": len(pairs),
@@ -164,7 +178,8 @@ def main() -> None:
             "threads": args.threads,
             "batch_size": args.batch_size,
             "repeats": args.repeats,
-            "device": "cpu",
+            "device": torch.cuda.get_device_name(0) if on_cuda else "cpu",
+            "torch": torch.__version__,
             "cpu_features": detect_cpu_features().as_dict(),
             "load_average_before_after": [load_before, load_after],
             "setup_s": setup_s,
