@@ -34,3 +34,34 @@ def test_fast_searches_time_every_query():
     index, queries = SlowIndex(0.0), np.zeros((1000, 4), np.float32)
     queries_per_second(index, queries, 10, repeats=3, seconds=0.3)
     assert index.searched == PROBE_QUERIES + 3 * 1000
+
+
+def test_tuning_stops_where_recall_plateaus_below_the_target(caplog):
+    import faiss
+
+    from pipelines.index.tuning import PLATEAU_GAIN, tune_search_parameter
+    from pipelines.vectors.exact_truth import recall_at_k
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((20_000, 32)).astype(np.float32)
+    queries = rng.standard_normal((200, 32)).astype(np.float32)
+    flat = faiss.IndexFlatL2(32)
+    flat.add(base)
+    _, truth = flat.search(queries, 10)
+    # 4 sub-quantizers of 4 bits: codes so coarse that recall@10 stays far below 0.95.
+    index = faiss.index_factory(32, "IVF64,PQ4x4")
+    index.train(base)
+    index.add(base)
+    index.nprobe = 64
+    _, found = index.search(queries, 10)
+    exhaustive = recall_at_k(found, truth, 10)
+
+    tuning = tune_search_parameter(index, queries, truth, 0.95)
+
+    assert not tuning.reached
+    assert tuning.value < 64  # the old tuner went to nprobe = nlist
+    assert tuning.recall >= exhaustive - 0.02
+    tried = dict(tuning.tried)
+    previous = max(v for v in tried if v < tuning.value)
+    assert tried[tuning.value] - tried[previous] < PLATEAU_GAIN
+    assert "plateaus" in caplog.text
