@@ -27,12 +27,14 @@ def test_slow_searches_are_timed_on_a_slice_sized_to_the_time_allowed():
     qps = queries_per_second(index, queries, 10, repeats=3, seconds=0.3)
     # 0.3 s over 3 repeats at 2 ms a query: about 50 queries a repeat, never all 1,000.
     assert PROBE_QUERIES + 3 * PROBE_QUERIES <= index.searched <= PROBE_QUERIES + 3 * 60
-    assert 300 <= qps <= 500  # 1 / 2 ms = 500 queries/s, less the sleeps' overhead
+    assert 100 <= qps <= 500  # 1 / 2 ms = 500 queries/s, less the sleeps' (and load's) overhead
 
 
 def test_fast_searches_time_every_query():
     index, queries = SlowIndex(0.0), np.zeros((1000, 4), np.float32)
-    queries_per_second(index, queries, 10, repeats=3, seconds=0.3)
+    # 60 s allowed: a loaded machine's scheduling delays of a no-op search stay far below it
+    # (with 0.3 s allowed a CI run under load timed 665 of the 1,000 queries).
+    queries_per_second(index, queries, 10, repeats=3, seconds=60.0)
     assert index.searched == PROBE_QUERIES + 3 * 1000
 
 
