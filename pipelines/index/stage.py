@@ -114,8 +114,8 @@ class IndexSummary:
         missed = (
             ""
             if self.recall >= self.target
-            else f" WARNING: below the target {self.target:.2f} even at the largest setting;"
-            " choose a larger index (--factory or --memory-budget)"
+            else f" WARNING: below the target {self.target:.2f} where searching more stops"
+            " gaining recall; choose a larger index (--factory or --memory-budget)"
         )
         return (
             f"indexed {self.n} vectors as {self.factory} ({params}): recall@10 {self.recall:.3f}"
