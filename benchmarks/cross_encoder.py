@@ -114,13 +114,14 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     pairs, labels = qqp_pairs(args.pairs)
+    on_cuda = args.device.startswith("cuda")
     with tempfile.TemporaryDirectory(prefix="cross-encoder-bench-") as work:
         model_dir = Path(args.model) if args.model else default_cross_encoder(Path(work))
         theirs = STCrossEncoder(str(model_dir), device=args.device)
         ours: dict[str, CrossEncoder] = {}
         setup_s: dict[str, float] = {}
         skipped: dict[str, str] = {}
-        for dtype, backend in CUDA_PATHS if args.device.startswith("cuda") else PATHS:
+        for dtype, backend in CUDA_PATHS if on_cuda else PATHS:
             name = f"ours_{dtype}_{backend}"
             reason = _skip_reason(dtype, backend, args.device)
             start = time.perf_counter()
@@ -168,7 +169,6 @@ def main() -> None:
     fast = [name for name in ours if name != EXACT_NAME]
     best = max(fast, key=speed.get) if fast else EXACT_NAME
     tokens = ours[EXACT_NAME].tokenize(pairs)[1]
-    on_cuda = args.device.startswith("cuda")
     path = write_result(
         args.name or ("cross_encoder_cuda" if on_cuda else "cross_encoder"),
         {

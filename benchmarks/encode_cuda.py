@@ -20,13 +20,10 @@ and float16 against float16 (and our bfloat16 against their float16).
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 import torch
 
-from benchmarks.common import DATA_DIR, read_tsv, write_result
+from benchmarks.common import DATA_DIR, interleaved_medians, read_tsv, write_result
 from benchmarks.parser import benchmark_parser
 
 
@@ -40,14 +37,6 @@ def qqp_questions(limit: int) -> list[str]:
         if len(seen) >= limit:
             break
     return list(seen)
-
-
-def _timed(run) -> float:
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    run()
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def _compare(reference: np.ndarray, vectors: np.ndarray) -> dict[str, float]:
@@ -92,28 +81,35 @@ def main() -> None:
         for dtype in ("float32", "bfloat16", "float16")
     }
 
-    def run_theirs(model):
-        return lambda: model.encode(texts, batch_size=batch, convert_to_numpy=True)
+    def synchronized(encode):
+        # Both sides return numpy arrays (copied off the GPU); the synchronize makes sure no
+        # queued kernel of one contender is timed as the next one's.
+        def run():
+            vectors = encode()
+            torch.cuda.synchronize()
+            return vectors
 
-    def run_ours(model):
-        return lambda: model.encode(texts, batch_size=batch)
+        return run
 
-    contenders = {name: run_theirs(model) for name, model in theirs.items()}
-    contenders.update({name: run_ours(model) for name, model in ours.items()})
+    contenders = {
+        name: synchronized(lambda m=model: m.encode(texts, batch_size=batch, convert_to_numpy=True))
+        for name, model in theirs.items()
+    }
+    contenders.update(
+        {
+            name: synchronized(lambda m=model: m.encode(texts, batch_size=batch))
+            for name, model in ours.items()
+        }
+    )
     vectors = {name: np.asarray(run()) for name, run in contenders.items()}  # warm-up, kernels
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(args.repeats):
-        for name, run in contenders.items():
-            times[name].append(_timed(run))
     reference = vectors["st_float32"].astype(np.float32)
     results = {
         name: {
-            "median_s": statistics.median(seconds),
-            "seconds": seconds,
-            "sentences_per_s": len(texts) / statistics.median(seconds),
+            **timing,
+            "sentences_per_s": len(texts) / timing["median_s"],
             **_compare(reference, vectors[name]),
         }
-        for name, seconds in times.items()
+        for name, timing in interleaved_medians(contenders, args.repeats).items()
     }
     rate = {name: entry["sentences_per_s"] for name, entry in results.items()}
     ratios = {
