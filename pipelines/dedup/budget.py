@@ -2,34 +2,40 @@
 before any pair is read (Beam-free).
 
 Dedup holds the pairs as columns (two int64 row arrays and a float32 score per pair,
-:class:`pipelines.dedup.groups.IndexedPairs`) and a few ``(n,)`` arrays per row, so its memory
-is linear in rows and pairs: :func:`dedup_memory`. The constants are on the safe side of what
-``benchmarks/dedup_stage_scale.py`` measured (2M rows and 9.5M pairs: peak RSS 1.84 GiB against
-an estimate of 2.83 GiB): reading maps the pairs' string ids to rows (the Arrow strings and
-their row numbers live together for a moment), the sweep's :class:`pipelines.dedup.adjacency.
-PairGraph` lists every pair twice, and each threshold holds the pairs at or above it once more.
+:class:`pipelines.dedup.groups.IndexedPairs`), the ids as one Arrow array
+(:class:`pipelines.dedup.item_ids.ItemIds`) and a few ``(n,)`` arrays per row, so its memory
+is linear in rows and pairs on top of what the process already holds: :func:`dedup_memory`.
+
+The per-row and per-pair constants are on the safe side of ``benchmarks/dedup_stage_scale.py``
+(star, written output; docs/architecture.md, "Dedup memory"): 5M rows and 3.75M pairs peaked
+at 1.97 GB, 5M and 7.5M at 1.92 GB, 10M and 7.5M at 2.83 GB. What the process holds when the
+stage starts is counted as measured (:func:`pipelines.io.resources.resident_bytes`): inside
+``sbert run`` that is the libraries of every stage and what the earlier stages left, ~1.8 GB
+after a 5M pairs stage, which a constant base missed (the 5M job's dedup went 2% over).
 """
 
 from __future__ import annotations
 
 from pipelines.io.embeddings import EmbeddingsDataset, count_rows
 from pipelines.io.pairs_output import PairsOutput
-from pipelines.io.resources import MemoryBudget, require_memory
+from pipelines.io.resources import MemoryBudget, require_memory, resident_bytes
 from pipelines.io.sizes import format_size
 
-# Bytes per pair at the peak: the Arrow ids and scores read, the row pairs, their sort order,
-# and a threshold's subset, with the sweep's adjacency (benchmarks/dedup_stage_scale.py).
+# Bytes per pair at the peak: the Arrow ids and scores read and mapped to rows, the row pairs,
+# their sort order, and a threshold's subset with the sweep's adjacency.
 BYTES_PER_PAIR = 160
-# Bytes per row: the id as a Python string and its row in a dict, about ten (n,) int64 arrays
-# of the groupings and the rankings.
-BYTES_PER_ROW = 600
-# The interpreter, numpy, pyarrow and scipy loaded.
-BASE_BYTES = 300 * 2**20
+# Bytes per row: the ids read (and their sort for the repeat check), Arrow's id -> row hash
+# table while the pairs are mapped, about ten (n,) int64 arrays of the groupings and rankings.
+BYTES_PER_ROW = 200
+# The least the process holds with the interpreter, numpy, pyarrow and scipy loaded (measured:
+# 423 MiB); a standalone ``sbert dedup`` has loaded only part of it when the check runs.
+BASE_BYTES = 450 * 2**20
 
 
-def dedup_memory(rows: int, pairs: int) -> int:
-    """Bytes a dedup run over ``rows`` items and ``pairs`` loaded pairs needs at its peak."""
-    return BASE_BYTES + rows * BYTES_PER_ROW + pairs * BYTES_PER_PAIR
+def dedup_memory(rows: int, pairs: int, held: int = 0) -> int:
+    """Bytes a dedup run over ``rows`` items and ``pairs`` loaded pairs needs at its peak, in
+    a process that holds ``held`` bytes when it starts (at least :data:`BASE_BYTES` count)."""
+    return max(held, BASE_BYTES) + rows * BYTES_PER_ROW + pairs * BYTES_PER_PAIR
 
 
 def pairs_to_load(pairs_output: PairsOutput, threshold: float) -> int:
@@ -59,19 +65,28 @@ def check_memory(
     else is read.
 
     Returns:
-        ``{"budget": ..., "rows": ..., "pairs": ..., "estimate_bytes": ...}`` for the manifest.
+        ``{"budget", "rows", "pairs", "held_at_start_bytes", "estimate_bytes"}`` for the
+        manifest.
 
     Raises:
         pipelines.io.resources.ResourceError: over the budget (naming the size needed).
     """
     rows = sum(dataset.count for dataset in datasets)
     pairs = 0 if pairs_output is None else pairs_to_load(pairs_output, threshold)
-    needed = dedup_memory(rows, pairs)
+    held = resident_bytes()
+    needed = dedup_memory(rows, pairs, held)
     require_memory(
         needed,
         budget,
         f"dedup of {rows:,} rows and {pairs:,} pairs (about {BYTES_PER_ROW} bytes a row and "
-        f"{BYTES_PER_PAIR} a pair, and {format_size(BASE_BYTES)} of libraries)",
+        f"{BYTES_PER_PAIR} a pair, on top of the {format_size(max(held, BASE_BYTES))} the "
+        "process holds with its libraries)",
         "raise --threshold / the pairs stage's threshold so that fewer pairs are loaded",
     )
-    return {"budget": budget.to_json(), "rows": rows, "pairs": pairs, "estimate_bytes": needed}
+    return {
+        "budget": budget.to_json(),
+        "rows": rows,
+        "pairs": pairs,
+        "held_at_start_bytes": held,
+        "estimate_bytes": needed,
+    }

@@ -11,6 +11,7 @@ row that matches a reference row is not pinned: the reference wins, so decontami
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,7 @@ import pyarrow as pa
 from pipelines.dedup.against import Reference
 from pipelines.dedup.grouping import Grouping
 from pipelines.dedup.groups import IndexedPairs
+from pipelines.dedup.item_ids import ItemIds
 from pipelines.dedup.pinning import extend, merge_groups, pin
 from pipelines.io.texts import texts_from_embeddings
 
@@ -88,12 +90,11 @@ def decide(
     return Decisions(final, np.asarray(rank, np.int64), pairs, pinned, n)
 
 
-def shown_ids(ids: pa.Array, reference: Reference | None) -> tuple[pa.Array, list[str]]:
+def shown_ids(ids: pa.Array, reference: Reference | None) -> tuple[pa.Array, Sequence[str]]:
     """Every row's id (corpus, then reference) and its id as the report shows it (a
     reference row marked)."""
     if reference is None:
-        listed = ids.to_pylist()
-        return ids, listed
+        return ids, ItemIds(ids)
     corpus = ids.to_pylist()
     every = pa.array(corpus + reference.ids, pa.string())
     return every, corpus + [item + REFERENCE_MARK for item in reference.ids]

@@ -233,20 +233,26 @@ def id_ranks(ids: pa.Array | Sequence[str]) -> np.ndarray:
     return inverse_order(order)
 
 
-def derived_id_ranks(ids: Sequence[str]) -> np.ndarray | None:
+def derived_id_ranks(ids: pa.Array | Sequence[str]) -> np.ndarray | None:
     """Corpus order from ids derived as ``{file}:{row}`` (the embed stage's ids without an id
-    field): by file name, then row number. None if some id is not of that form."""
-    files, rows = [], []
-    for item in ids:
-        name, sep, row = item.rpartition(":")
-        if not sep or not row.isdigit():
-            return None
-        files.append(name)
-        rows.append(int(row))
-    if not ids:
+    field): by file name, then row number. None if some id is not of that form.
+
+    Parsed and sorted in Arrow: Python strings for every id cost ~1 GiB at 5M rows.
+    """
+    values = _strings(ids)
+    if len(values) == 0:
         return np.zeros(0, np.int64)
-    _, file_codes = np.unique(np.array(files, dtype=object), return_inverse=True)
-    return inverse_order(np.lexsort((np.array(rows, np.int64), file_codes)))
+    # Greedy ``.*``: the row is what follows the last colon, as str.rpartition splits it.
+    parts = pc.extract_regex(values, r"(?s)^(?P<file>.*):(?P<row>[0-9]+)$")
+    if parts.null_count:
+        return None
+    try:
+        rows = pc.cast(parts.field("row"), pa.int64())
+    except pa.ArrowInvalid:  # more digits than an int64 holds: not a row number
+        return None
+    table = pa.table({"file": parts.field("file"), "row": rows})
+    order = pc.sort_indices(table, sort_keys=[("file", "ascending"), ("row", "ascending")])
+    return inverse_order(order.to_numpy())
 
 
 def corpus_ranks(positions: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -75,12 +76,16 @@ def embedding_ids(datasets: list[EmbeddingsDataset]) -> pa.Array:
                 parts.append(pq.read_table(handle, columns=["id"]).column("id").combine_chunks())
     ids = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
     ids = ids.cast(pa.string())
-    if pc.count_distinct(ids).as_py() != len(ids):
-        counts = pc.value_counts(ids)
-        repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+    # Sorted, a repeat sits next to its twin. Arrow's hash kernels (count_distinct, unique)
+    # held 0.7-1.3 GB for 5M short ids; the sort holds its (n,) order and one sorted copy.
+    ordered = ids.take(pc.sort_indices(ids))
+    same = pc.equal(ordered.slice(1), ordered.slice(0, max(len(ordered) - 1, 0)))
+    repeats = np.flatnonzero(same.to_numpy(zero_copy_only=False))
+    if len(repeats):
+        distinct = len(pc.unique(ordered.take(pa.array(repeats + 1))))
         raise ValueError(
-            f"{len(repeated)} ids occur more than once in the embeddings (first: "
-            f"{repeated[0]['values'].as_py()!r}); the groups would be ambiguous"
+            f"{distinct} ids occur more than once in the embeddings (first: "
+            f"{ordered[int(repeats[0])].as_py()!r}); the groups would be ambiguous"
         )
     return ids
 

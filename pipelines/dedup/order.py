@@ -8,10 +8,14 @@ scan or from embeddings written with ``--keep-text``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import pyarrow as pa
 
 from pipelines.dedup.corpus import CorpusScan
 from pipelines.dedup.groups import IndexedPairs, corpus_ranks, derived_id_ranks, id_ranks
+from pipelines.dedup.item_ids import ItemIds, take_ids
 from pipelines.io.corpus_reader import CorpusSpec
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.texts import recorded_corpus_spec, texts_from_embeddings
@@ -34,7 +38,7 @@ def corpus_spec(
 
 
 def order_rank(
-    ids: list[str], datasets: list[EmbeddingsDataset], scan: CorpusScan | None
+    ids: pa.Array, datasets: list[EmbeddingsDataset], scan: CorpusScan | None
 ) -> tuple[np.ndarray, str]:
     """The order rank behind ``first`` and every tie, and what it is, in words."""
     if scan is not None:
@@ -50,7 +54,7 @@ def order_rank(
 def item_texts(
     datasets: list[EmbeddingsDataset],
     scan: CorpusScan | None,
-    ids: list[str],
+    ids: Sequence[str],
     wanted: np.ndarray,
 ) -> tuple[dict[str, str], str | None]:
     """Texts of the ``wanted`` items (``(n,)`` bool) and where they came from (None: nowhere).
@@ -62,14 +66,15 @@ def item_texts(
     with_text = [dataset for dataset in datasets if dataset.has_text]
     if not with_text:
         return {}, None
-    rows = np.flatnonzero(wanted).tolist()
-    found = texts_from_embeddings(with_text, {ids[row] for row in rows})
+    found = texts_from_embeddings(with_text, set(take_ids(ids, np.flatnonzero(wanted))))
     return found, ", ".join(d.directory for d in with_text)
 
 
-def text_lengths(texts: dict[str, str], index: dict[str, int], n: int) -> np.ndarray:
+def text_lengths(texts: dict[str, str], ids: ItemIds, n: int) -> np.ndarray:
     """``(n,)`` int64 characters per item, -1 where the text is unknown."""
     lengths = np.full(n, -1, np.int64)
-    for item, text in texts.items():
-        lengths[index[item]] = len(text)
+    if texts:
+        rows = ids.rows_of(texts)
+        known = rows >= 0  # texts of other rows (none today) are not this run's items
+        lengths[rows[known]] = np.array([len(text) for text in texts.values()])[known]
     return lengths

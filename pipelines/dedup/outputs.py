@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.grouping import Grouping
 from pipelines.dedup.groups import Histogram
+from pipelines.dedup.item_ids import iter_ids
 from pipelines.dedup.report import GroupView, group_views, report_html
 from pipelines.dedup.report_methods import (
     KnownView,
@@ -56,22 +57,20 @@ REPORT_MEMBERS = 20
 
 
 def write_id_lists(
-    output: str, ids: list[str], kept: np.ndarray, rank: np.ndarray
+    output: str, ids: Sequence[str], kept: np.ndarray, rank: np.ndarray
 ) -> tuple[int, int]:
     """``kept_ids.txt`` and ``removed_ids.txt`` in rank order; returns (kept, removed) written."""
-    by_rank = np.argsort(rank, kind="stable").tolist()
-    flags = kept.tolist()
-    n_kept = write_id_list(join(output, KEPT_FILE), (ids[row] for row in by_rank if flags[row]))
-    n_removed = write_id_list(
-        join(output, REMOVED_FILE), (ids[row] for row in by_rank if not flags[row])
-    )
+    by_rank = np.argsort(rank, kind="stable")
+    flags = kept[by_rank]
+    n_kept = write_id_list(join(output, KEPT_FILE), iter_ids(ids, by_rank[flags]))
+    n_removed = write_id_list(join(output, REMOVED_FILE), iter_ids(ids, by_rank[~flags]))
     return n_kept, n_removed
 
 
 def largest_groups(
     groups: Grouping,
     limit: int,
-    ids: list[str],
+    ids: Sequence[str],
     rank: np.ndarray,
     scores: np.ndarray,
     texts: dict[str, str],
@@ -241,6 +240,24 @@ def write_id_list(path: str, ids: Iterable[str]) -> int:
 
 def read_id_list(path: str) -> list[str]:
     """Ids from a list written by :func:`write_id_list`."""
+    return read_id_array(path).to_pylist()
+
+
+def read_id_array(path: str) -> pa.Array:
+    """Ids from a list written by :func:`write_id_list`, as a ``string`` array: split in
+    Arrow, so that millions of ids never become Python strings; only escaped lines are."""
     with FileSystems.open(path) as handle:
-        text = handle.read().decode("utf-8")
-    return [decode_id(line) for line in text.split("\n")[:-1]] if text else []
+        data = handle.read()
+    if not data:
+        return pa.array([], pa.string())
+    text = pa.array([data.decode("utf-8")], pa.large_string())
+    lines = pc.split_pattern(text, "\n").flatten()
+    lines = lines.slice(0, len(lines) - 1).cast(pa.string())  # the last line feed ends the list
+    escaped = np.flatnonzero(pc.match_substring(lines, "\\").to_numpy(zero_copy_only=False))
+    if len(escaped) == 0:
+        return lines
+    decoded = [decode_id(line) for line in lines.take(pa.array(escaped)).to_pylist()]
+    values = lines.to_pylist()  # rare: ids with a backslash or a line break
+    for row, value in zip(escaped.tolist(), decoded, strict=True):
+        values[row] = value
+    return pa.array(values, pa.string())

@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.dedup.grouping import Grouping
-from pipelines.dedup.outputs import GROUPS_FILE, KEPT_FILE, REMOVED_FILE, read_id_list
+from pipelines.dedup.item_ids import ItemIds, take_ids
+from pipelines.dedup.outputs import GROUPS_FILE, KEPT_FILE, REMOVED_FILE, read_id_array
 from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import MANIFEST, CorruptOutputError, join, read_manifest
@@ -39,18 +43,21 @@ SETTING_FIELDS = ("method", "threshold", "keep")
 
 @dataclass(frozen=True)
 class PreviousVersion:
-    """A published dedup version: its manifest, id lists and groups (``id -> group id``)."""
+    """A published dedup version: its manifest, id lists and groups (``groups.parquet``'s
+    ``id`` and ``group`` columns: grouped rows only), all held as Arrow arrays (a version of
+    millions of rows as Python strings would take gigabytes)."""
 
     directory: str
     manifest: dict
-    kept: list[str]
-    removed: list[str]
-    groups: dict[str, int]
+    kept: pa.Array
+    removed: pa.Array
+    groups: pa.Table
 
     @property
     def max_group(self) -> int:
         """The largest group id it used (-1: none)."""
-        return max(self.groups.values(), default=-1)
+        largest = pc.max(self.groups.column("group")).as_py()
+        return -1 if largest is None else int(largest)
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,8 @@ def read_previous(output: str | None, stable_keep: str, model: dict) -> Stabilit
         previous = PreviousVersion(
             output,
             manifest,
-            read_id_list(join(output, KEPT_FILE)),
-            read_id_list(join(output, REMOVED_FILE)),
+            read_id_array(join(output, KEPT_FILE)),
+            read_id_array(join(output, REMOVED_FILE)),
             _group_ids(join(output, GROUPS_FILE)),
         )
     except (CorruptOutputError, FileNotFoundError, ValueError) as err:
@@ -118,42 +125,49 @@ def read_previous(output: str | None, stable_keep: str, model: dict) -> Stabilit
     )
 
 
-def _group_ids(path: str) -> dict[str, int]:
-    """``{id: group}`` of a ``groups.parquet``."""
+def _group_ids(path: str) -> pa.Table:
+    """The ``id`` (string) and ``group`` (int64) columns of a ``groups.parquet``."""
     with FileSystems.open(path) as handle:
         table = pq.read_table(handle, columns=["id", "group"])
-    return dict(zip(table.column("id").to_pylist(), table.column("group").to_pylist(), strict=True))
+    return pa.table(
+        {
+            "id": table.column("id").combine_chunks().cast(pa.string()),
+            "group": table.column("group").combine_chunks().cast(pa.int64()),
+        }
+    )
 
 
-def pinned_rows(stability: Stability, index: dict[str, int], n: int) -> np.ndarray:
-    """``(n,)`` bool: the rows (of ``index``, ``{id: row}``) the previous version kept."""
+def pinned_rows(stability: Stability, ids: ItemIds, n: int) -> np.ndarray:
+    """``(n,)`` bool: the rows (of ``ids``) the previous version kept."""
     out = np.zeros(n, bool)
     if stability.pins and stability.previous is not None:
-        rows = [index[item] for item in stability.previous.kept if item in index]
-        out[rows] = True
+        rows = ids.rows_of(stability.previous.kept)
+        out[rows[rows >= 0]] = True
     return out
 
 
-def _memberships(grouping: Grouping, ids: list[str]) -> list[frozenset[str]]:
+def _memberships(grouping: Grouping, ids: Sequence[str]) -> list[frozenset[str]]:
     """The member ids of every group, in group order."""
     rows = np.flatnonzero(grouping.group >= 0)
     rows = rows[np.argsort(grouping.group[rows], kind="stable")]
     bounds = np.searchsorted(grouping.group[rows], np.arange(grouping.n_groups + 1))
-    return [
-        frozenset(ids[row] for row in rows[lo:hi].tolist())
-        for lo, hi in itertools.pairwise(bounds.tolist())
-    ]
+    members = take_ids(ids, rows)
+    return [frozenset(members[lo:hi]) for lo, hi in itertools.pairwise(bounds.tolist())]
 
 
 def _previous_memberships(previous: PreviousVersion) -> dict[int, frozenset[str]]:
-    members: dict[int, set[str]] = {}
-    for item, group in previous.groups.items():
-        members.setdefault(group, set()).add(item)
-    return {group: frozenset(items) for group, items in members.items()}
+    """``{group id: member ids}`` of the previous version's groups."""
+    groups = previous.groups.column("group").to_numpy()
+    order = np.argsort(groups, kind="stable")
+    members = previous.groups.column("id").take(pa.array(order)).to_pylist()
+    starts = [*np.flatnonzero(np.diff(groups[order], prepend=-2)).tolist(), len(order)]
+    return {
+        int(groups[order[lo]]): frozenset(members[lo:hi]) for lo, hi in itertools.pairwise(starts)
+    }
 
 
 def stable_group_ids(
-    grouping: Grouping, ids: list[str], previous: PreviousVersion | None
+    grouping: Grouping, ids: Sequence[str], previous: PreviousVersion | None
 ) -> np.ndarray:
     """``(G,)`` int64: each group's published id (module docstring); ``0 .. G-1`` without a
     previous version."""
@@ -172,7 +186,7 @@ def stable_group_ids(
 
 
 def changes(
-    grouping: Grouping, ids: list[str], kept: np.ndarray, previous: PreviousVersion | None
+    grouping: Grouping, ids: Sequence[str], kept: np.ndarray, previous: PreviousVersion | None
 ) -> dict | None:
     """What changed since ``previous`` (None without one): groups and rows.
 
@@ -193,7 +207,7 @@ def changes(
     if previous is None:
         return None
     before = _previous_memberships(previous)
-    group_of = previous.groups
+    group_of = {item: group for group, members in before.items() for item in members}
     counts = {"unchanged": 0, "new": 0, "grown": 0, "changed": 0}
     identical = set(before.values())
     for members in _memberships(grouping, ids):
@@ -207,19 +221,26 @@ def changes(
             counts["grown"] += 1
         else:
             counts["changed"] += 1
-    was_kept, was_removed = set(previous.kept), set(previous.removed)
-    rows = [(item, bool(flag)) for item, flag in zip(ids, kept.tolist(), strict=False)]
-    listed = {item for item, _ in rows}
+    # Rows in Arrow (set membership over millions of ids); the id lists hold the corpus rows.
+    listed = _id_array(ids).slice(0, len(kept))
+    was_kept = pc.is_in(listed, value_set=previous.kept).to_numpy(zero_copy_only=False)
+    was_removed = pc.is_in(listed, value_set=previous.removed).to_numpy(zero_copy_only=False)
+    before_ids = pa.concat_arrays([previous.kept, previous.removed]).unique()
+    still = pc.is_in(before_ids, value_set=listed).to_numpy(zero_copy_only=False)
+    kept = kept.astype(bool)
     return {
         "previous_created": previous.manifest.get("created"),
         "groups": counts,
         "rows": {
-            "new": sum(1 for item, _ in rows if item not in was_kept and item not in was_removed),
-            "gone": len((was_kept | was_removed) - listed),
-            "newly_removed": sum(1 for item, flag in rows if not flag and item not in was_removed),
-            "previously_kept_removed": sum(
-                1 for item, flag in rows if not flag and item in was_kept
-            ),
-            "newly_kept": sum(1 for item, flag in rows if flag and item in was_removed),
+            "new": int((~was_kept & ~was_removed).sum()),
+            "gone": int((~still).sum()),
+            "newly_removed": int((~kept & ~was_removed).sum()),
+            "previously_kept_removed": int((~kept & was_kept).sum()),
+            "newly_kept": int((kept & was_removed).sum()),
         },
     }
+
+
+def _id_array(ids: Sequence[str]) -> pa.Array:
+    """``ids`` as a ``string`` array (the one :class:`ItemIds` holds, else converted)."""
+    return ids.array if isinstance(ids, ItemIds) else pa.array(list(ids), pa.string())

@@ -123,6 +123,7 @@ from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.deduplicate import deduplicate
 from pipelines.dedup.groups import similarity_histogram, sweep_thresholds
 from pipelines.dedup.inputs import embed_error_ids, embedding_ids, open_embeddings
+from pipelines.dedup.item_ids import ItemIds
 from pipelines.dedup.known import known_found, load_known
 from pipelines.dedup.labels import LabelColumns, LabelledPairs, load_labels
 from pipelines.dedup.load import check_count, load_pairs, no_pairs
@@ -266,7 +267,8 @@ def _run(options: Options) -> DedupResult:
     known = load_known(datasets, options.known_duplicates_field, ids, labelled, options.labels)
 
     # Everything that can fail on the inputs happens before the output directory is touched.
-    n, id_list = len(ids), ids.to_pylist()
+    # Ids stay one Arrow array: Python strings for 5M rows cost ~1 GiB (item_ids.py).
+    n, id_list = len(ids), ItemIds(ids)
     reference = (
         open_reference(options.against, datasets, id_list, options.threshold)
         if options.against
@@ -278,21 +280,22 @@ def _run(options: Options) -> DedupResult:
     wanted = paired_items(n, source.pairs, source.thresholds[0]) if rank_by_length else grouped
     if known is not None:  # the report shows the known pairs the groups split, with texts
         wanted = wanted | known.rows(n)
-    index = {item: row for row, item in enumerate(id_list)}
+    # Only the corpus scan looks ids up one at a time; everything else asks Arrow (rows_of).
+    index = id_list.index() if options.corpus else None
     # Read before the output is prepared: --overwrite replaces it.
     stability = read_previous(
         None if options.dry_run else options.output, options.stable_keep, datasets[0].manifest
     )
     logger.info("stable keep: %s", stability.reason)
     scan = _scan(options, datasets, index, wanted, settings.column) if options.corpus else None
-    rank, order_basis = order_rank(id_list, datasets, scan)
+    rank, order_basis = order_rank(ids, datasets, scan)
     # A dry run reads texts only when the ranking needs their lengths (the report shows them).
     texts, text_source = (
         item_texts(datasets, scan, id_list, wanted)
         if needs_text or not options.dry_run
         else ({}, None)
     )
-    lengths = text_lengths(texts, index, n)
+    lengths = text_lengths(texts, id_list, n)
     values = None if scan is None else scan.values
     ranker = Ranker(settings, n, source.pairs, rank, lengths, values)
     sweeps = sweep_methods(
@@ -327,12 +330,12 @@ def _run(options: Options) -> DedupResult:
         rank,
         source.pairs,
         options.threshold if radius is None else radius,
-        pinned_rows(stability, index, n),
+        pinned_rows(stability, id_list, n),
         reference,
     )
     groups = decided.grouping
     every_id, shown = shown_ids(ids, reference)
-    all_ids = every_id.to_pylist()  # as groups.parquet and the id lists write them
+    all_ids = id_list if reference is None else ItemIds(every_id)  # as groups.parquet has them
     if reference is not None:
         texts = {**texts, **reference_texts(reference, decided, shown)}
     facts = dict(
