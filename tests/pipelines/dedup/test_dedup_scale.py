@@ -283,7 +283,8 @@ def test_the_budget_is_refused_before_any_pair_is_read(chain):
     argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"]
     with pytest.raises(
         ResourceError,
-        match=r"dedup of 6 rows and 7 pairs .* process holds .* needs [0-9.]+ [MG]iB .*budget of .*--memory-budget 1MB",
+        match=r"dedup of 6 rows and 7 pairs .* process holds .* needs [0-9.]+ [MG]iB "
+        r".*budget of .*--memory-budget 1MB",
     ):
         run([*argv, "--memory-budget", "1MB"])
     assert not out.exists()
