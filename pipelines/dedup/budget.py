@@ -16,7 +16,12 @@ after a 5M pairs stage, which a constant base missed (the 5M job's dedup went 2%
 
 from __future__ import annotations
 
+import pyarrow as pa
+
+from pipelines.dedup.outputs import GROUPS_FILE
 from pipelines.io.embeddings import EmbeddingsDataset, count_rows
+from pipelines.io.filesystems import FileSystems
+from pipelines.io.output_dir import MANIFEST, join
 from pipelines.io.pairs_output import PairsOutput
 from pipelines.io.resources import MemoryBudget, require_memory, resident_bytes
 from pipelines.io.sizes import format_size
@@ -32,10 +37,34 @@ BYTES_PER_ROW = 200
 BASE_BYTES = 450 * 2**20
 
 
-def dedup_memory(rows: int, pairs: int, held: int = 0) -> int:
+# Bytes per grouped row of a previous version in the output folder (``--stable-keep``): the
+# members of its groups and of this run's as Python sets, to match stable group ids and count
+# what changed (5M rows, 1.85M grouped: +0.69 GB), and its id lists as Arrow arrays.
+BYTES_PER_PREVIOUS_GROUPED_ROW = 400
+
+
+def dedup_memory(rows: int, pairs: int, held: int = 0, previous_grouped: int = 0) -> int:
     """Bytes a dedup run over ``rows`` items and ``pairs`` loaded pairs needs at its peak, in
-    a process that holds ``held`` bytes when it starts (at least :data:`BASE_BYTES` count)."""
-    return max(held, BASE_BYTES) + rows * BYTES_PER_ROW + pairs * BYTES_PER_PAIR
+    a process that holds ``held`` bytes when it starts (at least :data:`BASE_BYTES` count),
+    with a previous version of ``previous_grouped`` grouped rows to compare with."""
+    return (
+        max(held, BASE_BYTES)
+        + rows * BYTES_PER_ROW
+        + pairs * BYTES_PER_PAIR
+        + previous_grouped * BYTES_PER_PREVIOUS_GROUPED_ROW
+    )
+
+
+def previous_grouped_rows(output: str | None) -> int:
+    """Grouped rows of the dedup version ``output`` holds (``groups.parquet``'s footer; 0
+    when there is none or it cannot be read: then it is not compared either)."""
+    if output is None:
+        return 0
+    path = join(output, GROUPS_FILE)
+    try:
+        return count_rows([path]) if FileSystems.exists(join(output, MANIFEST)) else 0
+    except (OSError, pa.ArrowException):
+        return 0
 
 
 def pairs_to_load(pairs_output: PairsOutput, threshold: float) -> int:
@@ -58,6 +87,7 @@ def check_memory(
     pairs_output: PairsOutput | None,
     datasets: list[EmbeddingsDataset],
     threshold: float,
+    output: str | None = None,
 ) -> dict:
     """Refuse a run that would need more than ``budget``; else what it was estimated at.
 
@@ -65,8 +95,8 @@ def check_memory(
     else is read.
 
     Returns:
-        ``{"budget", "rows", "pairs", "held_at_start_bytes", "estimate_bytes"}`` for the
-        manifest.
+        ``{"budget", "rows", "pairs", "held_at_start_bytes", "previous_grouped_rows",
+        "estimate_bytes"}`` for the manifest.
 
     Raises:
         pipelines.io.resources.ResourceError: over the budget (naming the size needed).
@@ -74,13 +104,19 @@ def check_memory(
     rows = sum(dataset.count for dataset in datasets)
     pairs = 0 if pairs_output is None else pairs_to_load(pairs_output, threshold)
     held = resident_bytes()
-    needed = dedup_memory(rows, pairs, held)
+    previous = previous_grouped_rows(output)
+    needed = dedup_memory(rows, pairs, held, previous)
+    compared = (
+        f", {BYTES_PER_PREVIOUS_GROUPED_ROW} a grouped row of the previous version ({previous:,})"
+        if previous
+        else ""
+    )
     require_memory(
         needed,
         budget,
-        f"dedup of {rows:,} rows and {pairs:,} pairs (about {BYTES_PER_ROW} bytes a row and "
-        f"{BYTES_PER_PAIR} a pair, on top of the {format_size(max(held, BASE_BYTES))} the "
-        "process holds with its libraries)",
+        f"dedup of {rows:,} rows and {pairs:,} pairs (about {BYTES_PER_ROW} bytes a row, "
+        f"{BYTES_PER_PAIR} a pair{compared}, on top of the {format_size(max(held, BASE_BYTES))} "
+        "the process holds with its libraries)",
         "raise --threshold / the pairs stage's threshold so that fewer pairs are loaded",
     )
     return {
@@ -88,5 +124,6 @@ def check_memory(
         "rows": rows,
         "pairs": pairs,
         "held_at_start_bytes": held,
+        "previous_grouped_rows": previous,
         "estimate_bytes": needed,
     }

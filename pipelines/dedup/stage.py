@@ -233,7 +233,8 @@ def _run(options: Options) -> DedupResult:
     settings = settings_of(options, None if pairs_output is None else pairs_output.threshold)
     # From the manifests and Parquet footers only: refused before any pair or id is read.
     budget = checked_memory_budget(options.memory_budget)
-    memory = check_memory(budget, pairs_output, datasets, options.threshold)
+    compared = None if options.dry_run else options.output  # a previous version there counts
+    memory = check_memory(budget, pairs_output, datasets, options.threshold, compared)
     # The chosen method keeps by ``keep``; the other methods of the sweep by settings.keep (the
     # same unless --keep was left to each method's default).
     keep = options.keep_for(options.method)

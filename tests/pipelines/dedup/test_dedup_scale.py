@@ -8,6 +8,7 @@ import io
 import json
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from dedup_reference import connected_components as reference_components
 from dedup_reference import smallest_member
@@ -17,6 +18,7 @@ from pipelines.dedup.adjacency import PairGraph
 from pipelines.dedup.budget import (
     BASE_BYTES,
     BYTES_PER_PAIR,
+    BYTES_PER_PREVIOUS_GROUPED_ROW,
     BYTES_PER_ROW,
     dedup_memory,
     pairs_to_load,
@@ -314,6 +316,26 @@ def test_the_manifest_records_the_budget_and_the_peak(chain):
     held = memory["held_at_start_bytes"]
     assert held > 0 and memory["estimate_bytes"] == dedup_memory(6, len(CHAIN), held)
     assert memory["peak_rss_bytes"] > 0
+
+
+def test_a_previous_version_in_the_output_is_counted(chain):
+    root, pairs = chain
+    out = root / "out"
+    argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"]
+    run(argv)
+    first = _manifest(out)["memory"]
+    grouped = pq.read_metadata(out / "groups.parquet").num_rows
+    assert first["previous_grouped_rows"] == 0 and grouped > 0
+    run([*argv, "--overwrite"])
+    again = _manifest(out)["memory"]
+    assert again["previous_grouped_rows"] == grouped
+    assert again["estimate_bytes"] == dedup_memory(
+        6, len(CHAIN), again["held_at_start_bytes"], grouped
+    )
+    assert (
+        again["estimate_bytes"] - dedup_memory(6, len(CHAIN), again["held_at_start_bytes"])
+        == grouped * BYTES_PER_PREVIOUS_GROUPED_ROW
+    )
 
 
 def test_a_bad_budget_names_the_option(chain):
