@@ -25,8 +25,10 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -139,8 +141,17 @@ def main(argv: list[str] | None = None) -> None:
     runs = []
     for code in args.code or [ROOT]:
         flags = ["--threshold", str(args.threshold), *shlex.split(args.extra)]
-        output = folder / "dedup" if args.write else None
-        runs.append(timed_dedup(code, pairs_dir, output, flags))
+        # A fresh output per run: a version left by the previous run would be compared with
+        # (stable keep), which costs memory of its own.
+        scratch = Path(tempfile.mkdtemp(prefix="dedup-", dir=folder))
+        output = scratch / "out" if args.write else None
+        try:
+            runs.append(timed_dedup(code, pairs_dir, output, flags))
+            if output is not None:
+                manifest = json.loads((output / "_manifest.json").read_text())
+                runs[-1]["memory"] = manifest.get("memory")  # the stage's own estimate
+        finally:
+            shutil.rmtree(scratch)
         print(json.dumps(runs[-1]), flush=True)
     path = write_result(
         "dedup_stage_scale",

@@ -39,8 +39,8 @@ BASE_BYTES = 450 * 2**20
 
 # Bytes per grouped row of a previous version in the output folder (``--stable-keep``): the
 # members of its groups and of this run's as Python sets, to match stable group ids and count
-# what changed (5M rows, 1.85M grouped: +0.69 GB), and its id lists as Arrow arrays.
-BYTES_PER_PREVIOUS_GROUPED_ROW = 400
+# what changed (5M rows, 1.85M grouped: +0.69 GB, 373 bytes each), and its id lists.
+BYTES_PER_PREVIOUS_GROUPED_ROW = 500
 
 
 def dedup_memory(rows: int, pairs: int, held: int = 0, previous_grouped: int = 0) -> int:
