@@ -135,7 +135,9 @@ def test_auto_records_its_plan(tmp_path, embeddings):
 
 
 def test_budget_too_small_is_refused_before_writing(tmp_path, embeddings):
-    with pytest.raises(BudgetTooSmallError, match=r"the smallest, Flat, needs .* budget of 512"):
+    with pytest.raises(
+        BudgetTooSmallError, match=r"the smallest, IVF128,SQ8, needs .* budget of 512"
+    ):
         run(index_args(embeddings, tmp_path / "out", "--memory-budget", "512KiB"))
     assert not (tmp_path / "out").exists()
 

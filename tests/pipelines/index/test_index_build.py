@@ -96,6 +96,17 @@ def test_held_out_rows_are_indexed_last(ivf, corpus):
     assert np.array_equal(ivf.corpus_rows(self_hits[:, 0]), ivf.held_out[:20])
 
 
+def test_sq8_keeps_the_recall_that_pq_codes_cap(corpus):
+    """IVF,SQ8 (a byte per component) reaches the target where PQ's codes plateau below it:
+    the reason the planner tries SQ8 before product quantization."""
+    source = ArraySource(corpus[:6000])
+    sq8 = build_index(source, BuildSettings("IVF32,SQ8", target_recall=0.95, n_queries=300))
+    assert sq8.tuning.parameter == "nprobe" and sq8.tuning.reached
+    assert sq8.tuning.recall >= 0.95
+    pq = build_index(source, BuildSettings("IVF32,PQ4", target_recall=0.95, n_queries=300))
+    assert not pq.tuning.reached and max(dict(pq.tuning.tried).values()) < 0.95
+
+
 def test_hnsw_and_flat(corpus):
     source = ArraySource(corpus[:3000])
     hnsw = build_index(source, BuildSettings("HNSW16", target_recall=0.97, n_queries=300))

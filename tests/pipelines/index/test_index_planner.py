@@ -55,7 +55,8 @@ def test_ivf_nlist(n, nlist):
         (1_000_000, "2GB", "HNSW32"),  # vectors 1.54 GB + graph 0.27 GB fit
         (1_000_000, "1.7GB", "HNSW16"),  # HNSW32 needs 1.81 GB, HNSW16 1.68 GB
         (1_000_000, "1.6GB", "IVF4096,Flat"),  # 1.55 GB: vectors fit, no graph does
-        (1_000_000, "1GB", "OPQ192,IVF4096,PQ192"),  # compressed, the largest code that fits
+        (1_000_000, "1GB", "IVF4096,SQ8"),  # 0.40 GB: a byte per component fits
+        (1_000_000, "350MB", "OPQ192,IVF4096,PQ192"),  # compressed, the largest code that fits
         (1_000_000, "100MB", "OPQ64,IVF4096,PQ64"),
         (50_000_000, "100GB", "IVF32768,Flat"),  # too large to build one HNSW graph
     ],
@@ -93,7 +94,8 @@ def test_l2_ivf_pq_counts_the_precomputed_table():
 
 
 @pytest.mark.parametrize(
-    "factory", ["Flat", "HNSW32", "HNSW16", "IVF64,Flat", "OPQ8,IVF64,PQ8", "OPQ4_28,IVF64,PQ4"]
+    "factory",
+    ["Flat", "HNSW32", "HNSW16", "IVF64,Flat", "IVF64,SQ8", "OPQ8,IVF64,PQ8", "OPQ4_28,IVF64,PQ4"],
 )
 def test_estimates_match_what_faiss_stores(factory):
     """The formulas against the size of the filled index as FAISS serialises it."""
