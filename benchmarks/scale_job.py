@@ -316,12 +316,14 @@ def measure(n: int, args, work: Path) -> dict:
 
 
 def _facts(job_dir: Path) -> dict:
-    """Key numbers of the outputs (index factory and recall, pairs, dedup counts)."""
+    """Key numbers of the outputs (index factory and recall, pairs, dedup counts) and each
+    stage's own memory record (its budget check: what it counted, what the process held)."""
     facts = {}
     for folder, keys in (
-        ("index", ("factory", "ntotal", "recall_at_10")),
-        ("pairs", ("method", "counts")),
-        ("dedup", ("counts",)),
+        ("index", ("factory", "ntotal", "recall_at_10", "memory_estimate_bytes", "plan")),
+        ("clusters", ("memory_budget", "memory_needed")),
+        ("pairs", ("method", "counts", "memory_budget", "worker_memory_bytes")),
+        ("dedup", ("counts", "memory")),
     ):
         path = job_dir / folder / "_manifest.json"
         if path.is_file():
