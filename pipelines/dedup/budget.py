@@ -8,10 +8,10 @@ is linear in rows and pairs on top of what the process already holds: :func:`ded
 
 The per-row and per-pair constants are on the safe side of ``benchmarks/dedup_stage_scale.py``
 (star, written output; docs/architecture.md, "Dedup memory"): 5M rows and 3.75M pairs peaked
-at 1.97 GB, 5M and 7.5M at 1.92 GB, 10M and 7.5M at 2.83 GB. What the process holds when the
+at 1.66 GB, 5M and 10M at 2.10 GB, 10M and 7.5M at 2.83 GB. What the process holds when the
 stage starts is counted as measured (:func:`pipelines.io.resources.resident_bytes`): inside
-``sbert run`` that is the libraries of every stage and what the earlier stages left, ~1.8 GB
-after a 5M pairs stage, which a constant base missed (the 5M job's dedup went 2% over).
+``sbert run`` that is the libraries of every stage and what the earlier stages left (0.78 GB
+after pairs in a 1M job), which a constant base missed (the 5M job's dedup went 2% over).
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ BYTES_PER_ROW = 200
 # The least the process holds with the interpreter, numpy, pyarrow and scipy loaded (measured:
 # 423 MiB); a standalone ``sbert dedup`` has loaded only part of it when the check runs.
 BASE_BYTES = 450 * 2**20
-
-
 # Bytes per grouped row of a previous version in the output folder (``--stable-keep``): the
 # members of its groups and of this run's as Python sets, to match stable group ids and count
 # what changed (5M rows, 1.85M grouped: +0.69 GB, 373 bytes each), and its id lists.

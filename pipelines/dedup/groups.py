@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.dedup.item_ids import string_array
 from pipelines.vectors.checks import check_cosine
 from pipelines.vectors.components import merge_counts, smallest_member_labels
 from pipelines.vectors.records import field_record
@@ -73,19 +74,20 @@ def index_pairs(
             a NaN or infinite score (a NaN compares false with every threshold, so the pair
             would vanish without a word).
     """
-    ids = _strings(ids)
+    ids = string_array(ids)
     scores = np.asarray(scores, dtype=np.float32)
     bad = ~np.isfinite(scores)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
+        first, second = string_array(id_a)[row].as_py(), string_array(id_b)[row].as_py()
         raise ValueError(
-            f"the pair ({_strings(id_a)[row].as_py()!r}, {_strings(id_b)[row].as_py()!r}) has "
+            f"the pair ({first!r}, {second!r}) has "
             f"score {scores[row]}; the pairs were computed from NaN or infinite vectors, rerun "
             "sbert pairs"
         )
     rows = []
     for column in (id_a, id_b):
-        column = _strings(column)
+        column = string_array(column)
         found = pc.index_in(column, value_set=ids)
         if found.null_count:
             missing = column.filter(pc.is_null(found))
@@ -107,15 +109,6 @@ def index_pairs(
     first_of_pair[1:] = key[order][1:] != key[order][:-1]
     keep = order[first_of_pair]
     return IndexedPairs(a[keep], b[keep], scores[keep])
-
-
-def _strings(values: pa.Array | Sequence[str]) -> pa.Array:
-    """Values as a plain ``string`` array (Parquet may give ``large_string`` or dictionaries)."""
-    if not isinstance(values, pa.Array):
-        return pa.array(values, pa.string())
-    if pa.types.is_dictionary(values.type):
-        values = values.dictionary_decode()
-    return values if values.type == pa.string() else values.cast(pa.string())
 
 
 def connected_components(n: int, pairs: IndexedPairs) -> np.ndarray:
@@ -229,7 +222,7 @@ def similarity_histogram(scores: np.ndarray, low: float, width: float = 0.01) ->
 
 def id_ranks(ids: pa.Array | Sequence[str]) -> np.ndarray:
     """``(n,)`` int64 rank of every id in string (code point) order."""
-    order = pc.sort_indices(_strings(ids)).to_numpy()
+    order = pc.sort_indices(string_array(ids)).to_numpy()
     return inverse_order(order)
 
 
@@ -239,7 +232,7 @@ def derived_id_ranks(ids: pa.Array | Sequence[str]) -> np.ndarray | None:
 
     Parsed and sorted in Arrow: Python strings for every id cost ~1 GiB at 5M rows.
     """
-    values = _strings(ids)
+    values = string_array(ids)
     if len(values) == 0:
         return np.zeros(0, np.int64)
     # Greedy ``.*``: the row is what follows the last colon, as str.rpartition splits it.

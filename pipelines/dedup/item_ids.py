@@ -19,6 +19,18 @@ import pyarrow.compute as pc
 CHUNK_ROWS = 65_536
 
 
+def string_array(values: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.Array:
+    """Values as one plain ``string`` array (Parquet may give chunks, ``large_string`` or
+    dictionaries; a Python sequence is converted)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    if not isinstance(values, pa.Array):
+        return pa.array(list(values), pa.string())
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    return values if values.type == pa.string() else values.cast(pa.string())
+
+
 class ItemIds(Sequence[str]):
     """A read-only sequence of ids (``ids[row]`` is a ``str``) over a ``string`` Arrow array.
 
@@ -27,9 +39,12 @@ class ItemIds(Sequence[str]):
     """
 
     def __init__(self, array: pa.Array | pa.ChunkedArray) -> None:
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
-        self.array: pa.Array = array
+        self.array: pa.Array = string_array(array)
+
+    @classmethod
+    def of(cls, ids: ItemIds | pa.Array | Sequence[str]) -> ItemIds:
+        """``ids`` as :class:`ItemIds` (itself when it already is one)."""
+        return ids if isinstance(ids, ItemIds) else cls(string_array(ids))
 
     def __len__(self) -> int:
         return len(self.array)
@@ -54,25 +69,10 @@ class ItemIds(Sequence[str]):
 
     def rows_of(self, values: pa.Array | Iterable[str]) -> np.ndarray:
         """``(m,)`` int64 row of every value, -1 where it is not an id here."""
-        probe = values if isinstance(values, pa.Array) else pa.array(list(values), pa.string())
-        found = pc.index_in(probe, value_set=self.array)
+        found = pc.index_in(string_array(values), value_set=self.array)
         return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
     def index(self) -> dict[str, int]:
         """``{id: row}`` as a dict, for the steps that look ids up one at a time (a corpus
         scan). Costs ~100 bytes a row: built only when such a step runs."""
         return {item: row for row, item in enumerate(self)}
-
-
-def take_ids(ids: Sequence[str], rows: np.ndarray | Sequence[int]) -> list[str]:
-    """``[ids[row] for row in rows]``, in one Arrow take when ``ids`` is :class:`ItemIds`."""
-    if isinstance(ids, ItemIds):
-        return ids.take(rows)
-    return [ids[row] for row in np.asarray(rows, np.int64).tolist()]
-
-
-def iter_ids(ids: Sequence[str], rows: np.ndarray) -> Iterator[str]:
-    """The ids of ``rows`` in order, a chunk at a time (see :func:`take_ids`)."""
-    if isinstance(ids, ItemIds):
-        return ids.iter_rows(rows)
-    return (ids[row] for row in rows.tolist())

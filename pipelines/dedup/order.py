@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from pipelines.dedup.corpus import CorpusScan
 from pipelines.dedup.groups import IndexedPairs, corpus_ranks, derived_id_ranks, id_ranks
-from pipelines.dedup.item_ids import ItemIds, take_ids
+from pipelines.dedup.item_ids import ItemIds
 from pipelines.io.corpus_reader import CorpusSpec
 from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.texts import recorded_corpus_spec, texts_from_embeddings
@@ -66,7 +66,7 @@ def item_texts(
     with_text = [dataset for dataset in datasets if dataset.has_text]
     if not with_text:
         return {}, None
-    found = texts_from_embeddings(with_text, set(take_ids(ids, np.flatnonzero(wanted))))
+    found = texts_from_embeddings(with_text, set(ItemIds.of(ids).take(np.flatnonzero(wanted))))
     return found, ", ".join(d.directory for d in with_text)
 
 

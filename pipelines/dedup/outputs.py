@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from pipelines.dedup.dedup_summary import DedupSummary
 from pipelines.dedup.grouping import Grouping
 from pipelines.dedup.groups import Histogram
-from pipelines.dedup.item_ids import iter_ids
+from pipelines.dedup.item_ids import ItemIds
 from pipelines.dedup.report import GroupView, group_views, report_html
 from pipelines.dedup.report_methods import (
     KnownView,
@@ -60,10 +60,10 @@ def write_id_lists(
     output: str, ids: Sequence[str], kept: np.ndarray, rank: np.ndarray
 ) -> tuple[int, int]:
     """``kept_ids.txt`` and ``removed_ids.txt`` in rank order; returns (kept, removed) written."""
-    by_rank = np.argsort(rank, kind="stable")
+    by_rank, listed = np.argsort(rank, kind="stable"), ItemIds.of(ids)
     flags = kept[by_rank]
-    n_kept = write_id_list(join(output, KEPT_FILE), iter_ids(ids, by_rank[flags]))
-    n_removed = write_id_list(join(output, REMOVED_FILE), iter_ids(ids, by_rank[~flags]))
+    n_kept = write_id_list(join(output, KEPT_FILE), listed.iter_rows(by_rank[flags]))
+    n_removed = write_id_list(join(output, REMOVED_FILE), listed.iter_rows(by_rank[~flags]))
     return n_kept, n_removed
 
 

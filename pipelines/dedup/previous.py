@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.dedup.grouping import Grouping
-from pipelines.dedup.item_ids import ItemIds, take_ids
+from pipelines.dedup.item_ids import ItemIds
 from pipelines.dedup.outputs import GROUPS_FILE, KEPT_FILE, REMOVED_FILE, read_id_array
 from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
 from pipelines.io.filesystems import FileSystems
@@ -151,7 +151,7 @@ def _memberships(grouping: Grouping, ids: Sequence[str]) -> list[frozenset[str]]
     rows = np.flatnonzero(grouping.group >= 0)
     rows = rows[np.argsort(grouping.group[rows], kind="stable")]
     bounds = np.searchsorted(grouping.group[rows], np.arange(grouping.n_groups + 1))
-    members = take_ids(ids, rows)
+    members = ItemIds.of(ids).take(rows)
     return [frozenset(members[lo:hi]) for lo, hi in itertools.pairwise(bounds.tolist())]
 
 
@@ -222,7 +222,7 @@ def changes(
         else:
             counts["changed"] += 1
     # Rows in Arrow (set membership over millions of ids); the id lists hold the corpus rows.
-    listed = _id_array(ids).slice(0, len(kept))
+    listed = ItemIds.of(ids).array.slice(0, len(kept))
     was_kept = pc.is_in(listed, value_set=previous.kept).to_numpy(zero_copy_only=False)
     was_removed = pc.is_in(listed, value_set=previous.removed).to_numpy(zero_copy_only=False)
     before_ids = pa.concat_arrays([previous.kept, previous.removed]).unique()
@@ -239,8 +239,3 @@ def changes(
             "newly_kept": int((kept & was_removed).sum()),
         },
     }
-
-
-def _id_array(ids: Sequence[str]) -> pa.Array:
-    """``ids`` as a ``string`` array (the one :class:`ItemIds` holds, else converted)."""
-    return ids.array if isinstance(ids, ItemIds) else pa.array(list(ids), pa.string())

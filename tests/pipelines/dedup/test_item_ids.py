@@ -10,7 +10,7 @@ import pytest
 from pipelines.dedup import item_ids
 from pipelines.dedup.groups import derived_id_ranks, inverse_order
 from pipelines.dedup.inputs import embedding_ids
-from pipelines.dedup.item_ids import ItemIds, iter_ids, take_ids
+from pipelines.dedup.item_ids import ItemIds
 from pipelines.dedup.outputs import read_id_array, read_id_list, write_id_list
 from pipelines.io.embeddings import EmbeddingsDataset
 from tests.jobs.test_dedup_job import write_embeddings
@@ -37,13 +37,14 @@ def test_rows_of_finds_rows_and_marks_strangers():
     assert ids.index() == {"b": 0, "a": 1, "c": 2}
 
 
-def test_take_and_iter_accept_plain_lists_too():
-    plain = ["x", "y", "z"]
-    assert take_ids(plain, np.array([2, 0])) == ["z", "x"]
-    assert list(iter_ids(plain, np.array([1]))) == ["y"]
-    arrow = ItemIds(pa.array(plain))
-    assert take_ids(arrow, [2, 0]) == ["z", "x"]
-    assert list(iter_ids(arrow, np.array([1, 1]))) == ["y", "y"]
+def test_of_takes_plain_lists_arrow_arrays_and_item_ids():
+    plain = ItemIds.of(["x", "y", "z"])
+    assert plain.take(np.array([2, 0])) == ["z", "x"]
+    assert list(plain.iter_rows(np.array([1, 1]))) == ["y", "y"]
+    assert ItemIds.of(plain) is plain
+    coded = ItemIds.of(pa.array(["x", "y", "x"]).dictionary_encode())
+    assert coded.array.type == pa.string() and list(coded) == ["x", "y", "x"]
+    assert ItemIds.of(pa.array(["a"], pa.large_string())).array.type == pa.string()
 
 
 def _derived_reference(ids: list[str]) -> list[int] | None:
