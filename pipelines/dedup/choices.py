@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Literal
 
 Method = Literal["components", "ranked", "star", "split", "mutual", "average"]
-# --stable-keep: keep what the previous version kept (pipelines/dedup/previous.py).
-StableKeep = Literal["on", "off"]
+# --stable-keep: keep what the previous version kept (pipelines/dedup/previous.py): auto when
+# the settings that decide groups are unchanged, on always, off never.
+StableKeep = Literal["auto", "on", "off"]
 # --sweep: the threshold sweep runs the chosen method only, or every method (the comparison).
 SweepScope = Literal["chosen", "all"]
 METHODS: tuple[str, ...] = ("components", "ranked", "star", "split", "mutual", "average")

@@ -2,9 +2,9 @@
 pinned rows kept (Beam-free).
 
 :func:`decide` joins what :mod:`pipelines.dedup.against` (reference rows, pinned) and
-:mod:`pipelines.dedup.previous` (rows the previous version kept, pinned with ``--stable-keep
-on``) add to the method's grouping, through :mod:`pipelines.dedup.pinning`. A previously kept
-row that matches a reference row is not pinned: the reference wins, so decontamination holds.
+:mod:`pipelines.dedup.previous` (rows the previous version kept, pinned by ``--stable-keep``)
+add to the method's grouping, through :mod:`pipelines.dedup.pinning`. A previously kept row
+that matches a reference row is not pinned: the reference wins, so decontamination holds.
 :func:`changes_html` is the report's "Since the last run" section.
 """
 
@@ -120,11 +120,14 @@ def changes_html(changes: dict | None, stable: dict | None) -> str:
     if changes is None:
         return ""
     groups, rows = changes["groups"], changes["rows"]
-    pinned = (
-        f"The {stable['rows_pinned']} rows it kept that still exist were kept again."
-        if stable and stable["pinned"]
-        else f"Its kept rows were not pinned: {stable['reason'] if stable else 'unknown'}."
-    )
+    if stable and stable["pinned"]:
+        changed = ", ".join(stable["settings_changed"])
+        though = f" (--stable-keep on, though {changed})" if changed else ""
+        pinned = (
+            f"The {stable['rows_pinned']} rows it kept that still exist were kept again{though}."
+        )
+    else:
+        pinned = f"Its kept rows were not pinned: {stable['reason'] if stable else 'unknown'}."
     cells = [
         ("new groups (no member was in a group)", groups["new"]),
         ("grown groups (a previous group and more)", groups["grown"]),
@@ -144,13 +147,15 @@ def changes_html(changes: dict | None, stable: dict | None) -> str:
     )
 
 
-def changes_line(changes: dict | None) -> str:
-    """The summary line's part on what changed ("" without a previous version)."""
+def changes_line(changes: dict | None, stable: str | None = None) -> str:
+    """The summary line's part on the previous version ("" without one): ``stable``, whether
+    its kept rows were kept again and why, then what changed."""
     if changes is None:
         return ""
     groups, rows = changes["groups"], changes["rows"]
     return (
-        f"; since the last run: {groups['new']} new groups, {groups['grown']} grown, "
+        ("" if stable is None else f"; {stable}")
+        + f"; since the last run: {groups['new']} new groups, {groups['grown']} grown, "
         f"{rows['newly_removed']} rows newly removed ({rows['previously_kept_removed']} of "
         "them kept before)"
     )

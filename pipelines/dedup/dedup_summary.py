@@ -46,6 +46,8 @@ class DedupSummary:
     known: Found | None = None
     # What changed since the version in the output folder (pipelines/dedup/previous.py).
     changes: dict | None = None
+    # Whether the previous version's kept rows were kept again, and why (None: no version).
+    stable: str | None = None
     # --against: the manifest's ``against`` section (pipelines/dedup/against.py).
     against: dict | None = None
 
@@ -95,10 +97,11 @@ class DedupSummary:
             if self.against is not None
             else ""
         )
+        since = changes_line(self.changes, self.stable)
         return (
             f"deduplicated {self.rows_in} rows at threshold {self.threshold:g} ({self.how()}): "
             f"{self.groups} groups (largest {self.largest}), kept {self.kept}, removed "
-            f"{self.removed}{against}{copies}{corpus}{labels}{changes_line(self.changes)} in "
+            f"{self.removed}{against}{copies}{corpus}{labels}{since} in "
             f"{self.seconds:.1f}s -> {self.output}"
         )
 

@@ -124,13 +124,16 @@ class Options(StageOptions):
         metavar="REF_EMBEDDINGS",
     )
     stable_keep: StableKeep = option(
-        "on",
-        "on: the rows the dedup version already in --output kept stay kept (a new row that "
-        "duplicates one is the one removed), whatever its method, threshold or keep rule, but "
-        "not when it was made from another model identity (then nothing is pinned, and the "
-        "manifest says why); group ids stay where membership did not change. off: ignore it "
-        "(a previously kept row may be removed). Replacing the version needs --overwrite. In YAML "
-        "quote it: 'off' (a bare off is false)",
+        "auto",
+        "auto (default): when --output holds a dedup version made with the same settings that "
+        "decide groups (threshold, method, keep rule, radius, mutual-k, missing-score, the seed "
+        "of keep random), the rows it kept stay kept (a new row that duplicates one is the one "
+        "removed); with any of them changed, dedup decides afresh and the summary line says "
+        "which changed. on: keep its decisions even with changed settings. off: always decide "
+        "afresh (a previously kept row may be removed). Never across another model identity; "
+        "the manifest's stable_keep says which happened and why. Group ids stay where "
+        "membership did not change. Replacing the version needs --overwrite. In YAML quote on "
+        "and off: 'off' (a bare off is false)",
     )
     sweep_from: float = option(0.80, "lowest sweep threshold")
     sweep_to: float = option(0.99, "highest sweep threshold")

@@ -1,6 +1,6 @@
 """Pinned rows: rows a dedup run must keep whatever the keep rule says (Beam-free).
 
-Two kinds of rows are pinned: rows a previous dedup version kept (``--stable-keep on``,
+Two kinds of rows are pinned: rows a previous dedup version kept (``--stable-keep``,
 :mod:`pipelines.dedup.previous`) and the rows of a reference corpus (``--against``,
 :mod:`pipelines.dedup.against`). The method groups the rows as usual; then every group that
 holds pinned rows is split around them (:func:`pin`):

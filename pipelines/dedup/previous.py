@@ -1,14 +1,16 @@
 """The previous dedup version in the output folder: stable decisions and what changed (Beam-free).
 
-With ``--stable-keep on`` (the default) a dedup run reads the version its output folder holds
-before it prepares the new one (:func:`read_previous`): the manifest, ``kept_ids.txt``,
-``removed_ids.txt`` and ``groups.parquet``, checked against the manifest's digests.
+A dedup run reads the version its output folder holds before it prepares the new one
+(:func:`read_previous`): the manifest, ``kept_ids.txt``, ``removed_ids.txt`` and
+``groups.parquet``, checked against the manifest's digests.
 
 * **Pinned rows**: every row the previous version kept and that still exists is kept again
-  (:mod:`pipelines.dedup.pinning`), whatever method, threshold or keep rule either run used:
-  "kept stays kept" is the promise. Not across a changed model identity (weights, prompt,
-  dimension, ...): the similarities are not comparable, so nothing is pinned and the manifest
-  says why.
+  (:mod:`pipelines.dedup.pinning`) when the settings that decide groups are those it was made
+  with (``--stable-keep auto``, the default: "kept stays kept" is for new data). A changed
+  setting (a lowered threshold, another method) asks for other decisions, so the run decides
+  afresh unless ``--stable-keep on`` pins them anyway; ``off`` never pins. Never across a
+  changed model identity (weights, prompt, dimension, ...): the similarities are not
+  comparable. The manifest's ``stable_keep`` and the summary line say which happened and why.
 * **Stable group ids** (:func:`stable_group_ids`): a group whose members are exactly those of
   a previous group keeps that group's id; every other group gets an id above the previous
   version's largest, in group order.
@@ -31,14 +33,12 @@ import pyarrow.parquet as pq
 from pipelines.dedup.grouping import Grouping
 from pipelines.dedup.item_ids import ItemIds
 from pipelines.dedup.outputs import GROUPS_FILE, KEPT_FILE, REMOVED_FILE, read_id_array
+from pipelines.dedup.run_settings import deciding_settings, settings_changed
 from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import MANIFEST, CorruptOutputError, join, read_manifest
 
 logger = logging.getLogger(__name__)
-
-# The manifest fields that make up a dedup run's own settings (compared, for the record).
-SETTING_FIELDS = ("method", "threshold", "keep")
 
 
 @dataclass(frozen=True)
@@ -63,44 +63,64 @@ class PreviousVersion:
 @dataclass(frozen=True)
 class Stability:
     """What the previous version gives this run: the version (None: none or ignored), whether
-    its kept rows are pinned, and why (one line for the log and the manifest)."""
+    its kept rows are pinned, why (one line for the summary, the log and the manifest), the
+    ``--stable-keep`` value and the deciding settings that changed since that version."""
 
     previous: PreviousVersion | None
     pins: bool
     reason: str
+    option: str
+    changed: tuple[str, ...] = ()
 
     def to_json(self, n_pinned: int) -> dict:
         """The manifest's ``stable_keep`` section."""
-        manifest = {} if self.previous is None else self.previous.manifest
+        manifest = None if self.previous is None else self.previous.manifest
         return {
+            "option": self.option,
             "pinned": self.pins,
             "reason": self.reason,
-            "previous_created": manifest.get("created"),
-            "previous_settings": {key: manifest.get(key) for key in SETTING_FIELDS}
-            if self.previous is not None
-            else None,
+            "settings_changed": list(self.changed),
+            "previous_created": None if manifest is None else manifest.get("created"),
+            "previous_settings": None if manifest is None else manifest_settings(manifest),
             "rows_pinned": n_pinned,
         }
 
 
-def read_previous(output: str | None, stable_keep: str, model: dict) -> Stability:
+def manifest_settings(manifest: dict) -> dict:
+    """The deciding settings (:func:`pipelines.dedup.run_settings.deciding_settings`) a dedup
+    manifest records."""
+    recorded = manifest.get("settings") or {}
+    return deciding_settings(
+        method=manifest.get("method"),
+        threshold=manifest.get("threshold"),
+        keep=manifest.get("keep"),
+        radius=recorded.get("radius"),
+        mutual_k=recorded.get("mutual_k"),
+        missing_score=recorded.get("missing_score"),
+        seed=recorded.get("seed"),
+    )
+
+
+def read_previous(output: str | None, stable_keep: str, model: dict, settings: dict) -> Stability:
     """The previous version in ``output`` and whether its kept rows are pinned.
 
     Args:
         output: the output folder (None: a dry run without one).
-        stable_keep: ``on`` or ``off``.
+        stable_keep: ``auto`` (pin when ``settings`` are the previous version's), ``on``
+            (pin) or ``off`` (never pin).
         model: this run's embeddings manifest (its model identity is compared).
+        settings: this run's deciding settings (:func:`deciding_settings`).
 
     A folder whose manifest disagrees with its files (or is not ours) pins nothing: the
     reason says why.
     """
     if output is None or not FileSystems.exists(join(output, MANIFEST)):
-        return Stability(None, False, "no previous version in the output folder")
+        return Stability(None, False, "no previous version in the output folder", stable_keep)
     try:
         manifest = read_manifest(output)
         if manifest.get("kind") != "dedup":
             # A foreign folder: prepare_output refuses it (or --overwrite replaces it).
-            return Stability(None, False, f"{output} holds no dedup version")
+            return Stability(None, False, f"{output} holds no dedup version", stable_keep)
         previous = PreviousVersion(
             output,
             manifest,
@@ -111,17 +131,35 @@ def read_previous(output: str | None, stable_keep: str, model: dict) -> Stabilit
     except (CorruptOutputError, FileNotFoundError, ValueError) as err:
         # A damaged folder must not block its replacement (--overwrite); it pins nothing.
         logger.warning("the dedup version in %s cannot be read: %s", output, err)
-        return Stability(None, False, f"the version in {output} cannot be read ({err})")
-    if stable_keep == "off":
         return Stability(
-            previous, False, "--stable-keep off: the previous kept rows are not pinned"
+            None, False, f"the version in {output} cannot be read ({err})", stable_keep
         )
+    changed = tuple(settings_changed(manifest_settings(manifest), settings))
+    return Stability(
+        previous, *_decision(stable_keep, changed, manifest, model), stable_keep, changed
+    )
+
+
+def _decision(
+    stable_keep: str, changed: tuple[str, ...], manifest: dict, model: dict
+) -> tuple[bool, str]:
+    """Whether the previous version's kept rows are pinned, and why."""
+    if stable_keep == "off":
+        return False, "decided afresh: --stable-keep off"
     try:
         require_compatible(manifest, model, "the previous dedup version and these embeddings")
     except IncompatibleEmbeddingsError as err:
-        return Stability(previous, False, f"not pinned: {err}")
-    return Stability(
-        previous, True, f"the rows the version of {manifest.get('created')} kept are pinned"
+        return False, f"decided afresh: {err}"
+    if not changed:
+        return True, "the previous version's kept rows kept again (same settings)"
+    what = ", ".join(changed)
+    if stable_keep == "on":
+        return (
+            True,
+            f"the previous version's kept rows kept again (--stable-keep on), though {what}",
+        )
+    return False, (
+        f"decided afresh: {what} since the previous version; --stable-keep on keeps its decisions"
     )
 
 

@@ -2,7 +2,7 @@
 
 Run from Python as ``dedup.run(dedup.Options(pairs=..., output=..., threshold=...))``, or as
 
-    sbert dedup --pairs DIR --output DIR --threshold T [--stable-keep on|off]
+    sbert dedup --pairs DIR --output DIR --threshold T [--stable-keep auto|on|off]
         [--against REF_EMBEDDINGS ...]
         [--method star|components|ranked|split|mutual|average]
         [--keep first|longest|central|random|column:NAME] [--seed S] [--radius R]
@@ -73,11 +73,14 @@ corpus or id order; backslash, LF and CR in ids escaped as \\\\, \\n, \\r), ``re
 of every corpus file, same relative path and format) and ``corpus_rejected.parquet`` (the rows
 the embed job did not embed, with the reason; they are not in ``corpus/``).
 
-Stable decisions (``--stable-keep on``, the default; pipelines/dedup/previous.py): when
-``--output`` holds a dedup version, the groups are recomputed from the full pairs, but every
-row it kept that still exists stays kept (pinned; pipelines/dedup/pinning.py): a group holding
-pinned rows keeps all of them, the others join their most similar pinned row. Not across a
-changed model identity (logged, and in the manifest's ``stable_keep``). A group with the same
+Stable decisions (``--stable-keep auto``, the default; pipelines/dedup/previous.py): when
+``--output`` holds a dedup version made with the same settings that decide groups (threshold,
+method, keep rule, and the radius, k, missing score or seed where the method or keep rule uses
+them), the groups are recomputed from the full pairs, but every row it kept that still exists
+stays kept (pinned; pipelines/dedup/pinning.py): a group holding pinned rows keeps all of them,
+the others join their most similar pinned row. With a setting changed the run decides afresh
+(``on``: pins anyway; ``off``: never pins). Not across a changed model identity. The summary
+line and the manifest's ``stable_keep`` say which happened and why. A group with the same
 members as a previous group keeps its id; others get ids above the previous largest. The
 manifest's ``changes``, the report and the summary line say what changed since that version.
 
@@ -143,7 +146,7 @@ from pipelines.dedup.outputs import (
 )
 from pipelines.dedup.previous import changes, pinned_rows, read_previous, stable_group_ids
 from pipelines.dedup.report_methods import KnownView, known_view
-from pipelines.dedup.run_settings import check_settings, settings_of
+from pipelines.dedup.run_settings import check_settings, run_deciding_settings, settings_of
 from pipelines.dedup.sweep import Ranker, group_at, sweep_methods
 from pipelines.io.atomic import write_table
 from pipelines.io.content_checks import content_checks
@@ -168,8 +171,8 @@ PINNED_NOTE = (
 )
 # The manifest's ``incremental`` section (the same shape in every stage, issue 28).
 FULL_REASON = (
-    "dedup recomputes its groups from the full pairs (cheap); with --stable-keep on it pins "
-    "the rows the previous version kept (stable_keep, changes)"
+    "dedup recomputes its groups from the full pairs (cheap); with the previous version's "
+    "settings (or --stable-keep on) it pins the rows that version kept (stable_keep, changes)"
 )
 
 # What a dedup run writes (see docs/architecture.md, ``dedup/``).
@@ -285,7 +288,10 @@ def _run(options: Options) -> DedupResult:
     index = id_list.index() if options.corpus else None
     # Read before the output is prepared: --overwrite replaces it.
     stability = read_previous(
-        None if options.dry_run else options.output, options.stable_keep, datasets[0].manifest
+        None if options.dry_run else options.output,
+        options.stable_keep,
+        datasets[0].manifest,
+        run_deciding_settings(options, settings),
     )
     logger.info("stable keep: %s", stability.reason)
     scan = _scan(options, datasets, index, wanted, settings.column) if options.corpus else None
@@ -399,6 +405,7 @@ def _run(options: Options) -> DedupResult:
             seconds=time.perf_counter() - start,
             corpus=corpus,
             changes=changes(groups, all_ids, decided.corpus_kept, stability.previous),
+            stable=None if stability.previous is None else stability.reason,
             **facts,
         )
         report_facts = {

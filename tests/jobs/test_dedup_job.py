@@ -792,8 +792,8 @@ def test_rank_by_a_corpus_column_keeps_the_largest_value(tmp_path):
     assert read_id_list(str(out / "kept_ids.txt")) == ["y"]
     run([*argv, str(corpus), "--rank", "corpus", "--overwrite", "--stable-keep", "off"])
     assert read_id_list(str(out / "kept_ids.txt")) == ["x"]
-    # With stable keep (the default), y stays kept whatever the keep rule says.
-    run([*argv, str(corpus), "--rank", "column:votes", "--overwrite"])
+    # --stable-keep on: x stays kept whatever the keep rule says.
+    run([*argv, str(corpus), "--rank", "column:votes", "--overwrite", "--stable-keep", "on"])
     assert read_id_list(str(out / "kept_ids.txt")) == ["x"]
 
 

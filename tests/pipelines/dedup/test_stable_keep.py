@@ -13,6 +13,7 @@ from pipelines.dedup.deduplicate import deduplicate
 from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.outputs import read_id_list
 from pipelines.dedup.pinning import pin
+from pipelines.dedup.previous import deciding_settings, settings_changed
 from tests.jobs.test_dedup_job import write_embeddings, write_pairs
 from tests.stage_commands import dedup as run
 
@@ -128,11 +129,12 @@ def test_a_changed_model_pins_nothing_and_says_why(yesterday, caplog):
 
 @pytest.mark.parametrize("method", ["components", "star"])
 def test_a_group_with_two_pinned_rows_keeps_both(yesterday, method):
-    """x joins b1's group and lone (both kept yesterday): both stay kept, x goes to b1."""
+    """x joins b1's group and lone (both kept yesterday): both stay kept, x goes to b1 (with
+    star, a method yesterday's version was not made with, as --stable-keep on asks)."""
     tmp_path, out = yesterday
     pairs = [*DAY1_PAIRS, ("x", "b1", 0.93), ("x", "lone", 0.91)]
     argv = _day(tmp_path, "2", [*DAY1_IDS, "x"], pairs)
-    run([*argv, "--method", method, "--overwrite"])
+    run([*argv, "--method", method, "--overwrite", "--stable-keep", "on"])
     kept = read_id_list(str(out / "kept_ids.txt"))
     assert {"a1", "b1", "c1", "lone"} <= set(kept) and "x" not in kept
     table = {row["id"]: row for row in pq.read_table(out / "groups.parquet").to_pylist()}
@@ -145,7 +147,8 @@ def test_a_rerun_on_the_same_data_changes_nothing(yesterday):
     tmp_path, out = yesterday
     before = _groups(out)
     pairs = str(tmp_path / "pairs-1")  # the same pairs again
-    run(["--pairs", pairs, "--output", str(out), "--threshold", "0.9", "--overwrite"])
+    argv = ["--pairs", pairs, "--output", str(out), "--threshold", "0.9", "--overwrite"]
+    run([*argv, "--method", "components", "--keep", "first"])  # yesterday's settings
     assert _groups(out) == before
     changes = _manifest(out)["changes"]
     assert changes["groups"]["unchanged"] == len(before)
@@ -207,3 +210,86 @@ def test_pin_keeps_every_pinned_row_and_leaves_other_groups_alone(seed):
         assert after.matched[row] == expected
         assert after.representative[expected]
         assert after.group[row] == after.group[expected]
+
+
+@pytest.fixture
+def at_096(tmp_path):
+    """Day 1 at threshold 0.96 (components, keep first): only a1 ~ a2 and c1 ~ c2 join, so
+    a3 and b2 are kept. Gives the output and the arguments of the same run at 0.9."""
+    argv = [*_day(tmp_path, "1", DAY1_IDS, DAY1_PAIRS), "--method", "components"]
+    argv[argv.index("--threshold") + 1] = "0.96"
+    run(argv)
+    out = tmp_path / "dedup"
+    assert read_id_list(str(out / "kept_ids.txt")) == ["a1", "a3", "b1", "b2", "c1", "lone"]
+    argv[argv.index("--threshold") + 1] = "0.9"
+    return out, argv
+
+
+def test_a_lowered_threshold_decides_afresh_and_says_why(at_096, tmp_path):
+    out, argv = at_096
+    summary = run([*argv, "--overwrite"])
+    fresh = tmp_path / "fresh"
+    argv[argv.index("--output") + 1] = str(fresh)
+    run(argv)
+    # As a fresh run at 0.9: a3 and b2 (kept at 0.96) are removed now.
+    assert read_id_list(str(out / "kept_ids.txt")) == ["a1", "b1", "c1", "lone"]
+    assert read_id_list(str(fresh / "kept_ids.txt")) == ["a1", "b1", "c1", "lone"]
+    stable = _manifest(out)["stable_keep"]
+    assert stable["option"] == "auto" and stable["pinned"] is False
+    assert stable["settings_changed"] == ["threshold changed 0.96 -> 0.9"]
+    assert (
+        "decided afresh: threshold changed 0.96 -> 0.9 since the previous version; "
+        "--stable-keep on keeps its decisions" in summary.line()
+    )
+    assert "2 rows newly removed (2 of them kept before)" in summary.line()
+    report = (out / "report.html").read_text()
+    assert "not pinned: decided afresh: threshold changed 0.96 -&gt; 0.9" in report
+
+
+def test_stable_keep_on_keeps_the_decisions_of_other_settings(at_096):
+    out, argv = at_096
+    summary = run([*argv, "--overwrite", "--stable-keep", "on"])
+    assert read_id_list(str(out / "kept_ids.txt")) == ["a1", "a3", "b1", "b2", "c1", "lone"]
+    stable = _manifest(out)["stable_keep"]
+    assert stable["option"] == "on" and stable["pinned"] is True
+    assert stable["settings_changed"] == ["threshold changed 0.96 -> 0.9"]
+    assert "kept again (--stable-keep on), though threshold changed 0.96 -> 0.9" in summary.line()
+    report = (out / "report.html").read_text()
+    assert "kept again (--stable-keep on, though threshold changed 0.96 -&gt; 0.9)" in report
+
+
+def test_unchanged_settings_keep_the_decisions_and_say_so(yesterday):
+    tmp_path, out = yesterday
+    argv = _day(tmp_path, "2", DAY2_IDS, DAY2_PAIRS)
+    summary = run([*argv, "--method", "components", "--keep", "first", "--overwrite"])
+    assert "a1" in read_id_list(str(out / "kept_ids.txt"))  # a0 ranks first; a1 stays
+    stable = _manifest(out)["stable_keep"]
+    assert stable["pinned"] is True and stable["settings_changed"] == []
+    assert "the previous version's kept rows kept again (same settings)" in summary.line()
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "changed"),
+    [
+        ({"method": "star"}, {"method": "star", "mutual_k": 3}, []),  # star has no k
+        ({"method": "mutual"}, {"method": "mutual", "mutual_k": 3}, ["mutual-k changed 10 -> 3"]),
+        ({"method": "star"}, {"method": "star", "radius": 0.85}, ["radius changed 0.8 -> 0.85"]),
+        ({"keep": "first"}, {"keep": "first", "seed": 4}, []),  # the seed orders random only
+        ({"keep": "random"}, {"keep": "random", "seed": 4}, ["seed changed 0 -> 4"]),
+        (
+            {"method": "average"},
+            {"method": "average", "missing_score": 0.1},
+            ["missing-score changed 0 -> 0.1"],
+        ),
+        ({"method": "star"}, {"method": "components"}, ["method changed star -> components"]),
+    ],
+)
+def test_only_the_settings_that_decide_groups_count(before, after, changed):
+    base = dict(method="star", threshold=0.9, keep="central", radius=0.8, mutual_k=10)
+    base.update(missing_score=0.0, seed=0)
+    assert (
+        settings_changed(
+            deciding_settings(**{**base, **before}), deciding_settings(**{**base, **after})
+        )
+        == changed
+    )
