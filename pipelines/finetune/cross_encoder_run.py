@@ -41,6 +41,7 @@ from pipelines.finetune.data_records import (
     short_names,
     training_manifest,
     training_summary,
+    warn_single_target,
 )
 from pipelines.finetune.finetune_summary import FinetuneSummary
 from pipelines.io.text_normal import text_key
@@ -85,6 +86,7 @@ def finetune_cross_encoder(config: FinetuneConfig) -> FinetuneSummary:
         raise FileExistsError(f"{output} exists and is not empty; pass --overwrite to replace it")
 
     train = load_cross_encoder_pairs(config.train, text_key, name="train")
+    warn_single_target(train, config.objective.name)
     dev = (
         load_cross_encoder_pairs(config.dev, text_key, name="dev")
         if config.dev is not None

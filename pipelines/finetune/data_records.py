@@ -4,6 +4,7 @@ under, and the run's summary."""
 
 from __future__ import annotations
 
+import logging
 import platform
 from pathlib import Path
 
@@ -12,24 +13,46 @@ from pipelines.finetune.finetune_summary import FinetuneSummary
 from pipelines.io.manifest_fields import software_versions
 from sbert_core.config import config_to_dict
 from sbert_core.model.artifact import sha256_of_files
-from sbert_core.training.data import ExampleSet
+from sbert_core.training.data import ExampleSet, single_target
 from sbert_core.training.step_loop import TrainingResult
+
+logger = logging.getLogger(__name__)
 
 # The model card's file name in a trained model's folder.
 MODEL_CARD = "README.md"
 
 
+def warn_single_target(examples: ExampleSet, objective: str) -> None:
+    """Log a warning when every training example has the same label or target: the objective
+    then has nothing to tell apart, and the model it trains is close to useless."""
+    target = single_target(examples)
+    if target is not None:
+        logger.warning(
+            "%s: every training example has %s, so the %s objective has only one class to "
+            "learn from: expect a model that scores every pair alike (the manifest and model "
+            "card record this); add examples with other labels",
+            examples.source,
+            target,
+            objective,
+        )
+
+
 def describe_data(examples: ExampleSet | None) -> dict | None:
-    """A data set's manifest entry: its path, sha256, kind and example count (None: none)."""
+    """A data set's manifest entry: its path, sha256, kind and example count (None: none),
+    and ``single_target`` when every example has the same label or target."""
     if examples is None:
         return None
     path = Path(examples.source)
-    return {
+    entry = {
         "path": str(path.resolve()),
         "sha256": sha256_of_files([path]),
         "kind": examples.kind,
         "examples": len(examples),
     }
+    target = single_target(examples)
+    if target is not None:
+        entry["single_target"] = target
+    return entry
 
 
 def short_names(paths: list[str]) -> list[str]:

@@ -88,6 +88,13 @@ def data_table(data: dict) -> list[str]:
                 f"| {role} | `{entry['path']}` | {entry['kind']}{part} | {entry['examples']} "
                 f"| `{entry['sha256'][:16]}…` |"
             )
+    if data["train"].get("single_target"):
+        lines += [
+            "",
+            f"**Warning:** every training example has {data['train']['single_target']}: the "
+            "objective had one class to learn from, so expect the model to score every pair "
+            "alike.",
+        ]
     return lines
 
 

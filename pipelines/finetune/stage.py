@@ -46,6 +46,7 @@ from pipelines.finetune.data_records import (
     short_names,
     training_manifest,
     training_summary,
+    warn_single_target,
 )
 from pipelines.finetune.dedup_test import dedup_metrics, evaluate_dedup, load_holdout
 from pipelines.finetune.finetune_summary import FinetuneSummary, PrintedConfig
@@ -120,6 +121,7 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
     check_data_kind(config.objective.name, config.train.example_kind, config.train.path)
     # Copies of a text are the texts dedup treats as one (NFKC, casefold, punctuation).
     train_examples = load_examples(config.train, text_key)
+    warn_single_target(train_examples, config.objective.name)
     dev_examples = load_examples(config.dev, text_key) if config.dev is not None else None
     test_examples = [load_examples(spec, text_key) for spec in config.test]
     holdout = None

@@ -3,7 +3,10 @@
 A checkpoint is a folder ``step-NNNNNNNN`` holding the model (and loss head), the best weights so
 far, the optimizer, every process's random state (safetensors) and the position in the data, the
 gradient scaler and the run's history (``trainer_state.json``). No pickle. A folder is written
-under a temporary name and renamed, so it exists whole or not at all.
+under a temporary name and renamed, so it exists whole or not at all. A checkpoint is read only
+once every file is verified (:func:`verify_checkpoint`): a damaged one, whether cut short on disk
+or holding NaN weights, is refused with a line naming its file, never resumed from or reported
+as good.
 """
 
 from __future__ import annotations
@@ -21,12 +24,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sbert_core.errors import ModelLoadError
+from sbert_core.model.safetensors_header import check_safetensors
+from sbert_core.model.weight_checks import check_finite_weights
+
 CHECKPOINT_PREFIX = "step-"
 BEST_FILE = "best.safetensors"
 STATE_FILE = "trainer_state.json"
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
+# The trainer_state.json keys a resume reads.
+STATE_KEYS = (
+    "step",
+    "epoch",
+    "batch_in_epoch",
+    "world_size",
+    "data_fingerprint",
+    "config",
+    "scaler",
+    "result",
+    "optimizer",
+    "random",
+)
 # Changing these would change which examples a resumed run has already seen.
 RESUME_MUST_MATCH = ("batch_size", "seed")
 # These never change what is trained.
@@ -131,9 +151,13 @@ class Checkpoint:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> Checkpoint:
-        """Read the state of the checkpoint at ``path``."""
+        """Verify the checkpoint at ``path`` and read its state.
+
+        Raises:
+            ValueError: a damaged file, named (see :func:`verify_checkpoint`).
+        """
         path = Path(path)
-        return cls(path, json.loads((path / STATE_FILE).read_text()))
+        return cls(path, verify_checkpoint(path))
 
     def check_resumable(self, fingerprint: str, config: dict) -> list[str]:
         """Check that a run on data ``fingerprint`` with ``config`` may continue from here.
@@ -193,6 +217,69 @@ class Checkpoint:
             "numpy": saved["numpy"],
             "python": saved["python"],
         }
+
+
+def verify_checkpoint(folder: str | os.PathLike) -> dict:
+    """Check every file of the checkpoint ``folder``; its ``trainer_state.json`` if all is well.
+
+    The state must be a JSON object with the keys a resume reads, and each safetensors file
+    complete with finite values (the weights and optimizer moments a resume would carry on
+    from; the random states are integers).
+
+    Raises:
+        ValueError: one line naming the first damaged file and what to do.
+    """
+    folder = Path(folder)
+    state = _read_state(folder / STATE_FILE)
+    for name in (MODEL_FILE, BEST_FILE, OPTIMIZER_FILE, RNG_FILE):
+        path = folder / name
+        if name == BEST_FILE and not path.exists():
+            continue  # written only once the dev set was scored
+        if not path.is_file():
+            raise ValueError(_damaged(path, "missing"))
+        try:
+            check_safetensors(path)
+        except ModelLoadError as err:
+            raise ValueError(_damaged(path, "truncated or not safetensors")) from err
+        try:
+            check_finite_weights(path)
+        except ModelLoadError as err:
+            raise ValueError(_damaged(path, "NaN or infinite values")) from err
+    return state
+
+
+def non_finite_tensor(tensors: dict[str, torch.Tensor]) -> str | None:
+    """The name of the first tensor holding a NaN or infinite value, or None."""
+    return next(
+        (
+            name
+            for name, tensor in tensors.items()
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+        ),
+        None,
+    )
+
+
+def _read_state(path: Path) -> dict:
+    """``trainer_state.json``, checked to hold what a resume reads."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(_damaged(path, "truncated or not JSON")) from err
+    if not isinstance(state, dict):
+        raise ValueError(_damaged(path, "not a JSON object"))
+    missing = [key for key in STATE_KEYS if key not in state]
+    if missing:
+        raise ValueError(_damaged(path, f"no {missing[0]!r}"))
+    return state
+
+
+def _damaged(path: Path, reason: str) -> str:
+    """The one line that names a damaged checkpoint file and what to do about it."""
+    return (
+        f"{path} is damaged ({reason}): delete the checkpoint folder {path.parent} and run "
+        "again to resume from an earlier checkpoint, or set resume=false to start over"
+    )
 
 
 def random_state() -> dict:

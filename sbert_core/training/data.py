@@ -176,6 +176,20 @@ class ExampleSet:
         return digest.hexdigest()
 
 
+def single_target(examples: ExampleSet) -> str | None:
+    """The one target every example has, as users read it (``label 'entailment'``, ``target 1``
+    on the [0, 1] scale the loaders give), or None: targets differ, or there are none.
+
+    A training set of one class gives an objective nothing to tell apart.
+    """
+    targets = examples.targets
+    if targets is None or not len(targets) or not np.all(targets == targets[0]):
+        return None
+    if examples.label_names:
+        return f"label {examples.label_names[int(targets[0])]!r}"
+    return f"target {float(targets[0]):g}"
+
+
 def load_examples(spec: DataSpec, text_key: Callable[[str], str] | None = None) -> ExampleSet:
     """Read and validate the examples ``spec`` describes.
 

@@ -34,9 +34,11 @@ from sbert_core.training.batches import BatchPlan
 from sbert_core.training.checkpoint import (
     Checkpoint,
     latest_checkpoint,
+    non_finite_tensor,
     random_state,
     restore_random_state,
     seed_everything,
+    verify_checkpoint,
     write_checkpoint,
 )
 from sbert_core.training.config import TrainingConfig, TrainingPrecision
@@ -46,7 +48,8 @@ from sbert_core.training.optimizer import adamw, linear_schedule, warmup_steps
 
 
 class TrainingDivergedError(RuntimeError):
-    """The loss became NaN or infinite; training stopped before applying that step."""
+    """The loss or the weights became NaN or infinite; training stopped before applying that
+    step (the loss) or writing its checkpoint (the weights)."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,8 @@ class StepLoop(ABC):
         )
         self.best_weights: dict[str, torch.Tensor] | None = None
         self._window: list[float] = []
-        self._last_checkpoint: Path | None = None
+        # The checkpoints this run wrote or resumed from, oldest first (older ones may be gone).
+        self._checkpoints: list[Path] = []
         # When and at which step this call started training, for the s/step and ETA of the log.
         self._started = time.perf_counter()
         self._first_step = 0
@@ -253,7 +257,11 @@ class StepLoop(ABC):
         """
         if not math.isfinite(mean_loss):
             self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingDivergedError(self._divergence_message(mean_loss))
+            raise TrainingDivergedError(
+                self._divergence_message(
+                    f"the loss became {mean_loss}", self.step + 1, "before applying that step"
+                )
+            )
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         if self.config.max_grad_norm is not None:
@@ -266,17 +274,30 @@ class StepLoop(ABC):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _divergence_message(self, value: float) -> str:
+    def _divergence_message(self, what: str, step: int, stopped: str) -> str:
+        """Why training stopped, and the last good checkpoint to go back to."""
+        good = self._last_good_checkpoint()
         where = (
-            f"the last good checkpoint is {self._last_checkpoint}"
-            if self._last_checkpoint is not None
-            else "no checkpoint was written before it"
+            f"the last good checkpoint is {good}"
+            if good is not None
+            else "no good checkpoint was written before it"
         )
         return (
-            f"the loss became {value} at step {self.step + 1} of {self.total_steps} "
-            f"(epoch {self.epoch + 1}); training stopped before applying that step, and {where}. "
+            f"{what} at step {step} of {self.total_steps} (epoch {self.epoch + 1}); training "
+            f"stopped {stopped}, and {where}. "
             "Lower learning_rate, or use precision float32 if mixed precision is on."
         )
+
+    def _last_good_checkpoint(self) -> Path | None:
+        """This run's newest checkpoint that is still on disk and verifies: one damaged since
+        it was written is never named as good."""
+        for path in reversed(self._checkpoints):
+            try:
+                verify_checkpoint(path)
+            except ValueError:
+                continue
+            return path
+        return None
 
     def _after_step(
         self,
@@ -349,16 +370,28 @@ class StepLoop(ABC):
     # ------------------------------------------------------------------ checkpoints
 
     def _checkpoint(self) -> None:
+        weights = self.module.state_dict()
+        # Every process holds the same weights, so all stop here together. A NaN checkpoint
+        # would replace the good ones that keep_checkpoints lets go.
+        broken = non_finite_tensor(weights)
+        if broken is not None:
+            raise TrainingDivergedError(
+                self._divergence_message(
+                    f"the weights ({broken}) became NaN or infinite",
+                    self.step,
+                    "without writing that step's checkpoint",
+                )
+            )
         random_states = [random_state()]
         if self.processes.world_size > 1:
             random_states = [None] * self.processes.world_size
             dist.all_gather_object(random_states, random_state())
         if not self.processes.is_main:
             return
-        self._last_checkpoint = write_checkpoint(
+        written = write_checkpoint(
             self.config.checkpoint_dir,
             self.step,
-            weights=self.module.state_dict(),
+            weights=weights,
             best_weights=self.best_weights,
             optimizer_state=self.optimizer.state_dict(),
             random_states=random_states,
@@ -381,6 +414,7 @@ class StepLoop(ABC):
             },
             keep=self.config.keep_checkpoints,
         )
+        self._checkpoints.append(written)
 
     def _restore(self, path: Path) -> None:
         checkpoint = Checkpoint.open(path)
@@ -415,7 +449,7 @@ class StepLoop(ABC):
         self.result.best_score = saved["best_score"]
         self.result.resumed_from = self.step
         self._window = saved["window"]
-        self._last_checkpoint = path
+        self._checkpoints.append(path)
         best = checkpoint.best_weights(self.device)
         if best is not None:
             self.best_weights = best
