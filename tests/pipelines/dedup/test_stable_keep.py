@@ -13,7 +13,7 @@ from pipelines.dedup.deduplicate import deduplicate
 from pipelines.dedup.groups import IndexedPairs
 from pipelines.dedup.outputs import read_id_list
 from pipelines.dedup.pinning import pin
-from pipelines.dedup.previous import deciding_settings, settings_changed
+from pipelines.dedup.run_settings import deciding_settings, settings_changed
 from tests.jobs.test_dedup_job import write_embeddings, write_pairs
 from tests.stage_commands import dedup as run
 
