@@ -11,8 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.io.embeddings import EmbeddingsDataset, require_compatible, shard_paths
-from pipelines.io.external_vectors import is_embed_output, open_external, recorded_columns
+from pipelines.io.embeddings import EmbeddingsDataset, shard_paths
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, listed_parts
 from pipelines.io.pairs_output import PairsOutput
@@ -20,47 +19,16 @@ from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
 
 
 def open_embeddings(pairs: PairsOutput, override: list[str] | None) -> list[EmbeddingsDataset]:
-    """The embeddings the pairs were computed from (or ``override``), checked against the pairs.
+    """The embeddings the pairs were computed from (or ``override``, the same moved), checked to
+    be the model and the version the pairs recorded (:meth:`PairsOutput.open_embeddings`).
 
     Raises:
         FileNotFoundError: a directory is gone (name it with ``--embeddings``).
         ValueError: the pairs manifest names no embeddings and none are given.
         IncompatibleEmbeddingsError: the embeddings differ from those the pairs recorded.
+        StaleEmbeddingsError: the embeddings were made again since the pairs were.
     """
-    sources = pairs.embeddings_sources()
-    if override:
-        directories = list(override)
-    elif sources:
-        directories = [directory for directory, _ in sources]
-    else:
-        raise ValueError(
-            f"{pairs.directory}: its manifest names no embeddings; pass --embeddings DIR"
-        )
-    # Vectors not made by `sbert embed` are reopened with the columns the pairs recorded.
-    columns = next(filter(None, (recorded_columns(m) for _, m in sources if m)), None)
-    datasets = []
-    for directory in directories:
-        try:
-            if columns is not None and not is_embed_output(directory):
-                datasets.append(open_external(directory, columns))
-            else:
-                datasets.append(EmbeddingsDataset.open(directory))
-        except FileNotFoundError as err:
-            raise FileNotFoundError(
-                f"{err} (the embeddings of the pairs in {pairs.directory}; if they moved, "
-                "pass --embeddings DIR)"
-            ) from err
-    recorded = [manifest for _, manifest in sources if manifest]
-    for dataset in datasets:
-        for manifest in recorded[:1]:
-            require_compatible(
-                manifest, dataset.manifest, f"the pairs' embeddings and {dataset.directory}"
-            )
-    for other in datasets[1:]:
-        require_compatible(
-            datasets[0].manifest, other.manifest, f"{datasets[0].directory} and {other.directory}"
-        )
-    return datasets
+    return pairs.open_embeddings(override, moved="pass --embeddings DIR")
 
 
 def embedding_ids(datasets: list[EmbeddingsDataset]) -> pa.Array:

@@ -7,6 +7,8 @@ embedded by another model is refused the same way everywhere.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -141,6 +143,28 @@ def require_compatible(expected: dict, actual: dict, what: str) -> None:
         raise IncompatibleEmbeddingsError(
             f"{what} come from different models or settings ({'; '.join(differences)})"
         )
+
+
+# Digest characters shown when two versions of an embeddings folder are named.
+SHOWN_DIGEST = 12
+
+
+def version_digest(manifest: dict) -> str:
+    """The identity of one version of an embeddings input: the sha256 of its manifest as
+    sorted JSON. A new embed run (or incremental run) writes another manifest (its ``created``,
+    its parts' digests), so it is another version; a copy of the folder elsewhere is the same.
+    Computed from the dict, so a manifest recorded by a later stage gives the same digest."""
+    text = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def describe_version(manifest: dict | None, digest: str | None = None) -> str:
+    """A version in words for messages: its creation time (when recorded) and digest prefix
+    (``digest``, else that of ``manifest``)."""
+    digest = digest or version_digest(manifest or {})
+    created = (manifest or {}).get("created")
+    digest = f"manifest digest {digest[:SHOWN_DIGEST]}"
+    return f"created {created}, {digest}" if created else digest
 
 
 @dataclass(frozen=True)

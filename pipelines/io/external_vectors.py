@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -142,6 +143,28 @@ def _first_null(values: pa.Array) -> int:
     return int(np.flatnonzero(values.is_null().to_numpy(False))[0])
 
 
+def _read_batches(
+    path: str, columns: ExternalColumns, names: list[str]
+) -> Iterator[pa.RecordBatch]:
+    """The ``names`` columns of one file of the dataset, batch by batch, its columns checked.
+
+    Raises:
+        ExternalVectorsError: the file cannot be read as Parquet (Arrow's own reason, such as
+            "Parquet magic bytes not found", names no file), or lacks a column.
+    """
+    with parquet_source(path) as source:
+        try:
+            reader = pq.ParquetFile(source)
+            _check_columns(path, reader.schema_arrow, columns)
+            yield from reader.iter_batches(batch_size=_BATCH, columns=names)
+        except pa.ArrowException as err:  # ArrowInvalid and ArrowIOError among them
+            reason = " ".join(str(err).split())
+            raise ExternalVectorsError(
+                f"{path} is not a readable Parquet file ({reason}); replace it with an intact "
+                "copy, or remove it from the dataset"
+            ) from None
+
+
 class _Converter:
     """Checks the rows of an external dataset batch by batch and writes them in our layout."""
 
@@ -204,28 +227,30 @@ class _Converter:
         return vectors
 
     def convert(self, number: int, path: str) -> str | None:
-        """Check one file and write it as ``part-NNNNN.parquet`` (None when it has no rows)."""
+        """Check one file and write it as ``part-NNNNN.parquet`` (None when it has no rows).
+
+        Raises:
+            ExternalVectorsError: the file is no readable Parquet file (damaged, truncated,
+                another format), naming it; a missing column or a bad value.
+        """
         columns = self.columns
-        with parquet_source(path) as source:
-            reader = pq.ParquetFile(source)
-            _check_columns(path, reader.schema_arrow, columns)
-            names = [columns.id, columns.embedding] + ([columns.text] if columns.text else [])
-            out = join(self.folder, f"part-{number:05d}.parquet")
-            writer = None
-            self.file_rows = 0
-            try:
-                for batch in reader.iter_batches(batch_size=_BATCH, columns=names):
-                    ids = self._ids(path, batch.column(columns.id))
-                    vectors = self._vectors(path, batch.column(columns.embedding), ids)
-                    table = self._table(ids, vectors, batch)
-                    if writer is None:
-                        writer = pq.ParquetWriter(out, table.schema)
-                    writer.write_table(table)
-                    self.count += len(ids)
-                    self.file_rows += len(ids)
-            finally:
-                if writer is not None:
-                    writer.close()
+        names = [columns.id, columns.embedding] + ([columns.text] if columns.text else [])
+        out = join(self.folder, f"part-{number:05d}.parquet")
+        writer = None
+        self.file_rows = 0
+        try:
+            for batch in _read_batches(path, columns, names):
+                ids = self._ids(path, batch.column(columns.id))
+                vectors = self._vectors(path, batch.column(columns.embedding), ids)
+                table = self._table(ids, vectors, batch)
+                if writer is None:
+                    writer = pq.ParquetWriter(out, table.schema)
+                writer.write_table(table)
+                self.count += len(ids)
+                self.file_rows += len(ids)
+        finally:
+            if writer is not None:
+                writer.close()
         return out if writer is not None else None
 
     def _table(self, ids: list[str], vectors: np.ndarray, batch: pa.RecordBatch) -> pa.Table:

@@ -25,7 +25,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.io.embeddings import shard_paths
+from pipelines.io.embeddings import (
+    EmbeddingsDataset,
+    describe_version,
+    require_compatible,
+    shard_paths,
+    version_digest,
+)
+from pipelines.io.external_vectors import is_embed_output, open_external, recorded_columns
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.output_dir import join, listed_parts, read_manifest
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
@@ -38,6 +45,12 @@ COSINE = "cosine"
 VERIFIED_PAIRS_SCHEMA = PAIRS_SCHEMA.append(pa.field(COSINE, pa.float32(), nullable=False))
 # The manifest section of a folder ``sbert verify`` wrote (the cross-encoder, band, counts).
 VERIFY_SECTION = "verify"
+# The key of an ``embeddings`` entry holding that version's digest (``version_digest``).
+VERSION_DIGEST = "manifest_digest"
+
+
+class StaleEmbeddingsError(ValueError):
+    """The embeddings are another version than the one the pairs were computed from."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,12 @@ class PairsOutput:
         The manifest may name them as ``{"directory", "manifest"}``, a list of those, or plain
         directory strings (also under ``embeddings_dirs`` or ``inputs``).
         """
+        return [(directory, manifest) for directory, manifest, _ in self._recorded_inputs()]
+
+    def _recorded_inputs(self) -> list[tuple[str, dict | None, str | None]]:
+        """``(directory, manifest, version digest)`` of every embeddings input as recorded; the
+        digest is the one stored (``manifest_digest``) or, for folders written before it was,
+        that of the recorded manifest; None where no manifest was recorded."""
         recorded = self.manifest.get("embeddings")
         if recorded is None:
             recorded = self.manifest.get("embeddings_dirs", self.manifest.get("inputs"))
@@ -138,14 +157,81 @@ class PairsOutput:
         sources = []
         for entry in entries:
             if isinstance(entry, str):
-                sources.append((entry, None))
+                sources.append((entry, None, None))
             elif isinstance(entry, dict) and isinstance(entry.get("directory"), str):
-                sources.append((entry["directory"], entry.get("manifest")))
+                manifest = entry.get("manifest")
+                digest = entry.get(VERSION_DIGEST) or (manifest and version_digest(manifest))
+                sources.append((entry["directory"], manifest, digest))
             else:
                 raise ValueError(
                     f"{self.directory}: cannot read the embeddings entry {entry!r} of its manifest"
                 )
         return sources
+
+    def open_embeddings(
+        self, directories: list[str] | None = None, *, moved: str
+    ) -> list[EmbeddingsDataset]:
+        """The embeddings the pairs were computed from, opened as the pairs stage read them (own
+        vectors with the columns it recorded), and checked to be the very version it read.
+
+        Args:
+            directories: the same embeddings elsewhere, when they moved (default: as recorded).
+            moved: what to do when a recorded folder is gone (e.g. ``"pass --embeddings DIR"``).
+
+        Raises:
+            FileNotFoundError: a folder is gone, naming ``moved``.
+            ValueError: the manifest names no embeddings and none are given.
+            IncompatibleEmbeddingsError: another model or settings than the pairs recorded.
+            StaleEmbeddingsError: another version of the embeddings (embedded again since),
+                naming both.
+        """
+        recorded = self._recorded_inputs()
+        if not directories and not recorded:
+            raise ValueError(f"{self.directory}: its manifest names no embeddings; {moved}")
+        # Own vectors (no embed manifest) are read again with the columns the pairs recorded.
+        columns = next(filter(None, (recorded_columns(m) for _, m, _ in recorded if m)), None)
+        datasets = []
+        for directory in directories or [directory for directory, _, _ in recorded]:
+            try:
+                if columns is not None and not is_embed_output(directory):
+                    datasets.append(open_external(directory, columns))
+                else:
+                    datasets.append(EmbeddingsDataset.open(directory))
+            except FileNotFoundError as err:
+                raise FileNotFoundError(
+                    f"{err} (the embeddings of the pairs in {self.directory}; if they moved, "
+                    f"{moved})"
+                ) from err
+        first = next((manifest for _, manifest, _ in recorded if manifest), None)
+        for dataset in datasets:
+            if first is not None:
+                require_compatible(
+                    first, dataset.manifest, f"the pairs' embeddings and {dataset.directory}"
+                )
+            self._require_version(dataset, recorded)
+        for other in datasets[1:]:
+            require_compatible(
+                datasets[0].manifest,
+                other.manifest,
+                f"{datasets[0].directory} and {other.directory}",
+            )
+        return datasets
+
+    def _require_version(
+        self, dataset: EmbeddingsDataset, recorded: list[tuple[str, dict | None, str | None]]
+    ) -> None:
+        """Refuse embeddings that are not one of the versions the pairs were computed from."""
+        versions = [(d, m, digest) for d, m, digest in recorded if digest is not None]
+        if not versions or version_digest(dataset.manifest) in {v[2] for v in versions}:
+            return
+        # Name the version recorded for this folder (else the first recorded).
+        _, then, digest = next((v for v in versions if v[0] == dataset.directory), versions[0])
+        made, found = describe_version(then, digest), describe_version(dataset.manifest)
+        raise StaleEmbeddingsError(
+            f"{dataset.directory} holds another version of the embeddings than the pairs in "
+            f"{self.directory} were computed from (pairs made from: {made}; found: {found}); "
+            "run sbert pairs again on these embeddings, or give the pairs made from them"
+        )
 
     def read_pairs(self, min_score: float) -> PairColumns:
         """The pairs of ``pairs/`` with ``score >= min_score`` (float32 comparison)."""

@@ -70,12 +70,12 @@ from typing import TYPE_CHECKING
 from pipelines.io.atomic import write_table
 from pipelines.io.centroids import CENTROIDS
 from pipelines.io.content_checks import content_checks
-from pipelines.io.embeddings import all_shards, count_rows, shard_paths
+from pipelines.io.embeddings import all_shards, count_rows, shard_paths, version_digest
 from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
 from pipelines.io.filesystems import FileSystems
 from pipelines.io.manifest_fields import created_now, model_fields, software_versions
 from pipelines.io.output_dir import OutputLayout, join
-from pipelines.io.pairs_output import NEIGHBORS, PAIRS
+from pipelines.io.pairs_output import NEIGHBORS, PAIRS, VERSION_DIGEST
 from pipelines.io.previous_output import full_run
 from pipelines.io.resources import peak_rss
 from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
@@ -434,8 +434,14 @@ def _manifest(options: Options, datasets, summary, reader, budget, details, runn
         **details,
         "precision": options.precision,
         "seed": options.seed,
+        # Each input's version too, so verify and dedup refuse embeddings made again since.
         "embeddings": [
-            {"directory": dataset.directory, "manifest": dataset.manifest} for dataset in datasets
+            {
+                "directory": dataset.directory,
+                "manifest": dataset.manifest,
+                VERSION_DIGEST: version_digest(dataset.manifest),
+            }
+            for dataset in datasets
         ],
         "runner": runner,
         "software": software_versions(),

@@ -2,17 +2,22 @@
 can verify) and the texts of the pairs it scores (Beam-free).
 
 Texts come from the embeddings the pairs were computed from, when the embed job kept them
-(``--keep-text``), or from the corpus files (``--corpus``), read by id with the spec the embed
-job recorded. A pair whose text is found in neither is refused, naming the id.
+(``--keep-text``) or the own vectors were read with a ``--text-column``, and only from the very
+version the pairs recorded; or from the corpus files (``--corpus``), read by id with the spec the
+embed job recorded (``--id-field``, ``--text-field``, ``--format`` override it, and name the id
+field of the corpus of own vectors). A pair whose text is found in neither is refused, naming
+the id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipelines.io.embeddings import EmbeddingsDataset, require_compatible
+from pipelines.io.corpus_reader import CorpusSpec
+from pipelines.io.embeddings import EmbeddingsDataset
 from pipelines.io.pairs_output import PairsOutput
 from pipelines.io.texts import recorded_corpus_spec, texts_from_corpus, texts_from_embeddings
+from pipelines.verify.options import Options
 
 # Missing ids named in the refusal.
 SHOWN_MISSING = 5
@@ -41,34 +46,28 @@ def open_candidates(directory: str) -> PairsOutput:
 
 
 def pair_texts(
-    source: PairsOutput, corpus: str | None, ids: Iterable[str]
+    source: PairsOutput, options: Options, ids: Iterable[str]
 ) -> tuple[dict[str, str], str]:
-    """``{id: text}`` of every id of ``ids``, and where the texts came from.
+    """``{id: text}`` of every id of ``ids``, and where the texts came from: ``options.corpus``
+    (read as the embed job read it, or with the given fields), else the embeddings the pairs
+    were computed from (kept texts, or own vectors' text column), checked to be the version the
+    pairs recorded.
 
     Raises:
-        ValueError: no source of texts (embeddings without texts and no ``corpus``), or an id
-            whose text is in neither, naming it.
-        FileNotFoundError: the embeddings moved (and no ``corpus``), or ``corpus`` matches no
-            file.
+        ValueError: no source of texts (embeddings without texts and no corpus), a corpus whose
+            id field is unknown, embeddings made again since the pairs (naming both versions),
+            or an id whose text is in neither, naming it.
+        FileNotFoundError: the embeddings moved (and no corpus), or the corpus matches no file.
     """
     wanted = set(ids)
-    sources = source.embeddings_sources()
-    if corpus is not None:
-        recorded = next((manifest for _, manifest in sources if manifest), None)
-        if recorded is None:
-            raise ValueError(
-                f"--corpus: the manifest of {source.directory} records no embeddings manifest, "
-                "so how the corpus was read (format, id and text fields) is unknown"
-            )
-        found = texts_from_corpus(corpus, recorded_corpus_spec(recorded), wanted)
-        origin = corpus
+    if options.corpus is not None:
+        found = texts_from_corpus(options.corpus, _corpus_spec(source, options), wanted)
+        origin = options.corpus
     else:
-        with_text = [dataset for dataset in _embeddings(source, sources) if dataset.has_text]
+        datasets = source.open_embeddings(moved="pass the corpus with --corpus GLOB")
+        with_text = [dataset for dataset in datasets if dataset.has_text]
         if not with_text:
-            raise ValueError(
-                f"the embeddings of {source.directory} were written without --keep-text, so "
-                "they hold no texts; pass the corpus with --corpus GLOB"
-            )
+            raise ValueError(_no_texts(source, datasets[0]))
         found = texts_from_embeddings(with_text, wanted)
         origin = ", ".join(dataset.directory for dataset in with_text)
     missing = sorted(wanted.difference(found))
@@ -82,27 +81,32 @@ def pair_texts(
     return found, origin
 
 
-def _embeddings(
-    source: PairsOutput, sources: list[tuple[str, dict | None]]
-) -> list[EmbeddingsDataset]:
-    """The embeddings the pairs record, opened and checked against what the pairs recorded."""
-    if not sources:
+def _corpus_spec(source: PairsOutput, options: Options) -> CorpusSpec:
+    """How to read ``--corpus``: as the embed job recorded it, the given fields overriding.
+
+    Raises:
+        ValueError: the pairs record no embed job (own vectors, or no manifest) and no
+            ``--id-field`` is given: the ids could not be matched.
+    """
+    recorded = next((manifest for _, manifest in source.embeddings_sources() if manifest), {})
+    if "input" not in recorded and options.id_field is None:
         raise ValueError(
-            f"{source.directory}: its manifest names no embeddings; pass the corpus with "
-            "--corpus GLOB"
+            f"--corpus: the pairs in {source.directory} were not computed from an sbert embed "
+            "output, so how its ids were read is unknown; give --id-field FIELD (and "
+            "--text-field, --format where the defaults do not fit)"
         )
-    datasets = []
-    for directory, recorded in sources:
-        try:
-            dataset = EmbeddingsDataset.open(directory)
-        except FileNotFoundError as err:
-            raise FileNotFoundError(
-                f"{err} (the embeddings of the pairs in {source.directory}, for their texts; "
-                "if they moved, pass the corpus with --corpus GLOB)"
-            ) from err
-        if recorded:
-            require_compatible(
-                recorded, dataset.manifest, f"the pairs' embeddings and {dataset.directory}"
-            )
-        datasets.append(dataset)
-    return datasets
+    return recorded_corpus_spec(recorded, options.format, options.text_field, options.id_field)
+
+
+def _no_texts(source: PairsOutput, dataset: EmbeddingsDataset) -> str:
+    """Why the embeddings hold no texts, and what to pass instead."""
+    if "external" in dataset.manifest:
+        return (
+            f"the own vectors of the pairs in {source.directory} ({dataset.directory}) were "
+            "read without --text-column, so they hold no texts; pass the corpus with --corpus "
+            "GLOB --id-field FIELD"
+        )
+    return (
+        f"the embeddings of {source.directory} were written without --keep-text, so they hold "
+        "no texts; pass the corpus with --corpus GLOB"
+    )

@@ -15,14 +15,33 @@ SCORED_FACT = "verified"
 
 
 def _wire(context: JobContext) -> dict[str, Any]:
-    # Texts come from the embeddings when the job keeps them, else from the job's corpus.
-    keeps_text = bool(context.corpus.get("keep_text"))
+    # Texts come from the embeddings when the job keeps them (or from the text column of own
+    # vectors, where the job has no corpus), else from the job's corpus, read as embed read it.
+    corpus = context.corpus
+    if corpus.get("keep_text") or not corpus.get("path"):
+        return {**_folders(context), "corpus": None}
+    read = {"id_field": corpus["id_field"], "text_field": corpus["text_field"]}
+    return {**_folders(context), "corpus": corpus["path"], **read, "format": corpus["format"]}
+
+
+def _folders(context: JobContext) -> dict[str, Any]:
     return {
         "pairs": context.folders["pairs"],
         "output": context.folders["verify"],
-        "corpus": None if keeps_text else context.corpus["path"],
         "verify": context.verify,
     }
+
+
+def _preflight(options: Any) -> None:
+    # The cross-encoder's kind and label count, from its config (no weights), so that a model
+    # verify cannot use stops the job before embed and pairs run.
+    from pipelines.verify.model_check import check_cross_encoder
+    from sbert_core.errors import ModelLoadError
+
+    try:
+        check_cross_encoder(options.model)
+    except ModelLoadError as err:
+        raise ValueError(str(err)) from None  # it names the folder
 
 
 def _facts(manifest: dict) -> dict:
@@ -48,6 +67,7 @@ JOB_STAGE = JobStage(
     folder="verify",
     inputs=("pairs",),
     wire=_wire,
+    preflight=_preflight,
     facts=_facts,
     headline=((SCORED_FACT, "pairs verified by the cross-encoder"),),
     report=_report,

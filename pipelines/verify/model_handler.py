@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
+from pipelines.verify.model_check import require_one_score
 from sbert_core import CrossEncoder
 
 logger = logging.getLogger(__name__)
@@ -89,11 +90,7 @@ class CrossEncoderModelHandler(ModelHandler[Pair, PredictionResult, CrossEncoder
     def load_model(self) -> CrossEncoder:
         """Load the cross-encoder on the worker (called once per process or machine)."""
         model = self._settings.load()
-        if model.num_labels != 1:
-            raise ValueError(
-                f"{self._settings.model}: the cross-encoder gives {model.num_labels} scores per "
-                "pair; verify needs one (a duplicate score)"
-            )
+        require_one_score(self._settings.model, model.num_labels)
         logger.info("loaded the cross-encoder %s on %s", model.model_id, model.device)
         return model
 

@@ -17,6 +17,7 @@ from pipelines.stage_api.shared_options import (
     overwrite_option,
     verify_option,
 )
+from sbert_core.tabular import FORMATS
 
 # Pairs per forward pass: sentence-transformers' CrossEncoder.predict default.
 DEFAULT_BATCH_SIZE = 32
@@ -45,7 +46,15 @@ class Options(StageOptions):
     )
     corpus: str | None = option(
         help="the corpus files (a glob, read as the embed job read them) to take the texts "
-        "from, by id (default: the texts the embeddings kept with --keep-text)"
+        "from, by id (default: the texts the embeddings kept with --keep-text, or the "
+        "--text-column of own vectors)"
+    )
+    id_field: str | None = option(
+        help="corpus id field (default: as the embed job read it; needed for pairs of own vectors)"
+    )
+    text_field: str | None = option(help="corpus text field (default: as the embed job)")
+    format: str | None = option(
+        help="corpus format (default: as the embed job)", cli={"choices": FORMATS}
     )
     device: str | None = option(
         help="cpu, cuda, cuda:1 ... (default: cuda if present)", group=MODEL_GROUP
@@ -89,6 +98,11 @@ class Options(StageOptions):
                 in_range("band", value, -1.0, 1.0)
             if low > high:
                 raise OptionError("band", f"LOW {low:g} is above HIGH {high:g}")
+        for name in ("id_field", "text_field", "format"):  # they say how --corpus is read
+            if getattr(self, name) is not None and self.corpus is None:
+                raise OptionError(name, "says how the corpus is read; give --corpus GLOB too")
+        if self.format is not None and self.format not in FORMATS:
+            raise OptionError("format", f"must be one of {', '.join(FORMATS)}, got {self.format!r}")
         at_least("batch_size", self.batch_size, 1)
         at_least("threads", self.threads, 1)
         at_least("max_length", self.max_length, 1)

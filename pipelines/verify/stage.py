@@ -2,9 +2,10 @@
 
 Run from Python as ``verify.run(verify.Options(pairs=..., model=..., output=...))``, or as
 
-    sbert verify --pairs DIR --model CE_DIR --output DIR [--band LOW HIGH] [--corpus GLOB]
-        [--device D] [--compute-dtype float32] [--cpu-backend torch] [--batch-size 32]
-        [--threads N] [--allow-pickle] [--max-length L] [--overwrite] [--no-verify]
+    sbert verify --pairs DIR --model CE_DIR --output DIR [--band LOW HIGH] [--corpus GLOB
+        [--id-field F] [--text-field F] [--format FMT]] [--device D] [--compute-dtype float32]
+        [--cpu-backend torch] [--batch-size 32] [--threads N] [--allow-pickle] [--max-length L]
+        [--overwrite] [--no-verify]
         [Beam options]
 
 Retrieve, then verify: the bi-encoder's pairs (``sbert pairs --threshold T``) are the
@@ -19,9 +20,12 @@ writes those as chunk files in the run's attempt area, which the workers read: i
 in memory, and remote workers need an output on storage they read (gs://, s3://).
 
 Texts come from the embeddings the pairs were made from when they kept them (``sbert embed
---keep-text``), else from ``--corpus`` (the corpus files, read by id as the embed job read
-them). A pair whose text is missing is refused, naming the id, before the output is touched;
-so is a cross-encoder that does not load or gives more than one score per pair.
+--keep-text``, or own vectors read with ``--text-column``), and only from the version the pairs
+recorded (embeddings made again since are refused, naming both versions); else from
+``--corpus`` (the corpus files, read by id as the embed job read them, or by ``--id-field`` for
+the pairs of own vectors). A pair whose text is missing is refused, naming the id, before the
+output is touched; so is a cross-encoder that is no cross-encoder or gives more than one score
+per pair (from its config, before any pair is read), or that does not load.
 
 Output (docs/architecture.md, ``pairs/``): a pairs folder, so ``sbert dedup --pairs DIR`` reads
 it unchanged (``--labels`` and the threshold sweep too). ``pairs/`` holds every candidate pair
@@ -75,6 +79,7 @@ from pipelines.verify.band import (
     verified_scores,
 )
 from pipelines.verify.inputs import open_candidates, pair_texts
+from pipelines.verify.model_check import check_cross_encoder, require_one_score
 from pipelines.verify.model_handler import CrossEncoderSettings
 from pipelines.verify.options import Options
 from pipelines.verify.transforms import ScorePairs, read_scores, write_chunks
@@ -143,13 +148,14 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
 def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     """:func:`run` inside the content checks."""
     start = time.perf_counter()
+    check_cross_encoder(options.model)  # from its config, before any pair or text is read
     source = open_candidates(options.pairs)
     candidates = source.read_pairs(-math.inf)
     split = split_band(candidates.scores, options.band_edges())
     scored_a = candidates.id_a.filter(pa.array(split.scored))
     scored_b = candidates.id_b.filter(pa.array(split.scored))
     ids = pc.unique(pa.concat_arrays([scored_a, scored_b])).to_pylist()
-    texts, text_source = pair_texts(source, options.corpus, ids)
+    texts, text_source = pair_texts(source, options, ids)
     settings = CrossEncoderSettings(
         model=options.model,
         device=options.device,
@@ -239,11 +245,7 @@ def _describe_verifier(settings: CrossEncoderSettings, *, here: bool) -> dict:
     from dataclasses import replace
 
     model = (settings if here else replace(settings, device="cpu")).load()
-    if model.num_labels != 1:
-        raise ValueError(
-            f"--model {settings.model}: the cross-encoder gives {model.num_labels} scores per "
-            "pair; verify needs one (a duplicate score)"
-        )
+    require_one_score(settings.model, model.num_labels)
     return model.describe()
 
 

@@ -192,3 +192,27 @@ def test_model_finetune_is_refused_when_the_finetune_stage_trains_a_cross_encode
     assert len(error.splitlines()) == 1, error
     assert "trains a cross-encoder (kind: cross_encoder)" in error and "verify.model" in error
     assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("kind", ["three labels", "a bi-encoder"])
+def test_a_verify_model_it_cannot_use_stops_the_job_before_any_stage(
+    tmp_path, tiny_st_dir, kind, capsys
+):
+    """An NLI cross-encoder (three scores per pair) or a bi-encoder in verify.model is refused
+    from its config files before embed runs: nothing is written."""
+    from jobs.cli import main as cli_main
+
+    model = (
+        build_cross_encoder(tmp_path / "nli", num_labels=3)
+        if kind == "three labels"
+        else tiny_st_dir
+    )
+    config = write_job(tmp_path, tiny_st_dir, model, keep_text=True)
+    capsys.readouterr()  # building the model wrote progress bars
+    assert cli_main(["run", str(config)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    reason = "3 scores per pair" if kind == "three labels" else "not a CrossEncoder"
+    assert error.startswith("sbert: error: verify: ") and str(model) in error, error
+    assert reason in error and "nothing was run or written" in error, error
+    assert not (tmp_path / "job").exists()

@@ -32,6 +32,9 @@ BASE = {"pairs": "p", "model": "m", "output": "o"}
         ({"compute_dtype": "float8"}, "--compute-dtype: expected one of"),
         ({"model": None}, "--model: required"),
         ({"pairs": None}, "--pairs: required"),
+        ({"id_field": "id"}, r"^--id-field: says how the corpus is read; give --corpus GLOB"),
+        ({"text_field": "t"}, r"^--text-field: says how the corpus is read; give --corpus"),
+        ({"corpus": "c", "format": "xml"}, r"^--format: must be one of"),
     ],
 )
 def test_bad_values_are_refused_when_the_options_are_built(values, match):
