@@ -6,12 +6,14 @@ what it found describes the stage inputs in the fingerprints (see ``jobs/run_sta
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from jobs.run_config import REMOTE_SCHEMES, STATE_FILE, RunConfig, stage_options
 from jobs.run_table import FROM_FINETUNE
+from pipelines.io.content_checks import file_digests
 from pipelines.stage_api.model_options import ModelOptions, encoder_settings
 from sbert_core.config import config_to_dict
 from sbert_core.errors import ModelLoadError
@@ -19,11 +21,12 @@ from sbert_core.errors import ModelLoadError
 
 @dataclass(frozen=True)
 class CorpusFile:
-    """One input file as the fingerprint of the embed stage records it."""
+    """One input file as the fingerprints record it: by its content (xxh3_128 of its bytes as
+    stored), never by its modification time, which an edit can keep."""
 
     path: str
     size: int
-    mtime: float
+    digest: str
 
 
 @dataclass(frozen=True)
@@ -123,14 +126,14 @@ def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:
     if not matched:
         raise FileNotFoundError(f"input.path: no files match {pattern}")
     refuse_unrecordable_names(m.path for m in matched)
-    return _described(matched)
+    return _described((m.path, int(m.size_in_bytes)) for m in matched)
 
 
 def _embeddings_identity(config: RunConfig) -> dict:
     """The job's ``embeddings:`` described for the fingerprints of the stages that read them:
     an embed output by its manifest's sha256 (a new run of embed changes it) and the files it
     lists, a Parquet dataset by its files and the columns read; a file is its path, size and
-    modification time, as the corpus files are.
+    digest, as the corpus files are.
 
     Raises:
         FileNotFoundError: no such folder, no manifest and no columns named, or no Parquet
@@ -173,25 +176,35 @@ def _embeddings_identity(config: RunConfig) -> dict:
 
 
 def _file_stats(paths: list[str]) -> list[dict]:
-    """Each file's path, size and modification time, sorted by path."""
+    """Each file's path, size and digest, sorted by path."""
     from pipelines.io.filesystems import FileSystems
 
     found = [m for result in FileSystems.match(paths) for m in result.metadata_list]
-    return [asdict(f) for f in _described(found)]
+    return [asdict(f) for f in _described((m.path, int(m.size_in_bytes)) for m in found)]
 
 
-def _described(matched: list) -> tuple[CorpusFile, ...]:
-    """Matched files (Beam ``FileMetadata``) as the fingerprints record them, sorted by path."""
+def _described(files: Iterable[tuple[str, int]]) -> tuple[CorpusFile, ...]:
+    """``(path, size)`` files as the fingerprints record them, sorted by path.
+
+    Every file is hashed on every run: a size and time that did not change prove nothing (an
+    edit can keep both), and XXH3 hashes faster than the disk reads.
+    """
+    found = sorted(files)
+    digests = file_digests(found)
     return tuple(
-        CorpusFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds))
-        for m in sorted(matched, key=lambda m: m.path)
+        CorpusFile(path, size, digest) for (path, size), digest in zip(found, digests, strict=True)
     )
 
 
+def _local_files(paths: Iterable[Path]) -> list[dict]:
+    """Local files as the fingerprints record them (path, size, digest), sorted by path."""
+    return [asdict(f) for f in _described((str(p), p.stat().st_size) for p in paths)]
+
+
 def _model_files(model: str) -> dict:
-    """A model folder described by its files (path, size, modification time), so that a model
-    retrained into the same folder changes the fingerprint; a name that is no local folder (a
-    Hub id) by the name alone.
+    """A model folder described by its files (path, size, digest), so that a model retrained
+    into the same folder changes the fingerprint; a name that is no local folder (a Hub id) by
+    the name alone.
 
     Raises:
         FileNotFoundError: ``model`` is a path (absolute, or starting with ``.`` or ``~``) to
@@ -202,15 +215,9 @@ def _model_files(model: str) -> dict:
         if folder.is_absolute() or model.startswith((".", "~")):  # a path, not a Hub id
             raise FileNotFoundError(f"verify.model: {model} is not a folder")
         return {"name": model}
-    files = [
-        {
-            "path": str(path.relative_to(folder)),
-            "size": path.stat().st_size,
-            "mtime": path.stat().st_mtime,
-        }
-        for path in sorted(folder.rglob("*"))
-        if path.is_file()
-    ]
+    files = _local_files([path for path in folder.rglob("*") if path.is_file()])
+    for entry in files:
+        entry["path"] = str(Path(entry["path"]).relative_to(folder))
     return {"name": model, "files": files}
 
 
@@ -276,10 +283,7 @@ def _finetune_inputs(config: RunConfig) -> dict:
         data = Path(spec.path)
         if not data.is_file():
             raise FileNotFoundError(f"finetune.config: {role}.path {data} does not exist")
-        stat = data.stat()
-        files.append(
-            {"role": role, "path": str(data), "size": stat.st_size, "mtime": stat.st_mtime}
-        )
+        files += [{"role": role, **entry} for entry in _local_files([data])]
     try:
         base = model_identity(
             ModelOptions(model=resolved.model, allow_pickle=resolved.allow_pickle)

@@ -7,8 +7,9 @@ options are defined and checked.
 A stage is skipped when nothing it depends on changed. Its *fingerprint* is a sha256 over its
 name, its options (Beam options and ``overwrite`` excepted: where a stage runs, and whether it
 replaces an output, do not change what it writes),
-its external inputs (corpus files by path, size and modification time; the model by id and
-weights sha256; the finetune config and data files) and the *identity* of each upstream output:
+its external inputs (corpus files by path, size and content digest, hashed on every run, since
+an edit can keep a file's size and time; the model by id and weights sha256; the finetune config
+and data files) and the *identity* of each upstream output:
 the sha256 of that output's manifest, which a stage writes last and only on success. So an
 upstream stage that ran again (a new manifest) makes its downstream stages run again, and a
 stage never starts from an output without a manifest, i.e. a half-written one.

@@ -99,14 +99,32 @@ def changed_files(files: Sequence[ListedFile]) -> list[str]:
     unknown = [entry for entry in files if entry not in _matched]
     if not unknown:
         return []
-    largest_first = sorted(unknown, key=lambda entry: -entry.size)
-    workers = min(len(largest_first), os.cpu_count() or 1)
-    with ThreadPoolExecutor(workers, thread_name_prefix="digest") as pool:
-        digests = dict(zip(largest_first, pool.map(digest_of, largest_first), strict=True))
+    digests = dict(zip(unknown, _digests(unknown), strict=True))
     matched = {entry for entry, digest in digests.items() if digest == entry.digest}
     with _matched_lock:
         _matched.update(matched)
     return [entry.path for entry in unknown if entry not in matched]
+
+
+def file_digests(files: Sequence[tuple[str, int]]) -> list[str]:
+    """The xxh3_128 of each ``(path, size)`` file's bytes as stored, in the given order.
+
+    Nothing is remembered: every call reads every file, so a file rewritten in place with its
+    size and modification time kept still gets its new digest.
+    """
+    return _digests([ListedFile(path, size, 0.0, "") for path, size in files])
+
+
+def _digests(files: Sequence[ListedFile]) -> list[str]:
+    """:func:`digest_of` each file, in the given order: hashed in threads, largest first."""
+    if not files:
+        return []
+    largest_first = sorted(range(len(files)), key=lambda i: -files[i].size)
+    workers = min(len(files), os.cpu_count() or 1)
+    with ThreadPoolExecutor(workers, thread_name_prefix="digest") as pool:
+        found = pool.map(digest_of, [files[i] for i in largest_first])
+        by_position = dict(zip(largest_first, found, strict=True))
+    return [by_position[i] for i in range(len(files))]
 
 
 def forget_matches() -> None:
