@@ -38,19 +38,26 @@ def safetensors_header(path: Path) -> dict:
     except FileNotFoundError as err:
         raise ModelLoadError(f"{path}: weights file is missing") from err
     except (OSError, ValueError, UnicodeDecodeError) as err:
-        raise ModelLoadError(f"{path}: corrupt safetensors file ({err})") from err
+        raise ModelLoadError(_corrupt(path, str(err))) from err
     if not isinstance(header, dict):
-        raise ModelLoadError(f"{path}: corrupt safetensors file (the header is not an object)")
+        raise ModelLoadError(_corrupt(path, "the header is not an object"))
     try:
         data_end = max(
             (int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"),
             default=0,
         )
     except (KeyError, IndexError, TypeError, ValueError) as err:
-        raise ModelLoadError(f"{path}: corrupt safetensors file (bad tensor entry: {err})") from err
+        raise ModelLoadError(_corrupt(path, f"bad tensor entry: {err}")) from err
     if 8 + header_len + data_end != size:
         raise ModelLoadError(
-            f"{path}: corrupt safetensors file (tensors need {8 + header_len + data_end} bytes, "
-            f"file has {size}; truncated download?)"
+            _corrupt(path, f"tensors need {8 + header_len + data_end} bytes, file has {size}")
         )
     return header
+
+
+def _corrupt(path: Path, detail: str) -> str:
+    """The one line that names a damaged weights file and what to do about it."""
+    return (
+        f"{path}: corrupt safetensors file ({detail}), truncated or damaged: copy or download "
+        "the model again"
+    )

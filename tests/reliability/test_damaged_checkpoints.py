@@ -228,3 +228,14 @@ def test_a_duplicates_file_of_positives_only_warns_the_cross_encoder(model_dir, 
     )
     manifest = json.loads((output / "sbert_manifest.json").read_text())
     assert manifest["training_data"]["train"]["single_target"] == "target 1"
+
+
+def test_a_cut_short_model_given_as_model_says_what_to_do(model_dir, sts_train, tmp_path, capsys):
+    broken = tmp_path / "broken-model"
+    shutil.copytree(model_dir, broken)
+    cut_in_half(broken / "model.safetensors")
+    capsys.readouterr()
+    assert sbert(finetune_argv(broken, sts_train, tmp_path / "tuned")) == 2
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith(f"sbert: error: {broken / 'model.safetensors'}: corrupt safetensors")
+    assert line.endswith("truncated or damaged: copy or download the model again")
