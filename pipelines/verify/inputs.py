@@ -61,7 +61,9 @@ def pair_texts(
     """
     wanted = set(ids)
     if options.corpus is not None:
-        found = texts_from_corpus(options.corpus, _corpus_spec(source, options), wanted)
+        recorded = next((manifest for _, manifest in source.embeddings_sources() if manifest), {})
+        spec = _corpus_spec(source, recorded, options)
+        found = texts_from_corpus(options.corpus, spec, wanted, recorded)
         origin = options.corpus
     else:
         datasets = source.open_embeddings(moved="pass the corpus with --corpus GLOB")
@@ -81,14 +83,14 @@ def pair_texts(
     return found, origin
 
 
-def _corpus_spec(source: PairsOutput, options: Options) -> CorpusSpec:
-    """How to read ``--corpus``: as the embed job recorded it, the given fields overriding.
+def _corpus_spec(source: PairsOutput, recorded: dict, options: Options) -> CorpusSpec:
+    """How to read ``--corpus``: as the embed job recorded it (``recorded``, its manifest), the
+    given fields overriding.
 
     Raises:
         ValueError: the pairs record no embed job (own vectors, or no manifest) and no
             ``--id-field`` is given: the ids could not be matched.
     """
-    recorded = next((manifest for _, manifest in source.embeddings_sources() if manifest), {})
     if "input" not in recorded and options.id_field is None:
         raise ValueError(
             f"--corpus: the pairs in {source.directory} were not computed from an sbert embed "

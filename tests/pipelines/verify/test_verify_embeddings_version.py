@@ -68,3 +68,28 @@ def test_verify_and_dedup_refuse_embeddings_made_again_since_the_pairs(
     with pytest.raises(StaleEmbeddingsError, match="another version of the embeddings"):
         run_command("dedup", ["--pairs", str(pairs), "--output", str(dedup), "--threshold", "0.9"])
     assert not dedup.exists()
+
+
+@pytest.mark.parametrize("change", ["same size", "longer"])
+def test_a_corpus_file_changed_since_it_was_embedded_is_refused(
+    tmp_path, tiny_st_dir, cross_encoder_dir, change
+):
+    """An incremental embed records each corpus file's bytes and sha256: --corpus refuses a
+    file whose texts are no longer those embedded."""
+    corpus = write_corpus(tmp_path / "corpus.jsonl", TEXTS)
+    argv = ["--input", str(corpus), "--output", str(tmp_path / "embeddings"), "--incremental"]
+    argv += ["--model", str(tiny_st_dir), "--id-field", "id", "--device", "cpu"]
+    run_command("embed", argv)  # incremental: one pipeline per file, from its launcher
+    pairs = tmp_path / "pairs"
+    argv = ["--embeddings", str(tmp_path / "embeddings"), "--output", str(pairs), "--k", "3"]
+    run_command("pairs", [*argv, "--threshold", "0.5", "--method", "exact"])
+    out = tmp_path / "verified"
+    verify = ["--pairs", str(pairs), "--model", str(cross_encoder_dir), "--output", str(out)]
+    verify += ["--device", "cpu", "--corpus", str(corpus)]
+    edited = [text.swapcase() if change == "same size" else text + "!" for text in TEXTS]
+    write_corpus(corpus, edited)
+    with pytest.raises(ValueError, match=rf"--corpus: {corpus} changed since the embeddings"):
+        run_command("verify", verify, pipeline=local_runner())
+    assert not out.exists()
+    write_corpus(corpus, TEXTS)  # as embedded again: verified
+    assert run_command("verify", verify, pipeline=local_runner()).manifest["verify"]["counts"]
