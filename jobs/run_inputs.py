@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from jobs.run_config import REMOTE_SCHEMES, STATE_FILE, RunConfig, stage_options
+from jobs.run_paths import job_inputs, refuse_job_dir_overlaps
 from jobs.run_table import FROM_FINETUNE
 from pipelines.io.content_checks import file_digests
+from pipelines.io.output_names import refuse_output_folder
 from pipelines.stage_api.model_options import ModelOptions, encoder_settings
 from sbert_core.config import config_to_dict
 from sbert_core.errors import ModelLoadError
@@ -58,8 +60,12 @@ def check_inputs(config: RunConfig) -> CheckedInputs:
     Raises:
         FileNotFoundError: no input file matches input.path, or a finetune file is missing.
         ModelLoadError: the model cannot be found or read (message starts with ``model:``).
-        ValueError: the finetune config is invalid; the job directory is not a job's.
+        ValueError: the finetune config is invalid; the job directory is not a job's, or is
+            equal to, inside or above an input (``jobs/run_paths.py``).
     """
+    refuse_output_folder(config.job_dir, "job_dir")  # the root, $HOME: before any listing
+    finetune = _finetune_inputs(config) if config.enabled("finetune") else None
+    refuse_job_dir_overlaps(config.job_dir, job_inputs(config, finetune))
     _check_job_dir(config.job_dir)
     corpus: tuple[CorpusFile, ...] = ()
     if config.enabled("embed"):
@@ -67,7 +73,6 @@ def check_inputs(config: RunConfig) -> CheckedInputs:
     model = None
     if config.enabled("embed") and config.model != FROM_FINETUNE:
         model = model_identity(stage_options(config, "embed"))
-    finetune = _finetune_inputs(config) if config.enabled("finetune") else None
     verifier = None
     if config.enabled("verify"):
         verifier = _model_files(stage_options(config, "verify").model)
@@ -222,17 +227,13 @@ def _model_files(model: str) -> dict:
 
 
 def _check_job_dir(job_dir: str) -> None:
-    """Refuse a job directory that holds something other than a job of ours.
-
-    The root, the home folder, folders above the current directory and names no stage can
-    write under are refused first, before anything lists them; any other folder is looked into
-    only until its first file, and not at all when it holds our state file.
-    """
+    """Refuse a job directory that holds something other than a job of ours (called after
+    :func:`~pipelines.io.output_names.refuse_output_folder`, which refuses the root, the home
+    folder and names no stage can write under before anything lists them): it is looked into
+    only until its first file, and not at all when it holds our state file."""
     from pipelines.io.filesystems import FileSystems
     from pipelines.io.output_dir import join
-    from pipelines.io.output_names import refuse_output_folder
 
-    refuse_output_folder(job_dir, "job_dir")
     if not job_dir.startswith(REMOTE_SCHEMES) and Path(job_dir).is_file():
         raise ValueError(f"job_dir: {job_dir} is a file, not a directory")
     if not FileSystems.exists(join(job_dir, STATE_FILE)) and _holds_a_file(job_dir):
