@@ -15,8 +15,8 @@ folder only meets them when the pattern could match the output or a file under i
 Example:
     >>> relation("out/pairs/verified", "out/pairs")
     'inside'
-    >>> overlap_error("--output", "out/pairs", "--pairs", "out/pairs")
-    '--output out/pairs is --pairs out/pairs itself: ...'
+    >>> overlap_error("out/pairs", "--pairs", "out/pairs")
+    'out/pairs is --pairs out/pairs itself: ...'
 """
 
 from __future__ import annotations
@@ -61,11 +61,11 @@ def relation(output: str, input: str) -> Relation | None:
     return _glob_relation(below, [name for name in rest.split("/") if name])
 
 
-def overlap_error(output_name: str, output: str, input_name: str, input: str) -> str | None:
-    """The one-line refusal of ``output`` for where it lies relative to ``input``, or None.
+def overlap_error(output: str, input_name: str, input: str) -> str | None:
+    """Why ``output`` may not be written where it lies relative to ``input`` (one line, both
+    paths named, for the caller to put after the output's name), or None where they are apart.
 
     Args:
-        output_name: how the message names the output (``--output``, ``job_dir``).
         output: the output path as given.
         input_name: how the message names the input (``--pairs``, ``corpus``).
         input: the input path or glob as given.
@@ -75,7 +75,7 @@ def overlap_error(output_name: str, output: str, input_name: str, input: str) ->
         return None
     key = "matched" if found == "equal" and _GLOB.search(input) else found
     why = _WHY[key].format(input=f"{input_name} {_shown(input)}")
-    return f"{output_name} {_shown(output)} {why}; choose an output folder apart from every input"
+    return f"{_shown(output)} {why}; choose an output folder apart from every input"
 
 
 def _glob_relation(below: list[str], pattern: list[str]) -> Relation | None:

@@ -33,7 +33,7 @@ def test_a_link_to_an_input_is_the_input(tmp_path):
     link.symlink_to(real)
     assert relation(str(link), str(real)) == "equal"
     assert relation(str(link / "x"), str(real)) == "inside"
-    message = overlap_error("--output", str(link), "--embeddings", str(real))
+    message = overlap_error(str(link), "--embeddings", str(real))
     assert message is not None and f"(that is {real})" in message and "\n" not in message
 
 
@@ -77,15 +77,14 @@ def test_a_glob_stands_for_the_files_it_can_match(tmp_path, monkeypatch, output,
 
 def test_the_message_names_both_paths_in_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    message = overlap_error("--output", "P/pairs/v", "--pairs", "P/pairs")
+    message = overlap_error("P/pairs/v", "--pairs", "P/pairs")
     assert message == (
-        "--output P/pairs/v is inside --pairs P/pairs: its files would mix with the input's; "
+        "P/pairs/v is inside --pairs P/pairs: its files would mix with the input's; "
         "choose an output folder apart from every input"
     )
-    assert overlap_error("--output", "P/v", "--pairs", "P/pairs") is None
-    assert "is a name --input data/*.jsonl matches" in overlap_error(
-        "--output", "data/a.jsonl", "--input", "data/*.jsonl"
-    )
+    assert overlap_error("P/v", "--pairs", "P/pairs") is None
+    glob = overlap_error("data/a.jsonl", "--input", "data/*.jsonl")
+    assert glob is not None and "is a name --input data/*.jsonl matches" in glob
 
 
 def test_relative_and_absolute_spellings_meet(tmp_path, monkeypatch):
