@@ -166,8 +166,7 @@ def test_config_file_problems(tmp_path) -> None:
 
 
 def test_missing_input_and_missing_model_are_named(tmp_path, corpus) -> None:
-    nothing = tmp_path / "in" / "nothing*.jsonl"  # a folder apart from job_dir's
-    config = load_run_config(minimal(tmp_path, nothing, "all-MiniLM-L6-v2"))
+    config = load_run_config(minimal(tmp_path, tmp_path / "nothing*.jsonl", "all-MiniLM-L6-v2"))
     with pytest.raises(FileNotFoundError, match=r"^input.path: no files match .*nothing\*"):
         check_inputs(config)
     config = load_run_config(minimal(tmp_path, corpus, tmp_path / "no-such-model"))

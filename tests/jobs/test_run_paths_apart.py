@@ -1,7 +1,7 @@
 """``sbert run`` keeps its folders apart from its inputs: a ``job_dir`` equal to, inside or above
-anything the job reads (the corpus folder its glob lists, a model folder, dedup's labels ...) is
-refused before anything is written, naming both paths; links are followed, URLs compared as
-text."""
+anything the job reads (the corpus files its glob can match, a model folder, dedup's labels ...)
+is refused before anything is written, naming both paths; links are followed, URLs compared by
+name."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobs.run import run
-from jobs.run_paths import location, relation
+from jobs.run_paths import refuse_job_dir_overlaps
 
 
 def write_job(tmp_path: Path, job_dir: Path, corpus: str, model: Path, extra: str = "") -> Path:
@@ -37,26 +37,42 @@ def files_under(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-@pytest.mark.parametrize("where", ["corpus", "corpus/job", "link/job"])
-def test_a_job_dir_in_the_folder_the_corpus_glob_lists_is_refused(
-    tmp_path, corpus, tiny_st_dir, where
+@pytest.mark.parametrize(
+    ("where", "glob", "how"),
+    [
+        ("corpus", "corpus/*.jsonl", "holds"),
+        ("link", "corpus/*.jsonl", r"\(that is .*/corpus\) holds"),  # a link to the corpus
+        ("corpus", "corpus/a.jsonl", "holds"),
+    ],
+)
+def test_a_job_dir_where_the_corpus_glob_reaches_is_refused(
+    tmp_path, corpus, tiny_st_dir, where, glob, how
 ) -> None:
     (tmp_path / "link").symlink_to(corpus)
-    config = write_job(tmp_path, tmp_path / where, f"{corpus}/*.jsonl", tiny_st_dir)
+    config = write_job(tmp_path, tmp_path / where, str(tmp_path / glob), tiny_st_dir)
     before = files_under(tmp_path)
-    how = "equal to" if where == "corpus" else "inside"
-    with pytest.raises(ValueError, match=rf"^job_dir: {tmp_path / where} is {how} {corpus}/ "):
+    with pytest.raises(ValueError, match=rf"^job_dir: {tmp_path / where} {how} input.path "):
         run([str(config)])
     assert files_under(tmp_path) == before  # nothing written, not even job_dir
 
 
+def test_a_job_dir_beside_the_corpus_files_its_glob_cannot_match_runs(
+    tmp_path, corpus, tiny_st_dir
+) -> None:
+    config = write_job(tmp_path, corpus / "job", f"{corpus}/*.jsonl", tiny_st_dir)
+    assert [stage.status for stage in run([str(config)]).stages] == ["ran"]
+
+
 def test_a_model_folder_inside_the_job_dir_is_refused(tmp_path, corpus, tiny_st_dir) -> None:
     job_dir = tmp_path / "job"
-    model = job_dir / "embeddings" / "model"  # a stage folder the job replaces
+    job_dir.mkdir()
+    (job_dir / "_job_state.json").write_text(json.dumps({"format": 1, "stages": {}}))
+    model = job_dir / "index" / "model"  # in a stage folder a later stage replaces
     shutil.copytree(tiny_st_dir, model)
     config = write_job(tmp_path, job_dir, f"{corpus}/*.jsonl", model)
+    config.write_text(config.read_text().replace("stages: [embed]", "stages: [embed, index]"))
     before = files_under(tmp_path)
-    with pytest.raises(ValueError, match=rf"^job_dir: {job_dir} is above {model} \(model\)"):
+    with pytest.raises(ValueError, match=rf"^job_dir: {job_dir} holds model {model}:"):
         run([str(config)])
     assert files_under(tmp_path) == before
 
@@ -70,15 +86,15 @@ def test_dedup_labels_inside_the_job_dir_are_refused(tmp_path, corpus, tiny_st_d
     config = write_job(tmp_path, job_dir, f"{corpus}/*.jsonl", tiny_st_dir)
     text = config.read_text().replace("stages: [embed]", "stages: [embed, pairs, dedup]")
     config.write_text(text + f"dedup: {{labels: {labels}}}\n")
-    with pytest.raises(ValueError, match=rf"is above {labels} \(dedup.labels\)"):
+    with pytest.raises(ValueError, match=rf"^job_dir: {job_dir} holds dedup.labels {labels}:"):
         run([str(config)])
     assert files_under(job_dir) == ["_job_state.json", "labels.csv"]
 
 
-def test_urls_are_compared_by_their_normalised_text() -> None:
-    assert location("GS://bucket//corpus/./day1/") == "gs://bucket/corpus/day1"
-    assert relation("gs://bucket/corpus/job", "gs://bucket//corpus/") == "inside"
-    assert relation("s3://bucket/jobs", "s3://bucket/jobs/one/model") == "above"
-    assert relation("gs://bucket/corpus", "gs://bucket/corpus/") == "equal to"
-    assert relation("gs://bucket/corpus2", "gs://bucket/corpus") is None
-    assert relation("gs://bucket/corpus", "/bucket/corpus") is None
+def test_urls_are_compared_by_name() -> None:
+    inputs = [("input.path", "gs://bucket//corpus/*.jsonl"), ("model", "s3://models/m")]
+    refuse_job_dir_overlaps("gs://bucket/jobs/one", inputs)  # apart
+    with pytest.raises(ValueError, match=r"^job_dir: gs://bucket/ holds input.path gs://"):
+        refuse_job_dir_overlaps("gs://bucket/", inputs)
+    with pytest.raises(ValueError, match=r"^job_dir: S3://models/m/job is inside model s3://"):
+        refuse_job_dir_overlaps("S3://models/m/job", inputs)
