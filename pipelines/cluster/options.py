@@ -35,6 +35,8 @@ MIN_SAMPLE = 20_000
 class Options(ExternalVectorOptions):
     """How to cluster embeddings folders (see ``pipelines/cluster/stage.py``)."""
 
+    INPUT_OPTIONS = ("embeddings", "text_from")
+
     embeddings: tuple[str, ...] = option(
         help="embeddings output directories (one model; several are clustered together)",
         required=True,

@@ -43,6 +43,8 @@ class Options(StageOptions):
     """How to deduplicate the pairs of an ``sbert pairs`` output (see
     ``pipelines/dedup/stage.py``)."""
 
+    INPUT_OPTIONS = ("pairs", "embeddings", "corpus", "against", "labels")
+
     pairs: str | None = option(
         help="an sbert pairs output directory (required unless --against with --embeddings)"
     )

@@ -40,6 +40,8 @@ class Options(ModelOptions):
     """How to embed a corpus (see ``pipelines/embed/stage.py``); the model options are
     :class:`~pipelines.stage_api.model_options.ModelOptions`'."""
 
+    INPUT_OPTIONS = ("input", "model")
+
     input: str = option(help="glob of corpus files on any Beam filesystem", required=True)
     output: str = output_option()
     format: Literal["txt", "jsonl", "csv", "tsv", "parquet"] | None = option(

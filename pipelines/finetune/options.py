@@ -23,6 +23,8 @@ class Options(StageOptions):
     config; given, they override it (after the ``overrides``).
     """
 
+    INPUT_OPTIONS = ("config", "model")
+
     config: str | None = option(help="YAML or JSON config (FinetuneConfig)")
     overrides: tuple[str, ...] = option(
         (),

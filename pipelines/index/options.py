@@ -26,6 +26,8 @@ from pipelines.stage_api.shared_options import (
 class Options(ExternalVectorOptions):
     """How to build an index from an embeddings folder (see ``pipelines/index/stage.py``)."""
 
+    INPUT_OPTIONS = ("embeddings",)
+
     embeddings: str = option(
         help="an sbert embed output directory (or, with --embedding-column, a Parquet dataset)",
         required=True,

@@ -43,6 +43,8 @@ EXACT_ONLY = ("ranges",)
 class Options(ExternalVectorOptions):
     """How to find the neighbours and similar pairs of embeddings (``pipelines/pairs/stage.py``)."""
 
+    INPUT_OPTIONS = ("embeddings", "known_pairs")
+
     embeddings: tuple[str, ...] = option(
         help="embeddings output directories (one model; several are searched together)",
         required=True,

@@ -22,6 +22,8 @@ class Options(QueryModelOptions):
     ``pipelines/search/stage.py``); the query model options are
     :class:`~pipelines.stage_api.model_options.QueryModelOptions`'."""
 
+    INPUT_OPTIONS = ("index", "queries", "model")
+
     query: tuple[str, ...] = option(
         (), "query texts (or use --queries FILE)", cli={"positional": True, "nargs": "*"}
     )

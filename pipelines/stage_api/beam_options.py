@@ -2,7 +2,9 @@
 
 Options a job does not know are handed to Beam, and Beam drops the ones it does not know either
 with a warning, so a typo (``--keep-txt``) would run the job without the option. Here every
-such option is an error that names the closest known spellings.
+such option is an error that names the closest known spellings. The runner is looked up as Beam
+looks it up, but when the options are checked: Beam would only find an unknown one when the
+pipeline is built, after the stage has started its output.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import difflib
 import importlib
 import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import PipelineRunner
 
 from pipelines.stage_api.flag_recording import FlagRecording
 
@@ -26,8 +30,12 @@ LOCAL_RUNNERS = frozenset({LOCAL_RUNNER, "BundleBasedDirectRunner", "TestDirectR
 # Beam's DirectRunner tries the Prism runner first, which downloads a binary at run time and
 # fails offline; the FnApiRunner is the same in-process engine without that step.
 _REPLACED_RUNNERS = {None, "DirectRunner", "SwitchingDirectRunner"}
-# Runners whose options are registered only when their module is imported.
-_RUNNER_OPTION_MODULES = {"DaskRunner": "apache_beam.runners.dask.dask_runner"}
+# Beam's short runner names (lower case, as Beam compares them) -> the runner's class path.
+_KNOWN_RUNNERS = {
+    path.rpartition(".")[2].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS
+}
+# Runners Beam finds only by their class path, offered for their short name.
+_PATH_ONLY_RUNNERS = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner"}
 
 
 class UnknownOptionError(ValueError):
@@ -46,7 +54,7 @@ def beam_parser(beam_args: Sequence[str] = ()) -> argparse.ArgumentParser:
     runner = runner if isinstance(runner, str) else ""
     # A runner named by its full path (package.module.Class) registers its options on import,
     # as Beam imports it to create the runner.
-    module = _RUNNER_OPTION_MODULES.get(runner) or (runner.rpartition(".")[0] or None)
+    module = runner.rpartition(".")[0] or None
     if module is not None:
         # Without the runner's extra installed, Beam says so when the runner is created.
         with contextlib.suppress(ImportError):
@@ -73,8 +81,10 @@ def check_beam_args(beam_args: Sequence[str], job_options: Iterable[str] = ()) -
         job_options: the job's own option strings, offered as corrections too.
 
     Raises:
-        UnknownOptionError: naming each unknown option and its close matches.
+        UnknownOptionError: naming each unknown option and its close matches, or a runner
+            Beam cannot create.
     """
+    check_runner(PipelineOptions(list(beam_args)).view_as(StandardOptions).runner)
     parser = beam_parser(beam_args)
     _, unknown = parser.parse_known_args(list(beam_args))
     if not unknown:
@@ -96,6 +106,64 @@ def check_beam_args(beam_args: Sequence[str], job_options: Iterable[str] = ()) -
         else:
             problems.append(f"unexpected argument {arg!r}")
     raise UnknownOptionError("; ".join(problems))
+
+
+def check_runner(runner: Any) -> None:
+    """Refuse a ``--runner`` Beam could not create, found as Beam finds it: a known short name
+    (any case, ``Runner`` suffix optional) or a ``package.module.Class`` path, imported here.
+    A runner object (set in Python) is taken as it is.
+
+    Raises:
+        UnknownOptionError: one line naming the runner and what to give instead.
+    """
+    if not isinstance(runner, str) or runner in _REPLACED_RUNNERS:
+        return
+    key = runner.lower()
+    path = _KNOWN_RUNNERS.get(key, _KNOWN_RUNNERS.get(key + "runner", runner))
+    module, _, name = path.rpartition(".")
+    if not module:
+        known = sorted(StandardOptions.KNOWN_RUNNER_NAMES)
+        close = [_PATH_ONLY_RUNNERS[runner]] if runner in _PATH_ONLY_RUNNERS else []
+        close = close or difflib.get_close_matches(runner, known, n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise UnknownOptionError(
+            f"--runner {runner}: not a Beam runner; {hint}give one of {', '.join(known)}, or a "
+            "runner class as package.module.Class"
+        )
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as err:
+        raise UnknownOptionError(
+            f"--runner {runner}: cannot be imported ({err}); check the name, or install what "
+            "the runner needs (e.g. apache-beam[gcp] for Dataflow)"
+        ) from None
+    if not (isinstance(found, type) and issubclass(found, PipelineRunner)):
+        raise UnknownOptionError(f"--runner {runner}: {module} has no runner class {name}")
+
+
+def check_beam_options(value: Any) -> tuple[str, ...] | PipelineOptions:
+    """A stage's ``beam_options`` as its run reads them, checked before anything is touched: a
+    list of flags (as a tuple) whose flags and runner Beam knows, or a ``PipelineOptions``
+    whose runner it knows.
+
+    Raises:
+        TypeError: neither (a single string of flags: a list is asked for).
+        UnknownOptionError: an unknown flag or runner.
+    """
+    if isinstance(value, PipelineOptions):
+        check_runner(value.view_as(StandardOptions).runner)
+        return value
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        example = value.split() if isinstance(value, str) else ["--runner=DataflowRunner"]
+        raise TypeError(
+            f"expected a list of flags or a PipelineOptions, got {value!r}; pass a list such as "
+            f"{example!r}"
+        )
+    flags = tuple(value)
+    if not all(isinstance(flag, str) for flag in flags):
+        raise TypeError(f"expected a list of flags (strings), got {list(flags)!r}")
+    check_beam_args(flags)
+    return flags
 
 
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:

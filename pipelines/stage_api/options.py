@@ -21,29 +21,40 @@ Declaring an option::
                 raise OptionError("threshold", f"must be in [-1, 1], got {self.threshold}")
 
 Building an ``Options`` checks it: each value against its field's type (a list is accepted for a
-``tuple[...]`` field and stored as a tuple; an int for a float), required fields, then the
-stage's own :meth:`StageOptions.check`. So an ``Options`` that exists is valid, and a mistake is
-one :class:`OptionError` naming the option. Beam-free and argparse-free: ``--help`` and the
-``sbert run`` checks load no Beam, torch or FAISS.
+``tuple[...]`` field and stored as a tuple; an int for a float), required fields, the stage's
+own :meth:`StageOptions.check`, that ``output`` is apart from every input the class names in
+``INPUT_OPTIONS``, and the Beam options. So an ``Options`` that exists is valid, and a mistake is
+one error naming the option, before the stage reads or writes anything. Argparse-free, and
+``--help`` and the ``sbert run`` checks load no Beam, torch or FAISS: Beam is loaded only to
+check Beam options that are given.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
+from pipelines.io.path_relations import overlap_error
 from sbert_core.config import coerce_value
+from sbert_core.model.source import DEFAULT_MODEL
 
 OptionsT = TypeVar("OptionsT", bound="StageOptions")
 # The field of Beam pipeline options (a list of flags or a PipelineOptions): not recorded in
 # manifests or fingerprints, as where a stage runs does not change what it writes.
 BEAM_FIELD = "beam_options"
+# The field of a stage's output, refused where it would replace or mix with an input.
+OUTPUT_FIELD = "output"
+# The field of a model, which is a path only where it names a local file or folder: otherwise a
+# Hugging Face Hub id or the bundled model.
+MODEL_FIELD = "model"
+_BUNDLED_MODEL_NAMES = frozenset({DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"})
 
 
 class OptionError(ValueError):
@@ -105,7 +116,12 @@ def option(
 
 @dataclass(frozen=True)
 class StageOptions:
-    """Base of every stage's ``Options``: type and required-field checks, then :meth:`check`."""
+    """Base of every stage's ``Options``: type and required-field checks, then :meth:`check`,
+    then the output against the inputs and the Beam options."""
+
+    # The fields that name what the stage reads (folders, files or globs, one or a list): its
+    # ``output`` may not be one, hold one or lie inside one.
+    INPUT_OPTIONS: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         hints = field_types(type(self))
@@ -119,6 +135,34 @@ class StageOptions:
             if converted is not value:
                 object.__setattr__(self, item.name, converted)
         self.check()
+        self._check_output_apart()
+        self._check_beam_options()
+
+    def _check_output_apart(self) -> None:
+        """Refuse an output equal to, inside or above an input: written, it would replace the
+        input or mix its files into the input's (``--overwrite`` or not)."""
+        output = getattr(self, OUTPUT_FIELD, None)
+        if not output:
+            return
+        for name in self.INPUT_OPTIONS:
+            for path in _input_paths(name, getattr(self, name)):
+                message = overlap_error(output, f"--{name.replace('_', '-')}", path)
+                if message is not None:
+                    raise OptionError(OUTPUT_FIELD, message)
+
+    def _check_beam_options(self) -> None:
+        """Check the Beam options now (loading Beam only when some are given), so a string of
+        flags, an unknown flag or an unknown runner fails before the stage touches anything."""
+        value = getattr(self, BEAM_FIELD, ())
+        if isinstance(value, tuple) and not value:
+            return
+        from pipelines.stage_api.beam_options import check_beam_options
+
+        try:
+            checked = check_beam_options(value)
+        except TypeError as err:
+            raise OptionError(BEAM_FIELD, str(err)) from None
+        object.__setattr__(self, BEAM_FIELD, checked)  # a list kept as a tuple
 
     def check(self) -> None:
         """The stage's own checks of values and their combinations (raise :class:`OptionError`)."""
@@ -135,6 +179,20 @@ class StageOptions:
             for item in dataclasses.fields(self)
             if item.name != BEAM_FIELD and not _unset_old_name(item, getattr(self, item.name))
         }
+
+
+def _input_paths(name: str, value: Any) -> list[str]:
+    """The paths input option ``name`` names: none for an empty value, or for a model that is
+    a Hub id or the bundled model rather than a local file or folder."""
+    paths = [value] if isinstance(value, str) else list(value or ())
+    if name == MODEL_FIELD:
+        return [p for p in paths if p not in _BUNDLED_MODEL_NAMES and _local_or_remote(p)]
+    return [p for p in paths if p]
+
+
+def _local_or_remote(path: str) -> bool:
+    """Whether ``path`` names a URL or an existing local file or folder."""
+    return "://" in path or os.path.lexists(path)
 
 
 def _unset_old_name(item: dataclasses.Field, value: Any) -> bool:

@@ -28,6 +28,8 @@ class Options(StageOptions):
     """How to verify the pairs of a pairs folder with a cross-encoder
     (``pipelines/verify/stage.py``)."""
 
+    INPUT_OPTIONS = ("pairs", "corpus", "model")
+
     pairs: str = option(
         help="an sbert pairs output directory (written with --threshold)", required=True
     )

@@ -1,19 +1,25 @@
-"""Beam options: unknown ones are errors with close matches; DirectRunner runs as FnApiRunner."""
+"""Beam options: unknown ones (and unknown runners) are errors with close matches, found when
+the options are built; DirectRunner runs as FnApiRunner."""
 
 from __future__ import annotations
 
 import logging
+import re
+import subprocess
+import sys
 
 import pytest
-from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from jobs.cli import main
+from pipelines import embed
 from pipelines.stage_api.beam_options import (
     LOCAL_RUNNER,
     UnknownOptionError,
     check_beam_args,
     pipeline_options,
 )
+from pipelines.stage_api.options import OptionError
 
 
 @pytest.mark.parametrize(
@@ -71,10 +77,67 @@ def test_no_runner_means_the_local_runner_without_a_warning(caplog):
     assert not [r for r in caplog.records if r.name == "pipelines.stage_api.beam_options"]
 
 
-@pytest.mark.parametrize(
-    "runner", ["DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"]
-)
-def test_options_of_a_runner_registered_on_import_are_known(runner):
+def test_options_of_a_runner_registered_on_import_are_known():
+    runner = "apache_beam.runners.dask.dask_runner.DaskRunner"
     check_beam_args(["--runner", runner, "--dask_client_address", "localhost:8786"])
     with pytest.raises(UnknownOptionError, match="did you mean --dask_client_address"):
         check_beam_args(["--runner", runner, "--dask_client_adress", "localhost:8786"])
+
+
+@pytest.mark.parametrize(
+    ("runner", "named"),
+    [
+        ("NoSuchRunner", "--runner NoSuchRunner: not a Beam runner; "),
+        # Beam finds the Dask runner only by its path: its short name would fail at run time.
+        ("DaskRunner", "did you mean apache_beam.runners.dask.dask_runner.DaskRunner?"),
+        ("no_such_module.Runner", "--runner no_such_module.Runner: cannot be imported"),
+        ("apache_beam.Pipeline", "apache_beam has no runner class Pipeline"),
+    ],
+)
+def test_a_runner_beam_cannot_create_is_refused_when_checked(runner, named):
+    with pytest.raises(UnknownOptionError, match=re.escape(named)):
+        check_beam_args(["--runner", runner])
+
+
+@pytest.mark.parametrize("runner", ["DataflowRunner", "dataflow", "FlinkRunner", "DirectRunner"])
+def test_runners_beam_knows_pass_by_any_of_its_names(runner):
+    check_beam_args(["--runner", runner])
+
+
+def test_an_unknown_runner_fails_before_the_output_is_started(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one\ntwo\n")
+    out = tmp_path / "out"
+    argv = ["embed", "--input", str(corpus), "--output", str(out), "--runner", "NoSuchRunner"]
+    assert main(argv) == 2
+    assert not out.exists()  # no _STARTED marker left behind
+    err = capsys.readouterr().err
+    assert "--runner NoSuchRunner: not a Beam runner" in err and err.count("\n") == 1
+
+
+def test_python_api_beam_options_are_checked_when_the_options_are_built(tmp_path):
+    given = {"input": str(tmp_path / "*.txt"), "output": str(tmp_path / "out")}
+    with pytest.raises(
+        OptionError, match=re.escape("pass a list such as ['--direct_num_workers=2']")
+    ):
+        embed.Options(**given, beam_options="--direct_num_workers=2")
+    with pytest.raises(OptionError, match="--beam-options: expected a list of flags"):
+        embed.Options(**given, beam_options=[2])
+    with pytest.raises(UnknownOptionError, match="did you mean --direct_num_workers"):
+        embed.Options(**given, beam_options=["--direct_num_worker=2"])
+    with pytest.raises(UnknownOptionError, match="--runner NoSuchRunner"):
+        embed.Options(**given, beam_options=PipelineOptions(["--runner", "NoSuchRunner"]))
+    options = embed.Options(**given, beam_options=["--direct_num_workers=2"])
+    assert options.beam_options == ("--direct_num_workers=2",)
+    assert not (tmp_path / "out").exists()
+
+
+def test_building_options_without_beam_options_loads_no_beam():
+    code = (
+        "import sys\n"
+        "from pipelines import pairs\n"
+        "pairs.Options(embeddings=['e'], output='o', beam_options=())\n"
+        "assert 'apache_beam' not in sys.modules, sorted(sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
