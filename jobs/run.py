@@ -38,6 +38,7 @@ import argparse
 import logging
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from jobs.parsers.run import build_parser
 from jobs.run_config import CONFIG_COPY, STATE_FILE, RunConfig, config_as_dict, load_run_config
-from jobs.run_inputs import check_inputs
+from jobs.run_inputs import check_inputs, check_same_job, job_identity
 from jobs.run_report import REPORT_FILE, write_report
 from jobs.run_stages import (
     JobState,
@@ -57,8 +58,10 @@ from jobs.run_stages import (
     run_stage,
     stage_facts,
 )
-from pipelines.io.output_dir import join
+from pipelines.io.atomic import write_json_replacing
+from pipelines.io.output_dir import STARTED, OutputLockedError, delete_quietly, join
 from pipelines.io.resources import peak_rss
+from pipelines.io.staged_output import holder_record, take_lock
 from pipelines.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)
@@ -135,26 +138,76 @@ def run(argv: list[str] | None = None) -> JobSummary:
     config = load_run_config(args.config, args.overrides)
     checked = check_inputs(config)
     plans = plan_stages(config, checked, _beam_argv(config))
-    _check_selection(config, plans, args.only, args.force)
 
     start = time.perf_counter()
-    state = JobState.load(config.job_dir)
-    if not FileSystems.exists(config.job_dir):
-        FileSystems.mkdirs(config.job_dir)
-    state.save()  # marks the directory as this job's before any stage writes into it
-    _write_config_copy(config)
-    with _progress_shown():
-        results = _run_stages(config, plans, state, args.only, args.force)
-    summary = JobSummary(config.job_dir, results, None, 0.0)
-    try:
-        summary.report = write_report(config, plans, results, join(config.job_dir, REPORT_FILE))
-    except Exception as err:  # the report must not hide the stages' outcome
-        logger.warning("could not write the report: %s", err, exc_info=True)
+    with _job_held(config, plans, args) as state:
+        _write_config_copy(config)
+        with _progress_shown():
+            results = _run_stages(config, plans, state, args.only, args.force)
+        summary = JobSummary(config.job_dir, results, None, 0.0)
+        try:
+            report = join(config.job_dir, REPORT_FILE)
+            summary.report = write_report(config, plans, results, report)
+        except Exception as err:  # the report must not hide the stages' outcome
+            logger.warning("could not write the report: %s", err, exc_info=True)
     summary.seconds = time.perf_counter() - start
     failed = summary.failed
     if failed is not None:
         raise StageFailedError(_failure_message(args, config, plans, failed), summary)
     return summary
+
+
+@contextmanager
+def _job_held(
+    config: RunConfig, plans: list[StagePlan], args: argparse.Namespace
+) -> Iterator[JobState]:
+    """The job directory, this run's alone while the block runs; yields the job state.
+
+    Everything is checked before anything is written: the directory is this job's (not one
+    another job config made) and the ``--only`` stages' inputs are there. Then the directory is
+    made and locked for the whole run (a second ``sbert run`` on it is refused, naming this one
+    from the ``_STARTED`` marker), and checked again holding the lock, since a run that ended
+    meanwhile may have changed it; the state read then is the one this run goes on from.
+
+    Raises:
+        ValueError: another job's directory, or an ``--only`` stage without its inputs.
+        OutputLockedError: another run holds the job directory.
+    """
+    _checked_state(config, plans, args)
+    if not FileSystems.exists(config.job_dir):
+        FileSystems.mkdirs(config.job_dir)
+    try:
+        lock = take_lock(config.job_dir)
+    except OutputLockedError as err:
+        raise OutputLockedError(f"job_dir: {err}") from None
+    marker = join(config.job_dir, STARTED)
+    try:
+        state = _checked_state(config, plans, args)
+        state.save()  # marks the directory as this job's before any stage writes into it
+        if lock is not None:
+            holder = holder_record(uuid.uuid4().hex[:12], {"command": _command(args)})
+            write_json_replacing(marker, holder)
+        yield state
+    finally:
+        if lock is not None:
+            delete_quietly([marker])
+            lock.release()
+
+
+def _checked_state(config: RunConfig, plans: list[StagePlan], args: argparse.Namespace) -> JobState:
+    """The job's state, once the directory is known to be this job's and the ``--only``
+    stages' inputs are there; nothing is written."""
+    state = JobState.load(config.job_dir)
+    check_same_job(state.identity, config)
+    _check_selection(config, plans, args.only, args.force)
+    state.identity = job_identity(config)
+    return state
+
+
+def _command(args: argparse.Namespace) -> str:
+    """This run's command line, as the job directory's ``_STARTED`` marker records it."""
+    words = ["sbert run", args.config, *[f"--set {o}" for o in args.overrides]]
+    return " ".join([*words, *[f"--only {n}" for n in args.only]])
 
 
 def _run_stages(

@@ -82,6 +82,54 @@ def check_inputs(config: RunConfig) -> CheckedInputs:
     )
 
 
+def job_identity(config: RunConfig) -> dict:
+    """What makes a job directory this job's, keyed by config key: where its rows come from and
+    what they mean (the corpus and how its records and ids are read, the model, the vectors of
+    ``embeddings:``); local paths as the OS resolves them. A job directory made with another
+    identity holds outputs this job's would be mixed with. Stage parameters and the stages list
+    are not in it: a change of those reruns the stages concerned."""
+    identity: dict[str, str | None] = {
+        "input.path": _resolved(config.input.path),
+        "input.format": config.input.format,
+        "input.text_field": config.input.text_field,
+        "input.id_field": config.input.id_field,
+        "model": _resolved(config.model) if os.path.lexists(config.model) else config.model,
+        # None: the vectors are the embed stage's own.
+        "embeddings.path": None,
+        "embeddings.id_column": None,
+        "embeddings.embedding_column": None,
+    }
+    if config.external_embeddings:
+        identity["embeddings.path"] = _resolved(config.embeddings.path)
+        identity["embeddings.id_column"] = config.embeddings.id_column
+        identity["embeddings.embedding_column"] = config.embeddings.embedding_column
+    return identity
+
+
+def check_same_job(recorded: dict | None, config: RunConfig) -> None:
+    """Refuse a job directory another job made (``recorded``: the identity in its state; None
+    for a new directory or a state written before identities were recorded).
+
+    Raises:
+        ValueError: naming the job directory and the first key that differs, both values.
+    """
+    if recorded is None:
+        return
+    current = job_identity(config)
+    for key, value in current.items():
+        if key in recorded and recorded[key] != value:
+            raise ValueError(
+                f"job_dir: {config.job_dir} holds the outputs of another job ({key} was "
+                f"{recorded[key]!r} there, is {value!r} here), which this job's would be mixed "
+                f"with; choose another job_dir, or delete {config.job_dir} to start over"
+            )
+
+
+def _resolved(path: str) -> str:
+    """A local path as the OS resolves it; a URL (or nothing) as written."""
+    return path if "://" in path or not path else os.path.realpath(path)
+
+
 def check_between(stage: str, options: Any, checked: CheckedInputs) -> None:
     """Checks of a stage's options against the job's inputs, before any stage runs: an index
     factory string is checked now, for the model's dimension, not after embedding.

@@ -219,10 +219,13 @@ class StageRecord:
 
 @dataclass
 class JobState:
-    """The job directory's record of finished stages (``_job_state.json``)."""
+    """The job directory's record of finished stages (``_job_state.json``), and of the job that
+    made it (``identity``: :func:`jobs.run_inputs.job_identity`; None in a state written before
+    it was recorded)."""
 
     job_dir: str
     stages: dict[str, StageRecord] = field(default_factory=dict)
+    identity: dict | None = None
 
     @classmethod
     def load(cls, job_dir: str) -> JobState:
@@ -238,11 +241,14 @@ class JobState:
             with FileSystems.open(path) as handle:
                 raw = json.loads(handle.read().decode("utf-8"))
             stages = {name: StageRecord(**record) for name, record in raw["stages"].items()}
+            identity = raw.get("job")
+            if identity is not None and not isinstance(identity, dict):
+                raise TypeError("job: not a mapping")
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(
                 f"{path} is not a readable job state ({err}); delete it to rerun every stage"
             ) from None
-        return cls(job_dir, stages)
+        return cls(job_dir, stages, identity)
 
     def is_current(self, stage: str, fingerprint: str, identity: str | None) -> bool:
         """True when ``stage`` last ran with ``fingerprint`` and its output is still that run's."""
@@ -283,6 +289,7 @@ class JobState:
         """Write the state so that readers see the old file or the new one, never a mix."""
         value = {
             "format": STATE_FORMAT,
+            "job": self.identity,
             "stages": {name: asdict(record) for name, record in self.stages.items()},
         }
         write_json_replacing(join(self.job_dir, STATE_FILE), value)

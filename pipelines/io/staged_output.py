@@ -49,8 +49,8 @@ _CHUNK = 1 << 22
 
 
 @dataclass
-class _Lock:
-    """An exclusive ``flock`` on the output directory itself, held while the descriptor is open.
+class DirectoryLock:
+    """An exclusive ``flock`` on a directory itself, held while the descriptor is open.
 
     Locking the directory (not a lock file in it) leaves no file behind and cannot race with a
     lock file being removed; the kernel drops the lock when the process dies, even by SIGKILL.
@@ -59,12 +59,15 @@ class _Lock:
     fd: int
 
     def release(self) -> None:
+        """Drop the lock (again: nothing)."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
 
 
-def _holder(run_id: str, job: dict) -> dict:
+def holder_record(run_id: str, job: dict) -> dict:
+    """What a ``_STARTED`` marker says about the run holding a folder: its id, pid, host and
+    start time, and ``job`` (command, argv); a refused run quotes it (:func:`take_lock`)."""
     return {
         "run_id": run_id,
         "pid": os.getpid(),
@@ -81,8 +84,9 @@ def _describe_holder(holder: dict) -> str:
     )
 
 
-def _take_lock(directory: str) -> _Lock | None:
-    """Lock ``directory`` for this run (local disks); refuse if a live run holds it.
+def take_lock(directory: str) -> DirectoryLock | None:
+    """Lock ``directory`` for this run (local disks); refuse if a live run holds it, describing
+    that run from the ``_STARTED`` marker in the folder (see :func:`holder_record`).
 
     Returns None where the filesystem has no such locks (object stores; some network mounts).
     """
@@ -104,7 +108,7 @@ def _take_lock(directory: str) -> _Lock | None:
         os.close(fd)
         logger.warning("%s: this filesystem does not support locks; not locked", directory)
         return None
-    return _Lock(fd)
+    return DirectoryLock(fd)
 
 
 @dataclass
@@ -119,7 +123,7 @@ class StagedOutput:
     directory: str
     run_id: str
     layout: OutputLayout
-    _lock: _Lock | None = None
+    _lock: DirectoryLock | None = None
 
     @property
     def attempt(self) -> str:
@@ -408,7 +412,7 @@ def prepare_output(
         os.makedirs(directory.removeprefix("file://"), exist_ok=True)  # two runs may race here
     elif not FileSystems.exists(directory):
         FileSystems.mkdirs(directory)
-    lock = _take_lock(directory)
+    lock = take_lock(directory)
     try:
         found = ownership.survey(directory, layout)  # again: it may have changed before the lock
         may = _may_replace(found, overwrite, replace_kind)
@@ -424,7 +428,7 @@ def prepare_output(
                 len(found.foreign),
                 ownership.describe(found.foreign),
             )
-        write_json_replacing(join(directory, STARTED), _holder(run_id, job))
+        write_json_replacing(join(directory, STARTED), holder_record(run_id, job))
     except BaseException:
         if lock is not None:
             lock.release()
