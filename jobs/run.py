@@ -30,6 +30,15 @@ cross a process boundary, and every stage would load torch, FAISS and Beam again
 
 A failed stage stops the job with exit status 1 and a message saying which stage failed, why,
 and how to continue; the stages that finished are kept and skipped by the next run.
+
+A job directory belongs to one job and one run at a time. Its state records what makes the job
+itself (the corpus and how it is read, the model, ``embeddings:``; see ``job_identity`` in
+``jobs/run_inputs.py``): a config that differs there is refused before anything is written,
+``--only`` included, while other stage parameters and added stages are changes of the same job.
+The run holds a lock on the job directory from its checks to its report
+(``pipelines.io.staged_output.take_lock``, the one each stage holds on its folder), so a second
+run on it is refused, naming the first one's pid and command from the directory's ``_STARTED``
+marker, instead of redoing a stage whose folder the first one is reading.
 """
 
 from __future__ import annotations
@@ -58,7 +67,7 @@ from jobs.run_stages import (
     run_stage,
     stage_facts,
 )
-from pipelines.io.atomic import write_json_replacing
+from pipelines.io.atomic import write_json_replacing, write_text_replacing
 from pipelines.io.output_dir import STARTED, OutputLockedError, delete_quietly, join
 from pipelines.io.resources import peak_rss
 from pipelines.io.staged_output import holder_record, take_lock
@@ -349,11 +358,11 @@ def _has_content(directory: str) -> bool:
 
 
 def _write_config_copy(config: RunConfig) -> None:
+    """``job.yaml``, replaced in one step: a run killed while writing it leaves the old one."""
     import yaml
 
     text = yaml.safe_dump(config_as_dict(config), sort_keys=False)
-    with FileSystems.create(join(config.job_dir, CONFIG_COPY), mime_type="text/yaml") as handle:
-        handle.write(text.encode("utf-8"))
+    write_text_replacing(join(config.job_dir, CONFIG_COPY), text, mime_type="text/yaml")
 
 
 @contextmanager
