@@ -74,14 +74,11 @@ of every corpus file, same relative path and format) and ``corpus_rejected.parqu
 the embed job did not embed, with the reason; they are not in ``corpus/``).
 
 Stable decisions (``--stable-keep auto``, the default; pipelines/dedup/previous.py): when
-``--output`` holds a dedup version made with the same settings that decide groups (threshold,
-method, keep rule, and the radius, k, missing score or seed where the method or keep rule uses
-them), the groups are recomputed from the full pairs, but every row it kept that still exists
-stays kept (pinned; pipelines/dedup/pinning.py): a group holding pinned rows keeps all of them,
-the others join their most similar pinned row. With a setting changed the run decides afresh
-(``on``: pins anyway; ``off``: never pins). Not across a changed model identity. The summary
-line and the manifest's ``stable_keep`` say which happened and why. A group with the same
-members as a previous group keeps its id; others get ids above the previous largest. The
+``--output`` holds a dedup version made with the same settings that decide groups, every row
+it kept that still exists stays kept (pinned; pipelines/dedup/pinning.py) and the others join
+their most similar pinned row. A changed setting decides afresh (``on`` pins anyway, ``off``
+never); never across another model identity; the line and ``stable_keep`` say why. Groups
+with a previous group's members keep its id; others get ids above the previous largest. The
 manifest's ``changes``, the report and the summary line say what changed since that version.
 
 Against a reference (``--against REF_EMBEDDINGS``; pipelines/dedup/against.py): every corpus

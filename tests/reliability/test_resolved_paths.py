@@ -39,7 +39,7 @@ def test_an_input_glob_through_a_link_that_reaches_the_output_is_refused(linked,
     out = linked / "io" / "emb"
     embed(_argv(linked / "io" / "corpus.parquet", out, tiny_st_dir))  # 20 rows, by name
     before = snapshot(linked)
-    with pytest.raises(ValueError, match=r"io/emb is inside what --input .*iolink/\*\*\.parquet"):
+    with pytest.raises(ValueError, match=r"io/emb is inside --input .*iolink/\*\*\.parquet"):
         embed(_argv(linked / "iolink" / "**.parquet", out, tiny_st_dir))
     assert snapshot(linked) == before  # the output and everything beside it unchanged
     assert EmbeddingsDataset.open(str(out)).count == 20
@@ -47,7 +47,7 @@ def test_an_input_glob_through_a_link_that_reaches_the_output_is_refused(linked,
 
 def test_an_output_reached_through_a_link_into_the_input_is_refused(linked, tiny_st_dir):
     before = snapshot(linked)
-    with pytest.raises(ValueError, match=r"iolink/emb is inside what --input .*through symlinks"):
+    with pytest.raises(ValueError, match=r"iolink/emb \(that is .*io/emb\) is inside --input"):
         embed(_argv(linked / "io" / "**.parquet", linked / "iolink" / "emb", tiny_st_dir))
     assert snapshot(linked) == before and not (linked / "io" / "emb").exists()
 
