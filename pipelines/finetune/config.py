@@ -11,6 +11,7 @@ from typing import Literal
 
 from pipelines.finetune.dedup_test import DedupTestConfig
 from pipelines.finetune.options import Options
+from pipelines.io.path_relations import overlap_error
 from sbert_core import DEFAULT_MODEL
 from sbert_core.config import load_config
 from sbert_core.training.config import TrainingConfig
@@ -66,6 +67,7 @@ def resolve_config(options: Options) -> FinetuneConfig:
     if not config.train.path:
         raise ValueError("no training data: set train.path in the config")
     check_model_kind(config)
+    _refuse_output_over_inputs(config)
     if config.training.checkpoint_dir is None:
         config.training.checkpoint_dir = f"{Path(config.output)}.checkpoints"
     config.training.validate()
@@ -121,3 +123,22 @@ def _check_apart_from_training(name: str, spec: DataSpec, train: DataSpec) -> No
             f"{name}: splits {spec.path} with (holdout_fraction, split_seed, limit) {mine} but "
             f"train with {theirs}: its {spec.part} part would overlap the training part"
         )
+
+
+def _refuse_output_over_inputs(config: FinetuneConfig) -> None:
+    """Refuse an ``output`` equal to, inside or above the base model folder or a data file, as
+    every stage's options refuse such an output (the config, not the options, names these).
+
+    Raises:
+        ValueError: naming the output and the input.
+    """
+    inputs = [("train.path", config.train.path)]
+    if config.dev is not None:
+        inputs.append(("dev.path", config.dev.path))
+    inputs += [(f"test[{i}].path", spec.path) for i, spec in enumerate(config.test)]
+    if "://" in config.model or Path(config.model).exists():
+        inputs.append(("model", config.model))
+    for name, path in inputs:
+        why = overlap_error(config.output, name, path) if path else None
+        if why is not None:
+            raise ValueError(f"output: {why}")

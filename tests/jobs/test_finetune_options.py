@@ -57,6 +57,26 @@ def test_options_override_the_config_only_where_given(config_file, tmp_path):
     assert resolved.training.checkpoint_dir == f"{tmp_path / 'flag'}.checkpoints"
 
 
+@pytest.mark.parametrize("where", ["the data's folder", "the data file", "inside the model"])
+def test_an_output_over_the_data_or_the_model_named_by_the_config_is_refused(
+    config_file, tmp_path, where
+):
+    model = tmp_path / "base"
+    model.mkdir()
+    output = {
+        "the data's folder": tmp_path,
+        "the data file": tmp_path / "train.tsv",
+        "inside the model": model / "tuned",
+    }[where]
+    # Set in the config (an override), which the options themselves do not see.
+    options = finetune.Options(
+        config=str(config_file), model=str(model), overrides=(f"output={output}",)
+    )
+    with pytest.raises(ValueError, match=r"^output: .* (train\.path|model) "):
+        resolve_config(options)
+    assert not (model / "tuned").exists()
+
+
 def test_print_config_trains_nothing_and_its_line_is_the_yaml(config_file, tmp_path):
     result = finetune.run(finetune.Options(config=str(config_file), print_config=True))
     assert isinstance(result.summary, PrintedConfig) and result.manifest == {}
