@@ -17,9 +17,18 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(
-        include=["sbert_core", "sbert_core.*", "pipelines", "pipelines.*", "jobs", "jobs.*"]
-    ),
+    # The repository keeps its folders (pipelines/, jobs/, sbert_core/); what is installed
+    # claims no generic top-level name: pipelines/ is the package sbert_pipeline and jobs/ is
+    # sbert_pipeline.jobs, so a PyPI "pipelines" or a project's own pipelines/ folder never
+    # shadows them.
+    packages=[
+        *find_packages(include=["sbert_core", "sbert_core.*"]),
+        "sbert_pipeline",
+        *(f"sbert_pipeline.{name}" for name in find_packages("pipelines")),
+        "sbert_pipeline.jobs",
+        *(f"sbert_pipeline.jobs.{name}" for name in find_packages("jobs")),
+    ],
+    package_dir={"sbert_pipeline": "pipelines", "sbert_pipeline.jobs": "jobs"},
     install_requires=[
         # torch is left as a range: constraints.txt pins the CPU build for local installs,
         # GPU worker images install their CUDA build first (deploy/).
@@ -72,5 +81,5 @@ setup(
         "gpu": ["faiss-gpu>=1.8"],
         "gcp": ["apache-beam[gcp]>=2.60"],
     },
-    entry_points={"console_scripts": ["sbert=jobs.cli:main"]},
+    entry_points={"console_scripts": ["sbert=sbert_pipeline.jobs.cli:main"]},
 )

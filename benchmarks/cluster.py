@@ -41,10 +41,10 @@ import sys
 import time
 
 import numpy as np
+from sbert_pipeline.cluster.options import MIN_SAMPLE, SAMPLE_PER_CLUSTER
 
 from benchmarks.common import ROOT, write_result
 from benchmarks.parser import benchmark_parser
-from pipelines.cluster.options import MIN_SAMPLE, SAMPLE_PER_CLUSTER
 
 CHUNK = 8192  # rows generated at a time: small, so the data dominates the RSS before the fit
 
@@ -71,7 +71,7 @@ def _peak_rss_mb() -> float:
 
 
 def _ours(vectors: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    from pipelines.vectors.kmeans import assign, fit_spherical_kmeans
+    from sbert_pipeline.vectors.kmeans import assign, fit_spherical_kmeans
 
     size = min(len(vectors), max(SAMPLE_PER_CLUSTER * k, MIN_SAMPLE))
     rows = np.random.default_rng(seed).choice(len(vectors), size=size, replace=False)
@@ -100,7 +100,7 @@ def _faiss_kmeans(vectors: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, n
 CONTENDERS = {
     "minibatch_kmeans": (_minibatch_kmeans, "sklearn.cluster"),
     "faiss_kmeans": (_faiss_kmeans, "faiss"),
-    "ours": (_ours, "pipelines.vectors.kmeans"),
+    "ours": (_ours, "sbert_pipeline.vectors.kmeans"),
 }
 
 

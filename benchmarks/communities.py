@@ -55,9 +55,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()
 
+    from sbert_pipeline.vectors.communities import detect_communities
     from sentence_transformers.util import community_detection
-
-    from pipelines.vectors.communities import detect_communities
 
     torch.set_num_threads(args.threads)
     vectors = planted_groups(args.n, args.dim, args.seed)

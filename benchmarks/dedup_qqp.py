@@ -1,12 +1,12 @@
 """Dedup methods on real question duplicates: Quora Question Pairs dev, human labels.
 
 Embeds the 158,678 dev questions with all-MiniLM-L6-v2 (or reads them from ``--cache``), finds
-every pair at or above ``--floor`` exactly (:func:`pipelines.vectors.pairs_above.self_pairs_above`),
-then sweeps the threshold for each dedup method (:mod:`pipelines.dedup.methods`) and scores
-"both questions end in one group" on the 116,306 labelled pairs
-(:mod:`pipelines.dedup.labels`). Each method runs in a forked child process, so its time and
-peak memory (the child's peak RSS, which includes the pairs it shares with the parent) are its
-own.
+every pair at or above ``--floor`` exactly
+(:func:`sbert_pipeline.vectors.pairs_above.self_pairs_above`), then sweeps the threshold for each
+dedup method (:mod:`sbert_pipeline.dedup.methods`) and scores "both questions end in one group" on
+the 116,306 labelled pairs (:mod:`sbert_pipeline.dedup.labels`). Each method runs in a forked child
+process, so its time and peak memory (the child's peak RSS, which includes the pairs it shares with
+the parent) are its own.
 
     python -m benchmarks.dedup_qqp [--cache /work/cache/qqp] [--dtype float32] [--floor 0.70]
         [--sweep 0.70:0.95:0.01] [--threads 1] [--max-largest 1000]
@@ -29,11 +29,8 @@ from pathlib import Path
 from queue import Empty
 
 import numpy as np
-
-from benchmarks.common import DATA_DIR, read_tsv, write_result
-from benchmarks.parser import benchmark_parser
-from pipelines.dedup.groups import IndexedPairs, sweep_thresholds
-from pipelines.dedup.labels import (
+from sbert_pipeline.dedup.groups import IndexedPairs, sweep_thresholds
+from sbert_pipeline.dedup.labels import (
     LabelColumns,
     LabelPoint,
     PairCounts,
@@ -43,9 +40,12 @@ from pipelines.dedup.labels import (
     pr_curve,
     read_labelled_pairs,
 )
-from pipelines.dedup.methods import sweep_groupings
-from pipelines.dedup.ranking import rank_items
-from pipelines.dedup.sweep import MethodSettings
+from sbert_pipeline.dedup.methods import sweep_groupings
+from sbert_pipeline.dedup.ranking import rank_items
+from sbert_pipeline.dedup.sweep import MethodSettings
+
+from benchmarks.common import DATA_DIR, read_tsv, write_result
+from benchmarks.parser import benchmark_parser
 from sbert_core.evaluation.pair_metrics import best_f1 as pair_best_f1
 
 
@@ -115,7 +115,7 @@ def all_pairs(cache: Path | None, dtype: str, vectors: np.ndarray, floor: float)
     if cache is not None and (cache / name).exists():
         data = np.load(cache / name)
         return IndexedPairs(data["a"], data["b"], data["score"])
-    from pipelines.vectors.pairs_above import self_pairs_above
+    from sbert_pipeline.vectors.pairs_above import self_pairs_above
 
     start = time.perf_counter()
     a, b, s = self_pairs_above(vectors, floor)

@@ -11,8 +11,8 @@ Timed, in this process, each path ``--repeats`` times (alternating, medians repo
 - before: ``tests/dedup_reference.py``, the pure-Python union-find production used until this
   change: the components of the pairs at ``--threshold`` (``connected_components``) and the
   threshold sweep over 0.80, 0.81, ..., 1.00 (``threshold_sweep``);
-- after: ``pipelines.dedup.groups.connected_components`` (scipy's
-  ``connected_components``) and ``pipelines.dedup.groups.threshold_sweep`` (numba), the same
+- after: ``sbert_pipeline.dedup.groups.connected_components`` (scipy's
+  ``connected_components``) and ``sbert_pipeline.dedup.groups.threshold_sweep`` (numba), the same
   two calls. The numba function is compiled (or loaded from its cache) before the timing; that
   first call is reported on its own.
 
@@ -34,9 +34,9 @@ import sys
 import time
 
 import numpy as np
+from sbert_pipeline.dedup.groups import IndexedPairs, connected_components, threshold_sweep
 
 from benchmarks.common import ROOT, write_result
-from pipelines.dedup.groups import IndexedPairs, connected_components, threshold_sweep
 
 GOAL = 3.0  # issue 26, item 6: 3x faster at 10M pairs
 THRESHOLDS = [round(0.8 + 0.01 * i, 6) for i in range(21)]

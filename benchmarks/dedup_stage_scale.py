@@ -3,7 +3,7 @@ item 3).
 
 The data (:func:`write_folders`): an ``embeddings/`` folder of ``--rows`` ids (4-d random
 vectors: dedup reads only the ids) and a ``pairs/`` folder of ``--pairs`` pairs written with the
-pairs stage's own writer (:func:`pipelines.pairs.output_tables.pairs_table`), the planted group
+pairs stage's own writer (:func:`sbert_pipeline.pairs.output_tables.pairs_table`), the planted group
 structure of :func:`benchmarks.dedup_scale.planted_pairs` (groups of 2 to 64 rows, scores
 uniform in [0.8, 1)), pairs threshold 0.8. Both folders get manifests as the stages write them
 (without a commit section, so their files are read unchecked).
@@ -34,12 +34,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from sbert_pipeline.io.schemas import PAIRS_SCHEMA, embeddings_table
+from sbert_pipeline.pairs.output_tables import pairs_table, part_path
+from sbert_pipeline.pairs.settings import write_parquet
 
 from benchmarks.common import ROOT, write_result
 from benchmarks.dedup_scale import planted_pairs
-from pipelines.io.schemas import PAIRS_SCHEMA, embeddings_table
-from pipelines.pairs.output_tables import pairs_table, part_path
-from pipelines.pairs.settings import write_parquet
 
 MODEL = {
     "model_id": "planted",
@@ -100,7 +100,11 @@ def write_folders(folder: Path, rows: int, pairs: int, seed: int = 0) -> tuple[P
 
 def timed_dedup(code: Path, pairs_dir: Path, output: Path | None, args: list[str]) -> dict:
     """One ``sbert dedup`` in a child process importing the project from ``code``."""
-    command = [sys.executable, "-c", "import sys; from jobs.cli import main; sys.exit(main())"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from sbert_pipeline.jobs.cli import main; sys.exit(main())",
+    ]
     command += ["dedup", "--pairs", str(pairs_dir), *args]
     command += ["--dry-run"] if output is None else ["--output", str(output), "--overwrite"]
     env = {**os.environ, "PYTHONPATH": str(code.resolve())}

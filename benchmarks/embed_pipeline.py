@@ -31,7 +31,8 @@ def main() -> None:
     parser.add_argument("--compute-dtype", default="float32")
     args = parser.parse_args()
 
-    from pipelines import embed
+    from sbert_pipeline import embed
+
     from sbert_core import SentenceEncoder
 
     torch.set_num_threads(args.threads)

@@ -3,7 +3,8 @@
 Contenders, on the same corpus (the first ``--n`` questions of QQP dev, as JSONL), the packaged
 all-MiniLM-L6-v2 with ``--compute-dtype`` (default bfloat16):
 
-- plain: ``python -m jobs.cli embed --input CORPUS --output OUT --id-field qid --text-field
+- plain: ``python -m sbert_pipeline.jobs.cli embed --input CORPUS --output OUT --id-field qid
+--text-field
   question --compute-dtype D``;
 - exact: the same with ``--exact-dedup``.
 
@@ -31,10 +32,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from sbert_pipeline.io.text_normal import first_copies
 
 from benchmarks.common import DATA_DIR, ROOT, read_tsv, write_result
 from benchmarks.parser import benchmark_parser
-from pipelines.io.text_normal import first_copies
 
 QUESTIONS = DATA_DIR / "qqp" / "dev_questions.tsv.gz"
 
@@ -61,7 +62,7 @@ def write_corpus(path: Path, n: int, variants: int) -> int:
 
 def run_embed(corpus: Path, out: Path, compute_dtype: str, exact: bool) -> dict:
     """One ``sbert embed`` in a subprocess: wall and CPU seconds, and its manifest's counts."""
-    command = [sys.executable, "-m", "jobs.cli", "embed", "--input", str(corpus)]
+    command = [sys.executable, "-m", "sbert_pipeline.jobs.cli", "embed", "--input", str(corpus)]
     command += ["--output", str(out), "--id-field", "qid", "--text-field", "question"]
     command += ["--compute-dtype", compute_dtype, "--overwrite"]
     command += ["--exact-dedup"] if exact else []

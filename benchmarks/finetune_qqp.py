@@ -44,7 +44,7 @@ def main() -> None:
             overrides += [f"{section}vectors={vectors}", f"{section}vector_ids={ids}"]
     import logging
 
-    from pipelines import finetune
+    from sbert_pipeline import finetune
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     load_before = os.getloadavg()

@@ -96,7 +96,7 @@ def run_job(config: dict, path: Path, threads: int, log: Path) -> dict:
 
 def incremental_sections(job_dir: Path) -> dict:
     """Each stage's ``incremental`` manifest section (what it reused), by stage."""
-    from jobs.run_table import stage_spec
+    from sbert_pipeline.jobs.run_table import stage_spec
 
     sections = {}
     for stage in STAGES:
@@ -109,7 +109,7 @@ def incremental_sections(job_dir: Path) -> dict:
 def _read_folder(folder: Path, columns: list[str]) -> dict[str, list]:
     """The columns of every part the folder's manifest lists (checked against their digests),
     concatenated."""
-    from pipelines.io.output_dir import listed_parts, read_manifest
+    from sbert_pipeline.io.output_dir import listed_parts, read_manifest
 
     directory = str(folder.parent)
     names = listed_parts(directory, read_manifest(directory), folder.name) or []

@@ -2,9 +2,9 @@
 
 Contenders, on the same vectors, the same queries and the same threads:
 
-- ours: ``pipelines.index.planner`` picks the factory for N, d and ``--budget``; when HNSW and
-  IVF-Flat both fit, ``pipelines.index.trial`` builds both on a sample and keeps the one
-  predicted faster at the target (timed as part of our build); ``pipelines.index.build``
+- ours: ``sbert_pipeline.index.planner`` picks the factory for N, d and ``--budget``; when HNSW and
+  IVF-Flat both fit, ``sbert_pipeline.index.trial`` builds both on a sample and keeps the one
+  predicted faster at the target (timed as part of our build); ``sbert_pipeline.index.build``
   trains on a sample, adds in batches, and tunes nprobe/efSearch to the smallest value
   reaching ``--target`` recall@10 on held-out rows (all timed).
 - ``HNSW32``: ``faiss.index_factory(d, "HNSW32", METRIC_INNER_PRODUCT)``, add, efSearch 16.
@@ -34,16 +34,16 @@ from collections.abc import Iterator
 
 import faiss
 import numpy as np
+from sbert_pipeline.index.build import ArraySource, BuildSettings, build_index
+from sbert_pipeline.index.faiss_ops import set_search_params
+from sbert_pipeline.index.planner import plan_index
+from sbert_pipeline.index.trial import choose_by_trial
+from sbert_pipeline.index.tuning import search_parameter, tune_search_parameter
+from sbert_pipeline.io.sizes import format_size, parse_size
+from sbert_pipeline.vectors.exact_truth import recall_at_k
 
 from benchmarks.common import interleaved_medians, write_result
 from benchmarks.parser import benchmark_parser
-from pipelines.index.build import ArraySource, BuildSettings, build_index
-from pipelines.index.faiss_ops import set_search_params
-from pipelines.index.planner import plan_index
-from pipelines.index.trial import choose_by_trial
-from pipelines.index.tuning import search_parameter, tune_search_parameter
-from pipelines.io.sizes import format_size, parse_size
-from pipelines.vectors.exact_truth import recall_at_k
 
 K = 10
 BASELINES = ("HNSW32", "IVF4096,Flat")
@@ -77,7 +77,7 @@ def planted_vectors(
 
 def real_vectors(directory: str, n_queries: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """An ``sbert embed`` output, normalised, split into corpus and held-out query rows."""
-    from pipelines.io.embeddings import EmbeddingsDataset
+    from sbert_pipeline.io.embeddings import EmbeddingsDataset
 
     _, vectors = EmbeddingsDataset.open(directory).load()
     faiss.normalize_L2(vectors)

@@ -5,7 +5,8 @@ FAISS building the same factory, on planted vectors read from disk.
 clusters, noise ``--spread``) are written as an embeddings folder (Parquet, in chunks, so the
 generator never holds them all). Then, each in its own process so that its peak RSS is its own:
 
-- ours: ``python -m jobs.cli index --memory-budget B``: the planner picks the factory under the
+- ours: ``python -m sbert_pipeline.jobs.cli index --memory-budget B``: the planner picks the
+factory under the
   budget (counting the whole process), trains on a sample, fills in batches, tunes nprobe /
   efSearch to ``--target`` recall@10 on held-out rows; its manifest records the peak RSS;
 - plain FAISS: ``faiss.index_factory`` of the factory ours chose, trained on the same number of
@@ -41,12 +42,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from sbert_pipeline.io.schemas import embeddings_table
+from sbert_pipeline.io.sizes import format_size, parse_size
 
 from benchmarks.common import ROOT, write_result
 from benchmarks.index import planted_chunks, planted_vectors
 from benchmarks.parser import benchmark_parser
-from pipelines.io.schemas import embeddings_table
-from pipelines.io.sizes import format_size, parse_size
 
 K = 10
 CHUNK = 100_000  # rows generated and written at a time
@@ -81,8 +82,8 @@ def write_planted(folder: Path, args) -> None:
 
 def exact_truth(folder: Path, queries: np.ndarray) -> np.ndarray:
     """Corpus rows of each query's exact top-10, streamed over the corpus."""
-    from pipelines.io.embeddings import EmbeddingsDataset
-    from pipelines.vectors.exact_truth import ExactTopK
+    from sbert_pipeline.io.embeddings import EmbeddingsDataset
+    from sbert_pipeline.vectors.exact_truth import ExactTopK
 
     exact = ExactTopK(queries, K, metric="ip", kernel="faiss")
     for _, vectors in EmbeddingsDataset.open(str(folder)).batches():
@@ -92,14 +93,21 @@ def exact_truth(folder: Path, queries: np.ndarray) -> np.ndarray:
 
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
     """recall@10 of corpus rows ``found`` against ``truth``."""
-    from pipelines.vectors.exact_truth import recall_at_k
+    from sbert_pipeline.vectors.exact_truth import recall_at_k
 
     return recall_at_k(found, truth, K)
 
 
 def run_ours(corpus: Path, output: Path, args) -> dict:
     """``sbert index`` in a subprocess; the facts of its manifest and its wall time."""
-    command = [sys.executable, "-m", "jobs.cli", "index", "--embeddings", str(corpus)]
+    command = [
+        sys.executable,
+        "-m",
+        "sbert_pipeline.jobs.cli",
+        "index",
+        "--embeddings",
+        str(corpus),
+    ]
     command += ["--output", str(output), "--memory-budget", args.memory_budget]
     command += ["--target-recall", str(args.target), "--seed", str(args.seed)]
     start = time.perf_counter()
@@ -122,7 +130,7 @@ def run_ours(corpus: Path, output: Path, args) -> dict:
 
 def ours_recall(output: Path, queries: np.ndarray, truth: np.ndarray) -> float:
     """recall@10 of the published index on the fresh queries (positions mapped to rows)."""
-    from pipelines.index.files import open_index
+    from sbert_pipeline.index.files import open_index
 
     loaded = open_index(str(output), verify_checksums=False)
     _, positions = loaded.index.search(queries, K)
@@ -133,10 +141,9 @@ def ours_recall(output: Path, queries: np.ndarray, truth: np.ndarray) -> float:
 def child_plain(args) -> None:
     """Plain FAISS in this process: train on random rows, add the batches, search; one JSON line."""
     import faiss
-
-    from pipelines.index.build import gather_rows
-    from pipelines.index.faiss_ops import set_search_params
-    from pipelines.io.embeddings import EmbeddingsDataset
+    from sbert_pipeline.index.build import gather_rows
+    from sbert_pipeline.index.faiss_ops import set_search_params
+    from sbert_pipeline.io.embeddings import EmbeddingsDataset
 
     start = time.perf_counter()
     data = EmbeddingsDataset.open(args.corpus)

@@ -2,7 +2,8 @@
 
 Contenders, on the same vectors (unit rows, 384-d), top-10 other rows per row, the same threads:
 
-- ours: ``pipelines.vectors.allpairs.self_topk(vectors, 10)`` (precision ``auto``: a bf16 candidate
+- ours: ``sbert_pipeline.vectors.allpairs.self_topk(vectors, 10)`` (precision ``auto``: a bf16
+candidate
   pass over the upper triangle where the CPU has bf16 units, then an exact fp32 rescore). Its
   numba kernels are loaded (compiled on a fresh install) by a call on 2,000 random rows first;
   that time is reported as ``kernel_warmup_seconds`` and not counted.
@@ -59,7 +60,7 @@ SHORT = {"paraphrase_mining": "paraphrase_mining", "faiss_flat": "FAISS IndexFla
 def load_vectors(args: argparse.Namespace, n: int) -> np.ndarray:
     """The first ``n`` rows of ``--embeddings`` (normalised), or ``n`` planted unit vectors."""
     if args.embeddings:
-        from pipelines.io.embeddings import EmbeddingsDataset
+        from sbert_pipeline.io.embeddings import EmbeddingsDataset
 
         _, vectors = EmbeddingsDataset.open(args.embeddings).load()
         if len(vectors) < n:
@@ -81,8 +82,7 @@ def _rss_kib(field: str) -> int:
 
 def _ours(vectors: np.ndarray, threads: int) -> tuple[dict, dict]:
     import torch
-
-    from pipelines.vectors.allpairs import SelfTopkStats, self_topk
+    from sbert_pipeline.vectors.allpairs import SelfTopkStats, self_topk
 
     torch.set_num_threads(threads)
     # The scan kernels are compiled by numba on first use and cached on disk: a first call on
@@ -144,10 +144,9 @@ RUNNERS = {"ours": _ours, "paraphrase_mining": _paraphrase_mining, "faiss_flat":
 def child(args: argparse.Namespace) -> None:
     """Run one contender on ``--data``; save its result to ``--result``; print one JSON line."""
     import faiss  # noqa: F401  (all heavy imports before the clock and the baseline RSS)
+    import sbert_pipeline.vectors.allpairs  # noqa: F401
     import sentence_transformers.util  # noqa: F401
     import torch  # noqa: F401
-
-    import pipelines.vectors.allpairs  # noqa: F401
 
     vectors = np.load(args.data)
     before = _rss_kib("VmRSS")

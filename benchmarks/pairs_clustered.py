@@ -13,8 +13,8 @@ Data (seeded, generated in chunks, written once as an ``embeddings/`` dataset un
   sqrt(d))`` (cosine ~0.99); their ids go to ``known_pairs.parquet``, which the job is given
   with ``--known-pairs``, so that its manifest records the planted-pair recall.
 
-The job runs in a child process (``sbert pairs`` through ``jobs.stage_cli``, the local
-FnApiRunner), so the reported peak RSS (``ru_maxrss`` of the child) is the job's own:
+The job runs in a child process (``sbert pairs`` through ``sbert_pipeline.jobs.stage_cli``, the
+local FnApiRunner), so the reported peak RSS (``ru_maxrss`` of the child) is the job's own:
 launcher, Beam runner and workers. Meanwhile this process lists the output folder's ``_work``
 files every 0.2 s: their largest total is the temporary disk peak, reported against the
 vectors' size (``n * dim * 4``).
@@ -58,7 +58,7 @@ def _unit(rows: np.ndarray) -> np.ndarray:
 
 def write_planted(directory: Path, n: int, dim: int, topics: int, pairs: int, seed: int) -> dict:
     """Generate the planted dataset into ``directory`` (embeddings shards + manifest + pairs)."""
-    from pipelines.io.schemas import embeddings_table
+    from sbert_pipeline.io.schemas import embeddings_table
 
     rng = np.random.default_rng(seed)
     centres = _unit(rng.standard_normal((topics, dim)))
@@ -125,7 +125,7 @@ def write_planted(directory: Path, n: int, dim: int, topics: int, pairs: int, se
 
 
 def _run_job(argv: list[str], queue) -> None:
-    from jobs.stage_cli import run_command
+    from sbert_pipeline.jobs.stage_cli import run_command
 
     queue.put(run_command("pairs", argv).line())
 
@@ -181,8 +181,8 @@ def run_job(argv: list[str], watch: Path | None = None) -> tuple[str, float, int
 
 
 def _time_exact(directory: str, rows: int, queue) -> None:
-    from pipelines.io.embeddings import EmbeddingsDataset
-    from pipelines.vectors.allpairs import self_topk
+    from sbert_pipeline.io.embeddings import EmbeddingsDataset
+    from sbert_pipeline.vectors.allpairs import self_topk
 
     _, vectors = EmbeddingsDataset.open(directory).load()
     start = time.perf_counter()

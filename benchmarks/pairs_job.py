@@ -3,12 +3,13 @@
 Contenders, on the same unit vectors (the first ``--n`` rows of ``--vectors``, cached MiniLM
 question embeddings), top-10 other rows per row, the same threads:
 
-- command: ``python -m jobs.cli pairs --embeddings DIR --output OUT --method exact --k 10``
+- command: ``python -m sbert_pipeline.jobs.cli pairs --embeddings DIR --output OUT --method exact
+--k 10``
   in a subprocess, timed from start to exit (Python and library imports, the launcher's scan
   of the embeddings, the Beam pipeline, the Parquet shards and the manifest); its peak RSS is
   the process's own (``wait4``). The embeddings folder (Parquet shards and manifest, written
   by ``tests/planted_vectors.write_embeddings_dir``) is not timed.
-- kernel: ``pipelines.vectors.allpairs.self_topk(vectors, 10)`` in-process, in the child of
+- kernel: ``sbert_pipeline.vectors.allpairs.self_topk(vectors, 10)`` in-process, in the child of
   ``benchmarks/pairs.py`` (vectors loaded from ``.npy`` first, numba kernels loaded by a
   warm-up call, neither timed).
 
@@ -46,11 +47,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from sbert_pipeline.io.sizes import parse_size
 
 from benchmarks.common import ROOT, write_result
 from benchmarks.pairs import K, run_child
 from benchmarks.parser import benchmark_parser
-from pipelines.io.sizes import parse_size
 
 VECTORS = Path("/work/cache/qqp/dev_emb_float32.npy")
 WORKER_MEMORY = "4GB"  # sbert pairs' default --worker-memory
@@ -126,7 +127,7 @@ def main() -> None:
         del vectors
         print(f"N = {n} x {dim} ({real_rows} real), top-{K}, {args.threads} threads", flush=True)
         output = root / "pairs"
-        command = [sys.executable, "-m", "jobs.cli", "pairs", "--embeddings"]
+        command = [sys.executable, "-m", "sbert_pipeline.jobs.cli", "pairs", "--embeddings"]
         command += [str(root / "embeddings"), "--output", str(output)]
         command += ["--method", "exact", "--k", str(K)]
         for _ in range(args.repeats):

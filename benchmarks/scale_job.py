@@ -4,7 +4,8 @@ vectors, each stage's wall time, peak RSS and peak temporary disk (issue 29, ite
 For each ``--n`` the script writes N planted unit vectors (dim ``--dim``, no embedding, so it
 runs fast) as an embed output folder, block by block, and runs::
 
-    python -m jobs.cli run job.yaml     # stages [index, cluster, pairs, dedup], embeddings: DIR
+    python -m sbert_pipeline.jobs.cli run job.yaml     # stages [index, cluster, pairs, dedup],
+    embeddings: DIR
                                         # memory_budget: 4GB, pairs clustered >= 0.8, dedup star
 
 as a child process. Half the rows are "originals" around ``--centres`` random centres (cosine
@@ -49,11 +50,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import yaml
+from sbert_pipeline.io.schemas import embeddings_table
+from sbert_pipeline.io.sizes import format_size, parse_size
 
 from benchmarks.common import ROOT, write_result
 from benchmarks.parser import benchmark_parser
-from pipelines.io.schemas import embeddings_table
-from pipelines.io.sizes import format_size, parse_size
 
 STAGES = ("index", "cluster", "pairs", "dedup")
 BLOCK = 100_000  # rows generated and written at a time (one Parquet shard)
@@ -221,7 +222,7 @@ def run_job(config: Path, job_dir: Path, tmp_dir: Path, log: Path) -> tuple[Watc
     """Run ``sbert run config`` in a child process, sampling it; (watch, exit status, wall s)."""
     watch, done = Watch(), threading.Event()
     env = {**os.environ, "TMPDIR": str(tmp_dir), "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "jobs.cli", "run", str(config)]
+    command = [sys.executable, "-m", "sbert_pipeline.jobs.cli", "run", str(config)]
     start = time.perf_counter()
     process = subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -50,8 +50,9 @@ BAND_EDGES = (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
 def holdout_files(work: Path) -> tuple[Path, Path, int, int]:
     """Write the holdout's questions (JSONL: id, text) and labelled pairs (TSV); return the
     paths with the question and labelled-pair counts."""
-    from pipelines.finetune.dedup_test import DedupTestConfig, load_holdout
-    from pipelines.io.text_normal import text_key
+    from sbert_pipeline.finetune.dedup_test import DedupTestConfig, load_holdout
+    from sbert_pipeline.io.text_normal import text_key
+
     from sbert_core.training.data import DataSpec
 
     spec = DataSpec(
@@ -89,7 +90,7 @@ def holdout_files(work: Path) -> tuple[Path, Path, int, int]:
 
 def sbert(*args: str) -> float:
     """Run ``sbert ARGS`` (this interpreter's), fail loudly, return the wall seconds."""
-    command = [sys.executable, "-m", "jobs.cli", *args]
+    command = [sys.executable, "-m", "sbert_pipeline.jobs.cli", *args]
     print("$ sbert " + " ".join(args), flush=True)
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
@@ -132,9 +133,8 @@ def band_recall(embeddings: Path, labels: Path, edges: tuple[float, ...]) -> lis
     """For each cosine edge: candidate pairs at or above it, and the share of the labelled
     duplicates whose cosine is at or above it."""
     import pyarrow.parquet as pq
-
-    from pipelines.io.embeddings import embedding_matrix, shard_paths
-    from pipelines.vectors.pairs_above import self_pairs_above
+    from sbert_pipeline.io.embeddings import embedding_matrix, shard_paths
+    from sbert_pipeline.vectors.pairs_above import self_pairs_above
 
     table = pq.read_table(shard_paths(str(embeddings)), columns=["id", "embedding"])
     ids = table.column("id").to_pylist()

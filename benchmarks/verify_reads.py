@@ -1,7 +1,7 @@
 """What checking a published folder's files against their manifest costs a stage that reads it.
 
 Every stage that reads a published folder first compares each file the manifest lists with the
-xxh3_128 digest the commit recorded (``pipelines.io.content_checks``; ``--no-verify`` skips
+xxh3_128 digest the commit recorded (``sbert_pipeline.io.content_checks``; ``--no-verify`` skips
 it). This benchmark builds a published embeddings folder of ``--rows`` planted unit vectors
 (float32, ``--dim``, ``--shards`` Parquet parts), written through the project's own commit
 (``prepare_output``, parts in the attempt area, ``StagedOutput.commit``: the manifest and its
@@ -45,15 +45,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from sbert_pipeline.io import content_checks
+from sbert_pipeline.io.atomic import write_table
+from sbert_pipeline.io.output_dir import OutputLayout, read_manifest
+from sbert_pipeline.io.schemas import embeddings_table
+from sbert_pipeline.io.staged_output import prepare_output
 
 from benchmarks.common import ROOT, write_result
 from benchmarks.index import planted_vectors
 from benchmarks.parser import benchmark_parser
-from pipelines.io import content_checks
-from pipelines.io.atomic import write_table
-from pipelines.io.output_dir import OutputLayout, read_manifest
-from pipelines.io.schemas import embeddings_table
-from pipelines.io.staged_output import prepare_output
 
 CLUSTERS = 1000
 LAYOUT = OutputLayout(datasets=("",))  # the embed stage's parts, at the folder's top level
@@ -134,7 +134,9 @@ def sha256_check(directory: str, files: list[dict]) -> Callable[[], object]:
 
 def stage_run(stage: str, embeddings: str, output: str) -> Callable[[], object]:
     """One run of ``stage`` on ``embeddings`` in this process, without the content check."""
-    job = importlib.import_module(f"jobs.{stage}")  # imports are not the stage's work
+    job = importlib.import_module(
+        f"sbert_pipeline.jobs.{stage}"
+    )  # imports are not the stage's work
     argv = ["--embeddings", embeddings, "--output", output, *STAGE_ARGS[stage]]
     return lambda: job.run([*argv, "--no-verify", "--overwrite"])
 

@@ -9,8 +9,8 @@ chatter from optional Beam I/O modules is filtered).
 Exit statuses: 0 done; 1 the job failed (rows lost, too many rejected), the disk filled up or
 the output is on a read-only file system; 2 a mistake the message names (an option, a missing
 file, a damaged input, a run over its memory budget); 130 Ctrl-C; 143 SIGTERM (the process
-ends within ``jobs.user_stops.STOP_DEADLINE_S`` of the signal, whatever it is doing). Each
-failure is one line on stderr; a stop the user caused (Ctrl-C, SIGTERM, a full disk, a
+ends within ``sbert_pipeline.jobs.user_stops.STOP_DEADLINE_S`` of the signal, whatever it is
+doing). Each failure is one line on stderr; a stop the user caused (Ctrl-C, SIGTERM, a full disk, a
 read-only output) says that the previous output is unchanged, which the staged commit
 guarantees (``pipelines/io/output_dir.py``).
 """
@@ -31,17 +31,18 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from jobs import stage_cli
-from jobs.parsers import CommandParser, HelpFormatter
-from jobs.user_stops import StopDeadline, user_stop
-from pipelines.io.resources import ResourceError, return_freed_arrow_memory_at_once
-from pipelines.stage_api.stops import JobFailedError, Terminated, note_stop
+from sbert_pipeline.io.resources import ResourceError, return_freed_arrow_memory_at_once
+from sbert_pipeline.jobs import stage_cli
+from sbert_pipeline.jobs.parsers import CommandParser, HelpFormatter
+from sbert_pipeline.jobs.user_stops import StopDeadline, user_stop
+from sbert_pipeline.stage_api.stops import JobFailedError, Terminated, note_stop
+
 from sbert_core import __version__
 from sbert_core.errors import DataFileError, ModelLoadError
 
 # The commands, each summary its line in `sbert --help`: every stage package's (its command is
 # generated from its Options, jobs/stage_cli.py), and run and submit (jobs.<name>.main(argv),
-# their options in jobs.parsers.<name>).
+# their options in sbert_pipeline.jobs.parsers.<name>).
 JOB_COMMANDS = dict(
     sorted(
         {
@@ -81,7 +82,7 @@ _RESEND_DELAY_S = 0.05
 def build_parser() -> argparse.ArgumentParser:
     """The ``sbert`` parser with every sub-command registered (the commands' own options are
     parsed by their own parsers)."""
-    from jobs import encode_file, eval_pairs, eval_sts
+    from sbert_pipeline.jobs import encode_file, eval_pairs, eval_sts
 
     # Its sub-command parsers (encode, eval) are CommandParsers too: defaults shown.
     parser = CommandParser(
@@ -151,12 +152,12 @@ def check_command_args(command: str, argv: list[str]) -> None:
     if stage_cli.is_stage_command(command):
         parser = stage_cli.build_parser(command)
     else:
-        parser = importlib.import_module(f"jobs.parsers.{command}").build_parser()
+        parser = importlib.import_module(f"sbert_pipeline.jobs.parsers.{command}").build_parser()
     _, extra = parser.parse_known_args(argv)
     if not extra:
         return
     if stage_cli.runs_pipelines(command):
-        from pipelines.stage_api.beam_options import check_beam_args
+        from sbert_pipeline.stage_api.beam_options import check_beam_args
 
         check_beam_args(extra, option_strings(parser))
         return
@@ -263,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     level, rest = split_global_flags(argv)
     _configure_logging(level)
     # Called with no arguments, main is the process's command (the `sbert` script, `python -m
-    # jobs.cli`): a stop ends the process within STOP_DEADLINE_S, however busy it is. Not for a
-    # caller that passes its own arguments (a test, a library): that process is not ours to end.
+    # sbert_pipeline.jobs.cli`): a stop ends the process within STOP_DEADLINE_S, however busy it
+    # is. Not for a caller that passes its own arguments (a test, a library): that process is not
+    # ours to end.
     deadline = StopDeadline() if argv_given is None and _in_main_thread() else None
     try:
         with stops_raise(deadline):
@@ -290,7 +292,7 @@ def _run_command(rest: list[str]) -> int:
         check_command_args(rest[0], rest[1:])
         if stage_cli.is_stage_command(rest[0]):
             return stage_cli.main(rest[0], rest[1:])
-        return importlib.import_module(f"jobs.{rest[0]}").main(rest[1:])
+        return importlib.import_module(f"sbert_pipeline.jobs.{rest[0]}").main(rest[1:])
     args = build_parser().parse_args(rest)
     return args.handler(args)
 

@@ -9,8 +9,9 @@ import argparse
 import time
 from pathlib import Path
 
-from jobs.model_flags import DeprecatedAlias, add_model_arguments, encoder_settings
-from jobs.parsers import HelpFormatter, plain_text
+from sbert_pipeline.jobs.model_flags import DeprecatedAlias, add_model_arguments, encoder_settings
+from sbert_pipeline.jobs.parsers import HelpFormatter, plain_text
+
 from sbert_core.tabular import read_table, text_column
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
@@ -67,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     result = encoder.encode_detailed(texts, show_progress=True, **settings.encode_kwargs())
     seconds = time.perf_counter() - start
 
-    from pipelines.io.atomic import local_replacing  # Beam's filesystems: only when writing
+    from sbert_pipeline.io.atomic import local_replacing  # Beam's filesystems: only when writing
 
     with local_replacing(str(output)) as tmp_name:
         if output.suffix == ".npy":
@@ -77,8 +78,7 @@ def main(args: argparse.Namespace) -> int:
                 np.save(tmp, result.embeddings)
         else:
             import pyarrow.parquet as pq
-
-            from pipelines.io.schemas import embeddings_table
+            from sbert_pipeline.io.schemas import embeddings_table
 
             texts_out = texts if args.keep_text else None
             pq.write_table(

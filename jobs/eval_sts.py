@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.parsers.eval import eval_parser, evaluate, pair_file
+from sbert_pipeline.jobs.parsers.eval import eval_parser, evaluate, pair_file
 
 
 def add_parser(subparsers) -> None:

@@ -1,6 +1,6 @@
 """The encoder flags of ``sbert encode`` and ``sbert eval``, generated from the fields of
-:class:`~pipelines.stage_api.model_options.ModelOptions`, where each is declared once (the stage
-commands, ``sbert embed`` and ``sbert search``, get them from their ``Options``).
+:class:`~sbert_pipeline.stage_api.model_options.ModelOptions`, where each is declared once (the
+stage commands, ``sbert embed`` and ``sbert search``, get them from their ``Options``).
 
 :func:`add_model_arguments` adds the flags to a command's parser and :func:`encoder_settings`
 turns the parsed values into one :class:`~sbert_core.inference.encoder_settings.EncoderSettings`,
@@ -16,10 +16,10 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from jobs.options_cli import argparse_settings, cli_fields, flag_of
-from pipelines.stage_api import model_options
-from pipelines.stage_api.model_options import COMPUTE_DTYPE_CHOICES, MODEL_GROUP, ModelOptions
-from pipelines.stage_api.options import field_types
+from sbert_pipeline.jobs.options_cli import argparse_settings, cli_fields, flag_of
+from sbert_pipeline.stage_api import model_options
+from sbert_pipeline.stage_api.model_options import COMPUTE_DTYPE_CHOICES, MODEL_GROUP, ModelOptions
+from sbert_pipeline.stage_api.options import field_types
 
 # The fields of which one at most may be given.
 PROMPT_FIELDS = ("prompt_name", "prompt")

@@ -20,8 +20,8 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin
 
-from jobs.parsers import command_parser
-from pipelines.stage_api.options import BEAM_FIELD, StageOptions, field_types
+from sbert_pipeline.jobs.parsers import command_parser
+from sbert_pipeline.stage_api.options import BEAM_FIELD, StageOptions, field_types
 
 
 def cli_fields(options_type: type[StageOptions]) -> list[dataclasses.Field]:

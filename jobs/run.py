@@ -36,7 +36,7 @@ itself (the corpus and how it is read, the model, ``embeddings:``; see ``job_ide
 ``jobs/run_inputs.py``): a config that differs there is refused before anything is written,
 ``--only`` included, while other stage parameters and added stages are changes of the same job.
 The run holds a lock on the job directory from its checks to its report
-(``pipelines.io.staged_output.take_lock``, the one each stage holds on its folder), so a second
+(``sbert_pipeline.io.staged_output.take_lock``, the one each stage holds on its folder), so a second
 run on it is refused, naming the first one's pid and command from the directory's ``_STARTED``
 marker, instead of redoing a stage whose folder the first one is reading.
 """
@@ -53,12 +53,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
-
-from jobs.parsers.run import build_parser
-from jobs.run_config import CONFIG_COPY, STATE_FILE, RunConfig, config_as_dict, load_run_config
-from jobs.run_inputs import check_inputs, check_same_job, job_identity
-from jobs.run_report import REPORT_FILE, write_report
-from jobs.run_stages import (
+from sbert_pipeline.io.atomic import write_json_replacing, write_text_replacing
+from sbert_pipeline.io.output_dir import STARTED, OutputLockedError, delete_quietly, join
+from sbert_pipeline.io.resources import peak_rss
+from sbert_pipeline.io.staged_output import holder_record, take_lock
+from sbert_pipeline.jobs.parsers.run import build_parser
+from sbert_pipeline.jobs.run_config import (
+    CONFIG_COPY,
+    STATE_FILE,
+    RunConfig,
+    config_as_dict,
+    load_run_config,
+)
+from sbert_pipeline.jobs.run_inputs import check_inputs, check_same_job, job_identity
+from sbert_pipeline.jobs.run_report import REPORT_FILE, write_report
+from sbert_pipeline.jobs.run_stages import (
     JobState,
     StagePlan,
     StageResult,
@@ -67,16 +76,12 @@ from jobs.run_stages import (
     run_stage,
     stage_facts,
 )
-from pipelines.io.atomic import write_json_replacing, write_text_replacing
-from pipelines.io.output_dir import STARTED, OutputLockedError, delete_quietly, join
-from pipelines.io.resources import peak_rss
-from pipelines.io.staged_output import holder_record, take_lock
-from pipelines.stage_api.stops import JobFailedError
+from sbert_pipeline.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)
 
 # Loggers whose progress lines are shown while a stage runs (unless the user set their level).
-PROGRESS_LOGGERS = ("sbert_core.training.loop", "pipelines")
+PROGRESS_LOGGERS = ("sbert_core.training.loop", "sbert_pipeline")
 
 
 @dataclass
@@ -331,7 +336,7 @@ def _check_selection(
 
 def _beam_argv(config: RunConfig) -> list[str]:
     """The runner and Beam options as arguments, checked by Beam's own parser."""
-    from jobs.submit import beam_argv
+    from sbert_pipeline.jobs.submit import beam_argv
 
     options = dict(config.beam)
     if options.get("no_wait_until_finish"):
@@ -352,7 +357,7 @@ def _beam_argv(config: RunConfig) -> list[str]:
 
 def _has_content(directory: str) -> bool:
     """Whether a stage output folder exists with anything in it (then it is replaced)."""
-    from pipelines.io.output_dir import list_files
+    from sbert_pipeline.io.output_dir import list_files
 
     return bool(list_files(directory))
 

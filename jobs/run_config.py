@@ -60,10 +60,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from jobs.run_table import FROM_FINETUNE, STAGE_NAMES, stage_folders, stage_package, stage_spec
-from pipelines.io.resources import AUTO, resolve_budget
-from pipelines.stage_api.job_stage import JobContext
-from pipelines.stage_api.options import BEAM_FIELD, options_from_mapping
+from sbert_pipeline.io.resources import AUTO, resolve_budget
+from sbert_pipeline.jobs.run_table import (
+    FROM_FINETUNE,
+    STAGE_NAMES,
+    stage_folders,
+    stage_package,
+    stage_spec,
+)
+from sbert_pipeline.stage_api.job_stage import JobContext
+from sbert_pipeline.stage_api.options import BEAM_FIELD, options_from_mapping
+
 from sbert_core import DEFAULT_MODEL
 from sbert_core.config import apply_override, config_from_dict, config_to_dict, read_config_file
 
@@ -199,8 +206,8 @@ class RunConfig:
 def load_run_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> RunConfig:
     """Read a job config, apply ``--set`` overrides, expand ``${VAR}`` and check the values.
 
-    Only the config itself is checked here; ``jobs.run_inputs.check_inputs`` looks at files and
-    the model.
+    Only the config itself is checked here; ``sbert_pipeline.jobs.run_inputs.check_inputs`` looks
+    at files and the model.
 
     Args:
         path: the YAML file.
@@ -450,6 +457,6 @@ def _validate_between_stages(config: RunConfig, options: Mapping[str, Any]) -> N
 
 def _expand_variables(data: dict, path: Path) -> dict:
     """The config with ``${VAR}`` replaced, checked the way ``sbert submit`` checks its configs."""
-    from jobs.submit import expand_variables
+    from sbert_pipeline.jobs.submit import expand_variables
 
     return expand_variables(data, path)

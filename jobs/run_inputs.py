@@ -11,12 +11,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs.run_config import REMOTE_SCHEMES, STATE_FILE, RunConfig, stage_options
-from jobs.run_paths import job_inputs, refuse_job_dir_overlaps
-from jobs.run_table import FROM_FINETUNE
-from pipelines.io.content_checks import file_digests
-from pipelines.io.output_names import refuse_output_folder
-from pipelines.stage_api.model_options import ModelOptions, encoder_settings
+from sbert_pipeline.io.content_checks import file_digests
+from sbert_pipeline.io.output_names import refuse_output_folder
+from sbert_pipeline.jobs.run_config import REMOTE_SCHEMES, STATE_FILE, RunConfig, stage_options
+from sbert_pipeline.jobs.run_paths import job_inputs, refuse_job_dir_overlaps
+from sbert_pipeline.jobs.run_table import FROM_FINETUNE
+from sbert_pipeline.stage_api.model_options import ModelOptions, encoder_settings
+
 from sbert_core.config import config_to_dict
 from sbert_core.errors import ModelLoadError
 
@@ -139,7 +140,7 @@ def check_between(stage: str, options: Any, checked: CheckedInputs) -> None:
     """
     if stage != "index" or options.factory == "auto":
         return
-    from pipelines.index.faiss_ops import new_index
+    from sbert_pipeline.index.faiss_ops import new_index
 
     model = (
         checked.model
@@ -172,8 +173,8 @@ def model_identity(options: Any) -> dict:
 def _corpus_files(pattern: str) -> tuple[CorpusFile, ...]:
     """The files ``pattern`` matches, as the embed stage matches them (a local file or folder
     named with glob characters as written; a file name that is not UTF-8 refused)."""
-    from pipelines.io.corpus_files import refuse_unrecordable_names
-    from pipelines.io.filesystems import FileSystems
+    from sbert_pipeline.io.corpus_files import refuse_unrecordable_names
+    from sbert_pipeline.io.filesystems import FileSystems
 
     matched = FileSystems.match([pattern])[0].metadata_list
     if not matched:
@@ -195,10 +196,10 @@ def _embeddings_identity(config: RunConfig) -> dict:
     """
     import hashlib
 
-    from pipelines.io.embeddings import EmbeddingsDataset
-    from pipelines.io.external_vectors import external_files, is_embed_output
-    from pipelines.io.filesystems import FileSystems
-    from pipelines.io.output_dir import MANIFEST, join
+    from sbert_pipeline.io.embeddings import EmbeddingsDataset
+    from sbert_pipeline.io.external_vectors import external_files, is_embed_output
+    from sbert_pipeline.io.filesystems import FileSystems
+    from sbert_pipeline.io.output_dir import MANIFEST, join
 
     source = config.embeddings
     if is_embed_output(source.path):
@@ -230,7 +231,7 @@ def _embeddings_identity(config: RunConfig) -> dict:
 
 def _file_stats(paths: list[str]) -> list[dict]:
     """Each file's path, size and digest, sorted by path."""
-    from pipelines.io.filesystems import FileSystems
+    from sbert_pipeline.io.filesystems import FileSystems
 
     found = [m for result in FileSystems.match(paths) for m in result.metadata_list]
     return [asdict(f) for f in _described((m.path, int(m.size_in_bytes)) for m in found)]
@@ -276,11 +277,11 @@ def _model_files(model: str) -> dict:
 
 def _check_job_dir(job_dir: str) -> None:
     """Refuse a job directory that holds something other than a job of ours (called after
-    :func:`~pipelines.io.output_names.refuse_output_folder`, which refuses the root, the home
+    :func:`~sbert_pipeline.io.output_names.refuse_output_folder`, which refuses the root, the home
     folder and names no stage can write under before anything lists them): it is looked into
     only until its first file, and not at all when it holds our state file."""
-    from pipelines.io.filesystems import FileSystems
-    from pipelines.io.output_dir import join
+    from sbert_pipeline.io.filesystems import FileSystems
+    from sbert_pipeline.io.output_dir import join
 
     if not job_dir.startswith(REMOTE_SCHEMES) and Path(job_dir).is_file():
         raise ValueError(f"job_dir: {job_dir} is a file, not a directory")
@@ -293,8 +294,8 @@ def _check_job_dir(job_dir: str) -> None:
 
 def _holds_a_file(directory: str) -> bool:
     """Whether any file lies below ``directory``; the listing stops at the first one."""
-    from pipelines.io.filesystems import FileSystems
-    from pipelines.io.output_dir import join
+    from sbert_pipeline.io.filesystems import FileSystems
+    from sbert_pipeline.io.output_dir import join
 
     if "://" in directory:
         if not FileSystems.exists(directory):
@@ -305,7 +306,7 @@ def _holds_a_file(directory: str) -> bool:
 
 def _finetune_inputs(config: RunConfig) -> dict:
     """Resolve the finetune config as ``sbert finetune`` would; describe its files."""
-    from pipelines.finetune.config import resolve_config
+    from sbert_pipeline.finetune.config import resolve_config
 
     options = stage_options(config, "finetune")
     path = Path(options.config)

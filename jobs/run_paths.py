@@ -7,7 +7,7 @@ cross-encoder, the finetune config and data, dedup's reference folders and label
 stage would read what the job itself wrote (a corpus glob matching the job's outputs) or replace
 what a later stage reads (a model folder inside a stage folder). Checked before anything is
 written, as each stage checks its own output against its own inputs
-(:mod:`pipelines.io.path_relations`: links resolved, URLs by name).
+(:mod:`sbert_pipeline.io.path_relations`: links resolved, URLs by name).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
-from jobs.run_config import RunConfig, stage_options
-from jobs.run_table import FROM_FINETUNE
-from pipelines.io.path_relations import overlap_error
+from sbert_pipeline.io.path_relations import overlap_error
+from sbert_pipeline.jobs.run_config import RunConfig, stage_options
+from sbert_pipeline.jobs.run_table import FROM_FINETUNE
 
 
 def job_inputs(config: RunConfig, finetune: dict | None) -> list[tuple[str, str]]:

@@ -19,14 +19,14 @@ import posixpath
 import time
 from collections.abc import Sequence
 
-from jobs.run_config import CONFIG_COPY, STATE_FILE, RunConfig
-from jobs.run_stages import StagePlan, StageResult
-from jobs.run_table import STAGES
-from pipelines.io.html import write_text
-from pipelines.io.output_dir import list_files
-from pipelines.stage_api.job_stage import ReportContext
-from pipelines.stage_api.report_parts import escape as _e
-from pipelines.stage_api.report_parts import link, relative
+from sbert_pipeline.io.html import write_text
+from sbert_pipeline.io.output_dir import list_files
+from sbert_pipeline.jobs.run_config import CONFIG_COPY, STATE_FILE, RunConfig
+from sbert_pipeline.jobs.run_stages import StagePlan, StageResult
+from sbert_pipeline.jobs.run_table import STAGES
+from sbert_pipeline.stage_api.job_stage import ReportContext
+from sbert_pipeline.stage_api.report_parts import escape as _e
+from sbert_pipeline.stage_api.report_parts import link, relative
 
 REPORT_FILE = "report.html"
 # How many files of a stage output the page lists; everything else is one link away.

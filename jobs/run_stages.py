@@ -31,16 +31,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from jobs.run_config import EMBED_STAGE, STATE_FILE, RunConfig, stage_options
-from jobs.run_inputs import CheckedInputs, check_between
-from jobs.run_table import stage_package, stage_spec
-from pipelines.io.atomic import write_json_replacing
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import MANIFEST, join
-from pipelines.io.resources import release_free_memory
-from pipelines.io.sizes import format_size
-from pipelines.stage_api.job_stage import JobStage
-from pipelines.stage_api.options import BEAM_FIELD
+from sbert_pipeline.io.atomic import write_json_replacing
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import MANIFEST, join
+from sbert_pipeline.io.resources import release_free_memory
+from sbert_pipeline.io.sizes import format_size
+from sbert_pipeline.jobs.run_config import EMBED_STAGE, STATE_FILE, RunConfig, stage_options
+from sbert_pipeline.jobs.run_inputs import CheckedInputs, check_between
+from sbert_pipeline.jobs.run_table import stage_package, stage_spec
+from sbert_pipeline.stage_api.job_stage import JobStage
+from sbert_pipeline.stage_api.options import BEAM_FIELD
 
 STATE_FORMAT = 1
 
@@ -149,7 +149,7 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
 
     Args:
         config: the validated job config.
-        checked: what :func:`jobs.run_inputs.check_inputs` found.
+        checked: what :func:`sbert_pipeline.jobs.run_inputs.check_inputs` found.
         beam_argv: the job's Beam options (already checked against Beam's parser).
 
     Raises:
@@ -204,7 +204,7 @@ class StageRecord:
     """What the job state remembers about a stage's last successful run.
 
     The stages of one ``sbert run`` share its process, whose peak RSS only grows: ``peak_rss``
-    (bytes, :func:`pipelines.io.resources.peak_rss` at the stage's end) is the stage's own peak
+    (bytes, :func:`sbert_pipeline.io.resources.peak_rss` at the stage's end) is the stage's own peak
     when it exceeds ``peak_rss_at_start``, and an upper bound of it otherwise. A state written
     before they were recorded reads as None.
     """
@@ -220,8 +220,8 @@ class StageRecord:
 @dataclass
 class JobState:
     """The job directory's record of finished stages (``_job_state.json``), and of the job that
-    made it (``identity``: :func:`jobs.run_inputs.job_identity`; None in a state written before
-    it was recorded)."""
+    made it (``identity``: :func:`sbert_pipeline.jobs.run_inputs.job_identity`; None in a state
+    written before it was recorded)."""
 
     job_dir: str
     stages: dict[str, StageRecord] = field(default_factory=dict)

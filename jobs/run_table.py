@@ -11,14 +11,14 @@ import importlib
 import os
 from types import ModuleType
 
-from pipelines.cluster.job_stage import JOB_STAGE as CLUSTER
-from pipelines.dedup.job_stage import JOB_STAGE as DEDUP
-from pipelines.embed.job_stage import JOB_STAGE as EMBED
-from pipelines.finetune.job_stage import JOB_STAGE as FINETUNE
-from pipelines.index.job_stage import JOB_STAGE as INDEX
-from pipelines.pairs.job_stage import JOB_STAGE as PAIRS
-from pipelines.stage_api.job_stage import JobStage
-from pipelines.verify.job_stage import JOB_STAGE as VERIFY
+from sbert_pipeline.cluster.job_stage import JOB_STAGE as CLUSTER
+from sbert_pipeline.dedup.job_stage import JOB_STAGE as DEDUP
+from sbert_pipeline.embed.job_stage import JOB_STAGE as EMBED
+from sbert_pipeline.finetune.job_stage import JOB_STAGE as FINETUNE
+from sbert_pipeline.index.job_stage import JOB_STAGE as INDEX
+from sbert_pipeline.pairs.job_stage import JOB_STAGE as PAIRS
+from sbert_pipeline.stage_api.job_stage import JobStage
+from sbert_pipeline.verify.job_stage import JOB_STAGE as VERIFY
 
 # In run order: each stage reads only what the ones before it wrote.
 STAGES: tuple[JobStage, ...] = (FINETUNE, EMBED, INDEX, CLUSTER, PAIRS, VERIFY, DEDUP)
@@ -36,7 +36,7 @@ def stage_spec(name: str) -> JobStage:
 def stage_package(name: str) -> ModuleType:
     """``pipelines.<name>``: the stage's ``Options`` and ``run`` (its heavy modules load when
     it runs)."""
-    return importlib.import_module(f"pipelines.{name}")
+    return importlib.import_module(f"sbert_pipeline.{name}")
 
 
 def stage_folders(job_dir: str) -> dict[str, str]:

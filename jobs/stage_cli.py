@@ -16,17 +16,17 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from jobs.options_cli import build_options_parser, parse_options
-from jobs.parsers import CommandParser
-from pipelines.stage_api.options import BEAM_FIELD
+from sbert_pipeline.jobs.options_cli import build_options_parser, parse_options
+from sbert_pipeline.jobs.parsers import CommandParser
+from sbert_pipeline.stage_api.options import BEAM_FIELD
 
 
 def is_stage_command(name: str) -> bool:
     """Whether ``sbert <name>`` is a stage package's: ``pipelines.<name>`` exports ``Options``
     (from its ``options.py``) and ``run``."""
-    if not name.isidentifier() or importlib.util.find_spec(f"pipelines.{name}") is None:
+    if not name.isidentifier() or importlib.util.find_spec(f"sbert_pipeline.{name}") is None:
         return False
-    if importlib.util.find_spec(f"pipelines.{name}.options") is None:
+    if importlib.util.find_spec(f"sbert_pipeline.{name}.options") is None:
         return False
     package = stage_package(name)
     return hasattr(package, "Options") and hasattr(package, "run")
@@ -34,9 +34,9 @@ def is_stage_command(name: str) -> bool:
 
 def stage_commands() -> dict[str, str]:
     """Every stage package's command -> its ``SUMMARY`` (its line in ``sbert --help``)."""
-    import pipelines
+    import sbert_pipeline
 
-    names = sorted(info.name for info in pkgutil.iter_modules(pipelines.__path__))
+    names = sorted(info.name for info in pkgutil.iter_modules(sbert_pipeline.__path__))
     return {name: stage_package(name).SUMMARY for name in names if is_stage_command(name)}
 
 
@@ -49,13 +49,13 @@ def runs_pipelines(name: str) -> bool:
 
 def stage_package(stage: str) -> ModuleType:
     """``pipelines.<stage>``: its ``Options`` and ``run``."""
-    return importlib.import_module(f"pipelines.{stage}")
+    return importlib.import_module(f"sbert_pipeline.{stage}")
 
 
 def build_parser(stage: str) -> CommandParser:
     """The parser of ``sbert <stage>``, its description the stage module's docstring."""
     return build_options_parser(
-        stage_package(stage).Options, f"sbert {stage}", f"pipelines.{stage}.stage"
+        stage_package(stage).Options, f"sbert {stage}", f"sbert_pipeline.{stage}.stage"
     )
 
 
@@ -67,7 +67,7 @@ def parse(stage: str, argv: Sequence[str] | None) -> Any:
         OptionError: a value the stage refuses, naming the flag.
     """
     options_type = stage_package(stage).Options
-    return parse_options(options_type, argv, f"sbert {stage}", f"pipelines.{stage}.stage")
+    return parse_options(options_type, argv, f"sbert {stage}", f"sbert_pipeline.{stage}.stage")
 
 
 def run_command(stage: str, argv: Sequence[str] | None, *, pipeline: Any = None) -> Any:

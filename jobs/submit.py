@@ -36,11 +36,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from jobs.options_cli import options_flags
-from jobs.parsers.submit import build_parser
-from jobs.stage_cli import runs_pipelines, stage_package
-from pipelines.stage_api.beam_options import beam_parser
-from pipelines.stage_api.options import BEAM_FIELD, options_from_mapping
+from sbert_pipeline.jobs.options_cli import options_flags
+from sbert_pipeline.jobs.parsers.submit import build_parser
+from sbert_pipeline.jobs.stage_cli import runs_pipelines, stage_package
+from sbert_pipeline.stage_api.beam_options import beam_parser
+from sbert_pipeline.stage_api.options import BEAM_FIELD, options_from_mapping
+
 from sbert_core.config import load_yaml, parse_override
 
 # The stages a config may name: those that run Beam pipelines.

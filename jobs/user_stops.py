@@ -18,7 +18,7 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from pipelines.stage_api.stops import Terminated, cause_chain, stop_signal
+from sbert_pipeline.stage_api.stops import Terminated, cause_chain, stop_signal
 
 # What the machine, not the job, ran out of or refused: freeing space or choosing a writable
 # folder and rerunning fixes it.

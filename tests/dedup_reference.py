@@ -1,8 +1,8 @@
 """Pure-Python references for the dedup components and threshold sweep (the test oracle).
 
 These are the union-find implementations production used before it moved to scipy's csgraph
-(``pipelines.vectors.components.component_labels``) and a numba-compiled sweep
-(``pipelines.vectors.components.merge_counts``). The tests check the production code against
+(``sbert_pipeline.vectors.components.component_labels``) and a numba-compiled sweep
+(``sbert_pipeline.vectors.components.merge_counts``). The tests check the production code against
 them, and ``benchmarks/dedup_scale.py`` times them as the "before".
 """
 
@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from pipelines.dedup.groups import IndexedPairs, SweepPoint
+from sbert_pipeline.dedup.groups import IndexedPairs, SweepPoint
 
 
 class UnionFind:
@@ -67,7 +66,7 @@ def smallest_member(roots: np.ndarray) -> np.ndarray:
 
 
 def threshold_sweep(n: int, pairs: IndexedPairs, thresholds: Sequence[float]) -> list[SweepPoint]:
-    """The sweep as ``pipelines.dedup.groups.threshold_sweep`` computed it in pure Python."""
+    """The sweep as ``sbert_pipeline.dedup.groups.threshold_sweep`` computed it in pure Python."""
     order = np.argsort(-pairs.scores, kind="stable")
     a, b = pairs.a[order].tolist(), pairs.b[order].tolist()
     descending = -pairs.scores[order]  # ascending, for searchsorted

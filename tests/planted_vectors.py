@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-
-from pipelines.io.schemas import embeddings_table
+from sbert_pipeline.io.schemas import embeddings_table
 
 PLANTED_MODEL = {
     "model_id": "planted-gaussians",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.stage_cli import run_command
+from sbert_pipeline.jobs.stage_cli import run_command
 
 
 def _command(stage: str):

@@ -1,8 +1,8 @@
 """Architecture rules from docs/architecture.md (section 2, "Import rules") that the code must keep.
 
 The import rules read the source with ``ast``: every import statement counts, at module level,
-inside functions and under ``if TYPE_CHECKING:``. Two rules (sbert_core and pipelines.vectors load
-without Beam) are also checked at run time, in a fresh interpreter.
+inside functions and under ``if TYPE_CHECKING:``. Two rules (sbert_core and sbert_pipeline.vectors
+load without Beam) are also checked at run time, in a fresh interpreter.
 
 Rules (each test names the one it checks):
 
@@ -10,11 +10,12 @@ Rules (each test names the one it checks):
 - R1 sbert_core imports no apache_beam, pipelines or jobs.
 - R2 pipelines never imports jobs.
 - R3 pipelines/ holds only ``__init__.py`` and exactly the packages in :data:`PACKAGES`.
-- R4 pipelines.vectors imports no other pipelines package and no apache_beam.
-- R5 pipelines.io imports only pipelines.io/vectors, and of Beam only its FileSystems.
-- R6 a stage package imports only pipelines.io, pipelines.vectors, pipelines.stage_api and
-  itself, plus the other stages :data:`STAGE_READS` names with the reason; pipelines.stage_api
-  imports only pipelines.io, pipelines.vectors and itself.
+- R4 sbert_pipeline.vectors imports no other pipelines package and no apache_beam.
+- R5 sbert_pipeline.io imports only sbert_pipeline.io/vectors, and of Beam only its FileSystems.
+- R6 a stage package imports only sbert_pipeline.io, sbert_pipeline.vectors,
+sbert_pipeline.stage_api and
+  itself, plus the other stages :data:`STAGE_READS` names with the reason; sbert_pipeline.stage_api
+  imports only sbert_pipeline.io, sbert_pipeline.vectors and itself.
 - R7 no import cycle among the sbert_core (its subpackages too), pipelines and jobs
   modules.
 - R8 no module outside tests is over :data:`MAX_LINES` lines, but those in :data:`OVERSIZED`.
@@ -32,7 +33,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("sbert_core", "pipelines", "jobs")
+LAYERS = ("sbert_core", "pipelines", "jobs")  # the folders; installed as IMPORT_NAMES says
+# The folder each layer lives in -> the name it is imported by: pipelines/ is installed as the
+# package sbert_pipeline and jobs/ as sbert_pipeline.jobs (no generic top-level name).
+IMPORT_NAMES = {
+    "sbert_core": "sbert_core",
+    "pipelines": "sbert_pipeline",
+    "jobs": "sbert_pipeline.jobs",
+}
 STAGES = {"embed", "index", "cluster", "pairs", "verify", "dedup", "search", "finetune"}
 PACKAGES = {"io", "vectors", "stage_api", *STAGES}
 # The few stages that use another stage's code, with the reason. Any other import between
@@ -57,8 +65,18 @@ def _modules(folder: str) -> list[Path]:
 
 
 def _name(path: Path) -> str:
+    """The name ``path`` is imported by."""
     parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = (IMPORT_NAMES[parts[0]], *parts[1:])
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> str | None:
+    """The layer (folder) an imported module belongs to, or None outside the project."""
+    if module == "sbert_pipeline.jobs" or module.startswith("sbert_pipeline.jobs."):
+        return "jobs"
+    top = module.split(".")[0]
+    return {"sbert_core": "sbert_core", "sbert_pipeline": "pipelines"}.get(top)
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:
@@ -70,10 +88,11 @@ def _imports(path: Path) -> list[tuple[str, int]]:
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             found.append((module, node.level))
-            # ``from pipelines import vectors`` imports the package pipelines.vectors; counting
-            # ``from pipelines.vectors import kmeans`` as pipelines.vectors.kmeans too costs
-            # nothing (a name that is no module never matches one).
-            if module.split(".")[0] in LAYERS:
+            # ``from sbert_pipeline import vectors`` imports the package sbert_pipeline.vectors;
+            # counting ``from sbert_pipeline.vectors import kmeans`` as
+            # sbert_pipeline.vectors.kmeans too costs nothing (a name that is no module never
+            # matches one).
+            if _layer(module):
                 found += [(f"{module}.{alias.name}", node.level) for alias in node.names]
     return found
 
@@ -90,8 +109,8 @@ def _package(path: Path) -> str | None:
 
 def _inner(module: str) -> str | None:
     """The pipelines package an imported module is in, or None outside pipelines."""
-    top, _, rest = module.partition(".")
-    return rest.split(".")[0] if top == "pipelines" and rest else None
+    _, _, rest = module.partition(".")
+    return rest.split(".")[0] if _layer(module) == "pipelines" and rest else None
 
 
 def _run_alone(code: str) -> subprocess.CompletedProcess:
@@ -114,7 +133,7 @@ def test_r1_sbert_core_imports_no_beam_pipelines_or_jobs():
         f"{_where(path)} imports {module}"
         for path in _modules("sbert_core")
         for module, _ in _imports(path)
-        if module.split(".")[0] in ("apache_beam", "pipelines", "jobs")
+        if module.split(".")[0] == "apache_beam" or _layer(module) in ("pipelines", "jobs")
     ]
     assert wrong == []
 
@@ -126,7 +145,7 @@ def test_r1_sbert_core_loads_without_beam():
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('apache_beam', 'pipelines', 'jobs'))\n"
+        "('apache_beam', 'sbert_pipeline', 'pipelines', 'jobs'))\n"
         "assert not loaded, f'sbert_core pulled in {loaded[:5]}'\n"
     )
     assert result.returncode == 0, result.stderr
@@ -138,7 +157,7 @@ def test_r2_pipelines_never_imports_jobs():
         f"{_where(path)} imports {module}"
         for path in _modules("pipelines")
         for module, _ in _imports(path)
-        if module.split(".")[0] == "jobs"
+        if _layer(module) == "jobs"
     ]
     assert wrong == []
 
@@ -157,7 +176,7 @@ def _violations(package: str, allowed: set[str | None], beam) -> list[str]:
         for module, _ in _imports(path):
             if module.split(".")[0] == "apache_beam" and not beam(module):
                 wrong.append(f"{_where(path)} imports {module}")
-            elif module.split(".")[0] == "pipelines" and _inner(module) not in allowed:
+            elif _layer(module) == "pipelines" and _inner(module) not in allowed:
                 wrong.append(f"{_where(path)} ({package}) imports {module}")
     return wrong
 
@@ -172,7 +191,7 @@ def test_r4_vectors_loads_without_beam():
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
-        "assert 'apache_beam' not in sys.modules, 'pipelines.vectors pulled in apache_beam'\n"
+        "assert 'apache_beam' not in sys.modules, 'sbert_pipeline.vectors pulled in apache_beam'\n"
     )
     assert result.returncode == 0, result.stderr
     assert len(modules) >= 8

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-from jobs import stage_cli
+from sbert_pipeline.jobs import stage_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

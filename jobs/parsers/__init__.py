@@ -13,7 +13,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from pipelines.stage_api.flag_recording import FlagRecording
+from sbert_pipeline.stage_api.flag_recording import FlagRecording
 
 # Sphinx/reStructuredText markup in docstrings, shown as plain text in --help.
 _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc):`~?(?:[\w.]+\.)?([^`]+)`")

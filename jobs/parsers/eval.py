@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from jobs.model_flags import add_model_arguments, encoder_settings
-from jobs.parsers import HelpFormatter, plain_text
+from sbert_pipeline.jobs.model_flags import add_model_arguments, encoder_settings
+from sbert_pipeline.jobs.parsers import HelpFormatter, plain_text
 
 
 def eval_parser(

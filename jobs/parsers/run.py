@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.parsers import config_parser
-from jobs.run_table import STAGE_NAMES as STAGE_ORDER  # the stage table loads no Beam or torch
+from sbert_pipeline.jobs.parsers import config_parser
+from sbert_pipeline.jobs.run_table import (
+    STAGE_NAMES as STAGE_ORDER,  # the stage table loads no Beam or torch
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``sbert run``."""
     parser = config_parser(
         "sbert run",
-        "jobs.run",
+        "sbert_pipeline.jobs.run",
         "job config YAML (see examples/quickstart.yaml)",
         "KEY=VALUE",
         "override a config value, e.g. --set dedup.threshold=0.95 (repeatable)",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.parsers import config_parser
+from sbert_pipeline.jobs.parsers import config_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``sbert submit`` itself."""
     parser = config_parser(
         "sbert submit",
-        "jobs.submit",
+        "sbert_pipeline.jobs.submit",
         "job config YAML (see deploy/)",
         "SECTION.KEY=VALUE",
         "override one value, e.g. --set args.output=gs://bucket/out (repeatable)",

@@ -1,7 +1,7 @@
 """The cluster stage's Beam transform and the launcher-side reads and writes around it.
 
 The fit runs in the launcher on a sample (:func:`sample_embeddings`, then
-:func:`pipelines.vectors.kmeans.fit_spherical_kmeans`); the centroids are written to
+:func:`sbert_pipeline.vectors.kmeans.fit_spherical_kmeans`); the centroids are written to
 ``centroids.npy``; then :class:`AssignClusters` assigns every embedding in Beam. Each worker loads
 the centroids once (``DoFn.setup``) and turns one embeddings shard into one ``assignments/`` shard
 with a deterministic name, written under a temporary name and renamed: a retried shard replaces
@@ -19,23 +19,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-
-from pipelines.io.atomic import write_parquet_replacing
-from pipelines.io.centroids import load_centroids
-from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.embeddings import (
+from sbert_pipeline.io.atomic import write_parquet_replacing
+from sbert_pipeline.io.centroids import load_centroids
+from sbert_pipeline.io.counters import METRICS_NAMESPACE
+from sbert_pipeline.io.embeddings import (
     EmbeddingsDataset,
     all_shards,
     embedding_matrix,
     shard_paths,
     stream_parquet,
 )
-from pipelines.io.output_dir import join
-from pipelines.vectors.cosine_range import clamp_cosines
-from pipelines.vectors.kmeans import assign
-from pipelines.vectors.precision import Precision, normalize_rows
-from pipelines.vectors.progress import shared_progress
-from pipelines.vectors.sampling import sample_rows
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.vectors.cosine_range import clamp_cosines
+from sbert_pipeline.vectors.kmeans import assign
+from sbert_pipeline.vectors.precision import Precision, normalize_rows
+from sbert_pipeline.vectors.progress import shared_progress
+from sbert_pipeline.vectors.sampling import sample_rows
 
 ASSIGNMENTS = "assignments"
 # The progress bar every assignment DoFn in this process counts its batches on.
@@ -129,8 +128,8 @@ class AssignClusters(beam.PTransform):
         centroids_path: ``centroids.npy`` written by the launcher.
         output: the cluster output directory.
         batch_size: rows read and assigned at a time (bounds worker memory).
-        precision: see :func:`pipelines.vectors.kmeans.assign`; labels are fp32-exact either way.
-        total: rows in all shards, for the progress bar's ETA.
+        precision: see :func:`sbert_pipeline.vectors.kmeans.assign`; labels are fp32-exact either
+        way. total: rows in all shards, for the progress bar's ETA.
 
     Emits ``(assignments shard path, rows)`` per shard.
     """

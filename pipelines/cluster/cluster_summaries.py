@@ -29,10 +29,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from sbert_pipeline.io.html import SIZE_AXIS, Bins, histogram_svg, shown_text
+from sbert_pipeline.vectors.cosine_range import clamp_cosines
 from sklearn.feature_extraction.text import CountVectorizer
-
-from pipelines.io.html import SIZE_AXIS, Bins, histogram_svg, shown_text
-from pipelines.vectors.cosine_range import clamp_cosines
 
 SUMMARY_SCHEMA = pa.schema(
     [

@@ -15,14 +15,13 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
-
-from pipelines.cluster.assign import (
+from sbert_pipeline.cluster.assign import (
     AssignClusters,
     read_assignments,
     sample_embeddings,
     write_assignments,
 )
-from pipelines.cluster.cluster_summaries import (
+from sbert_pipeline.cluster.cluster_summaries import (
     ClusterProfile,
     nearest_members,
     report_html,
@@ -30,18 +29,18 @@ from pipelines.cluster.cluster_summaries import (
     text_sample,
     write_summary,
 )
-from pipelines.cluster.options import Options
-from pipelines.io.centroids import CENTROIDS, save_centroids
-from pipelines.io.corpus_files import match_corpus
-from pipelines.io.corpus_reader import CorpusSpec
-from pipelines.io.embeddings import EmbeddingsDataset, all_shards
-from pipelines.io.html import write_text
-from pipelines.io.output_dir import MANIFEST, join
-from pipelines.io.texts import recorded_corpus_spec, texts_from_corpus, texts_from_embeddings
-from pipelines.vectors.communities import detect_communities
-from pipelines.vectors.kmeans import fit_spherical_kmeans, lloyd_pass
-from pipelines.vectors.precision import normalize_rows
-from pipelines.vectors.progress import stage_progress
+from sbert_pipeline.cluster.options import Options
+from sbert_pipeline.io.centroids import CENTROIDS, save_centroids
+from sbert_pipeline.io.corpus_files import match_corpus
+from sbert_pipeline.io.corpus_reader import CorpusSpec
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, all_shards
+from sbert_pipeline.io.html import write_text
+from sbert_pipeline.io.output_dir import MANIFEST, join
+from sbert_pipeline.io.texts import recorded_corpus_spec, texts_from_corpus, texts_from_embeddings
+from sbert_pipeline.vectors.communities import detect_communities
+from sbert_pipeline.vectors.kmeans import fit_spherical_kmeans, lloyd_pass
+from sbert_pipeline.vectors.precision import normalize_rows
+from sbert_pipeline.vectors.progress import stage_progress
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ The previous version is the output folder's published manifest, ``centroids.npy`
 ``assignments/``. It is reused when it is a k-means clustering of the same embeddings folders,
 made from vectors of the same model with the same fit settings (k, seed, sample, iterations,
 refine passes). Its recorded embeddings manifests are compared with the current ones part by
-part (:func:`pipelines.io.embeddings_versions.compare_versions`):
+part (:func:`sbert_pipeline.io.embeddings_versions.compare_versions`):
 
 - OLD rows (parts with the same path and sha256: the same ids and vectors) keep their cluster
   and score, taken from the previous assignments by id as Arrow columns: the nearest stored
@@ -28,21 +28,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
-
-from pipelines.cluster.assign import (
+from sbert_pipeline.cluster.assign import (
     ASSIGNMENTS_SCHEMA,
     assign_shard,
     read_assignments,
     shard_name,
 )
-from pipelines.cluster.clustering import Clustering
-from pipelines.cluster.options import Options
-from pipelines.io.atomic import write_parquet_replacing
-from pipelines.io.centroids import CENTROIDS, load_centroids, save_centroids
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.embeddings_versions import PartChanges, compare_versions
-from pipelines.io.output_dir import CorruptOutputError, join, relative_to
-from pipelines.io.previous_output import NOT_ASKED, model_change, previous_output
+from sbert_pipeline.cluster.clustering import Clustering
+from sbert_pipeline.cluster.options import Options
+from sbert_pipeline.io.atomic import write_parquet_replacing
+from sbert_pipeline.io.centroids import CENTROIDS, load_centroids, save_centroids
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.embeddings_versions import PartChanges, compare_versions
+from sbert_pipeline.io.output_dir import CorruptOutputError, join, relative_to
+from sbert_pipeline.io.previous_output import NOT_ASKED, model_change, previous_output
 
 # What a k-means clustering recorded about its fit, kept by an incremental run.
 FIT_DETAILS = ("fit", "sample", "iterations", "refine_passes", "refine_empty_clusters", "precision")

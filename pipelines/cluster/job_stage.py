@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.stage_api.job_stage import OWN_VECTORS, JobContext, JobStage, ReportContext
+from sbert_pipeline.stage_api.job_stage import OWN_VECTORS, JobContext, JobStage, ReportContext
 
 
 def _wire(context: JobContext) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def _facts(manifest: dict) -> dict:
 
 
 def _report(context: ReportContext) -> list[str]:
-    from pipelines.cluster.report_section import cluster_sections
+    from sbert_pipeline.cluster.report_section import cluster_sections
 
     return cluster_sections(context)
 

@@ -1,7 +1,7 @@
 """What the cluster stage holds in memory, counted before any vector is read (Beam-free).
 
 The stage refuses before reading when this exceeds ``--memory-budget``
-(``pipelines.io.resources.require_memory``) and records the parts in its manifest.
+(``sbert_pipeline.io.resources.require_memory``) and records the parts in its manifest.
 
 kmeans: the sample (read once into one array, and the fit's normalised copy), the centroids
 (with the float64 sums of a Lloyd pass), one assignment batch (the Arrow batch, its matrix and
@@ -12,13 +12,13 @@ matrix, its normalised copy and the search's own), the neighbour lists and one s
 
 from __future__ import annotations
 
-from pipelines.io.resources import MemoryBudget, require_memory
-from pipelines.io.sizes import format_size
-from pipelines.vectors.memory_use import FLOAT32_BYTES, vector_bytes
+from sbert_pipeline.io.resources import MemoryBudget, require_memory
+from sbert_pipeline.io.sizes import format_size
+from sbert_pipeline.vectors.memory_use import FLOAT32_BYTES, vector_bytes
 
 # Rows assigned (and read) at a time by the Beam assignment and the refine passes.
 ASSIGN_BATCH_ROWS = 65536
-# Vectors per block of the assignment's score matrix (pipelines.vectors.kmeans.assign).
+# Vectors per block of the assignment's score matrix (sbert_pipeline.vectors.kmeans.assign).
 SCORE_BLOCK_ROWS = 8192
 # Per-row results held for the summaries: an id (Arrow and Python string, about 40 characters),
 # an int64 label and a float32 score, in the assignments table and in the arrays made from it.
@@ -30,7 +30,7 @@ BATCH_COPIES = 3
 COMMUNITY_COPIES = 3
 # Centroids: float32 rows, the float64 sums of a Lloyd pass, and the normalised update.
 CENTROID_BYTES_PER_VALUE = 4 + 8 + 4
-# One similarity tile of the communities' exact top-k (pipelines.vectors.topk: 2^26 scores).
+# One similarity tile of the communities' exact top-k (sbert_pipeline.vectors.topk: 2^26 scores).
 SIMILARITY_TILE_BYTES = FLOAT32_BYTES * 2**26
 # Neighbour lists: an int64 row and a float32 score per neighbour.
 NEIGHBOR_BYTES = 8 + 4

@@ -4,12 +4,11 @@ clusters with their distinctive terms and the members nearest the centre."""
 from __future__ import annotations
 
 import pyarrow.parquet as pq
-
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.html import SIZE_AXIS, Bins, histogram_svg
-from pipelines.io.output_dir import join
-from pipelines.stage_api.job_stage import ReportContext
-from pipelines.stage_api.report_parts import escape, link, member, read_column, relative
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.html import SIZE_AXIS, Bins, histogram_svg
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.stage_api.job_stage import ReportContext
+from sbert_pipeline.stage_api.report_parts import escape, link, member, read_column, relative
 
 # How many clusters the page lists; everything else is one link away.
 SHOWN_CLUSTERS = 8

@@ -36,44 +36,43 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 import numpy as np
-
-from pipelines.cluster.assign import ASSIGNMENTS
-from pipelines.cluster.cluster_summaries import ClusterProfile
-from pipelines.cluster.clustering import (
+from sbert_pipeline.cluster.assign import ASSIGNMENTS
+from sbert_pipeline.cluster.cluster_summaries import ClusterProfile
+from sbert_pipeline.cluster.clustering import (
     LostRowsError,
     run_communities,
     run_kmeans,
     text_source,
     write_summaries,
 )
-from pipelines.cluster.incremental import (
+from sbert_pipeline.cluster.incremental import (
     PreviousClustering,
     assign_new_rows,
     find_previous,
     fit_options,
 )
-from pipelines.cluster.memory import communities_parts, kmeans_parts, require_parts
-from pipelines.cluster.options import MIN_SAMPLE, SAMPLE_PER_CLUSTER, Options
-from pipelines.io.centroids import CENTROIDS
-from pipelines.io.content_checks import content_checks
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
-from pipelines.io.manifest_fields import created_now, model_fields, software_versions
-from pipelines.io.output_dir import OutputLayout
-from pipelines.io.previous_output import full_run, incremental_record
-from pipelines.io.resources import MemoryBudget, peak_rss, resident_bytes
-from pipelines.stage_api.beam_options import runner_name
-from pipelines.stage_api.beam_run import (
+from sbert_pipeline.cluster.memory import communities_parts, kmeans_parts, require_parts
+from sbert_pipeline.cluster.options import MIN_SAMPLE, SAMPLE_PER_CLUSTER, Options
+from sbert_pipeline.io.centroids import CENTROIDS
+from sbert_pipeline.io.content_checks import content_checks
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
+from sbert_pipeline.io.manifest_fields import created_now, model_fields, software_versions
+from sbert_pipeline.io.output_dir import OutputLayout
+from sbert_pipeline.io.previous_output import full_run, incremental_record
+from sbert_pipeline.io.resources import MemoryBudget, peak_rss, resident_bytes
+from sbert_pipeline.stage_api.beam_options import runner_name
+from sbert_pipeline.stage_api.beam_run import (
     options_for,
     show_progress,
     transform_runner,
     workers_here,
 )
-from pipelines.stage_api.result import Result
-from pipelines.stage_api.shared_options import checked_memory_budget
-from pipelines.stage_api.stage_output import stage_output
-from pipelines.stage_api.stops import JobFailedError
-from pipelines.vectors.sampling import sample_size
+from sbert_pipeline.stage_api.result import Result
+from sbert_pipeline.stage_api.shared_options import checked_memory_budget
+from sbert_pipeline.stage_api.stage_output import stage_output
+from sbert_pipeline.stage_api.stops import JobFailedError
+from sbert_pipeline.vectors.sampling import sample_size
 
 logger = logging.getLogger(__name__)
 

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines.dedup.options import Options
+from sbert_pipeline.dedup.options import Options
 
 # Its line in `sbert --help`.
 SUMMARY = "duplicate groups from similar pairs, with a report"
 
 if TYPE_CHECKING:
-    from pipelines.dedup.stage import DedupResult
+    from sbert_pipeline.dedup.stage import DedupResult
 
 __all__ = ["Options", "run"]
 
 
 def run(options: Options, *, pipeline: object = None) -> DedupResult:
     """Group the duplicates and publish the dedup output (see ``pipelines/dedup/stage.py``)."""
-    from pipelines.dedup.stage import run as run_stage
+    from sbert_pipeline.dedup.stage import run as run_stage
 
     return run_stage(options, pipeline=pipeline)

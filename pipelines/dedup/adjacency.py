@@ -21,8 +21,7 @@ from functools import cached_property
 
 import numba
 import numpy as np
-
-from pipelines.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.groups import IndexedPairs
 
 
 class PairGraph:

@@ -2,11 +2,11 @@
 (Beam-free).
 
 The reference rows are added to the items after the corpus rows (rows ``n .. n + m - 1``) and
-pinned (:mod:`pipelines.dedup.pinning`): they are always kept and never listed in
+pinned (:mod:`sbert_pipeline.dedup.pinning`): they are always kept and never listed in
 ``kept_ids.txt`` or ``removed_ids.txt``, which list the corpus rows. Their pairs with the corpus
 (:func:`cross_pairs`) are found by exact search of corpus x reference only (never reference x
 reference): the corpus is streamed in batches against the whole reference, one score tile at a
-time (:func:`pipelines.vectors.topk.neighbors_above`, fp32 inner products of the L2-normalised
+time (:func:`sbert_pipeline.vectors.topk.neighbors_above`, fp32 inner products of the L2-normalised
 vectors), so memory holds the reference, one corpus batch, one tile and the pairs found.
 
 A corpus row whose cosine with some reference row is at or above the threshold is removed, and
@@ -22,13 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.inputs import embedding_ids
-from pipelines.io.embeddings import EmbeddingsDataset, require_compatible
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import MANIFEST, join
-from pipelines.vectors.topk import neighbors_above
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.inputs import embedding_ids
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, require_compatible
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import MANIFEST, join
+from sbert_pipeline.vectors.topk import neighbors_above
 
 # Corpus rows per batch of the corpus x reference search.
 BATCH_ROWS = 65536
@@ -141,7 +140,7 @@ def cross_pairs(
 ) -> IndexedPairs:
     """Every (corpus row, reference row) with cosine ``>= threshold`` (float32), exactly.
 
-    Rows are numbered as :func:`pipelines.dedup.inputs.embedding_ids` reads them; reference
+    Rows are numbered as :func:`sbert_pipeline.dedup.inputs.embedding_ids` reads them; reference
     row ``j`` is ``n + j``. Returns the pairs sorted by ``(a, b)``.
     """
     parts = [dataset.load()[1] for dataset in reference]

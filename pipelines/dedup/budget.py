@@ -2,14 +2,14 @@
 before any pair is read (Beam-free).
 
 Dedup holds the pairs as columns (two int64 row arrays and a float32 score per pair,
-:class:`pipelines.dedup.groups.IndexedPairs`), the ids as one Arrow array
-(:class:`pipelines.dedup.item_ids.ItemIds`) and a few ``(n,)`` arrays per row, so its memory
+:class:`sbert_pipeline.dedup.groups.IndexedPairs`), the ids as one Arrow array
+(:class:`sbert_pipeline.dedup.item_ids.ItemIds`) and a few ``(n,)`` arrays per row, so its memory
 is linear in rows and pairs on top of what the process already holds: :func:`dedup_memory`.
 
 The per-row and per-pair constants are on the safe side of ``benchmarks/dedup_stage_scale.py``
 (star, written output; docs/architecture.md, "Dedup memory"): 5M rows and 3.75M pairs peaked
 at 1.66 GB, 5M and 10M at 2.10 GB, 10M and 7.5M at 2.83 GB. What the process holds when the
-stage starts is counted as measured (:func:`pipelines.io.resources.resident_bytes`): inside
+stage starts is counted as measured (:func:`sbert_pipeline.io.resources.resident_bytes`): inside
 ``sbert run`` that is the libraries of every stage and what the earlier stages left (0.78 GB
 after pairs in a 1M job), which a constant base missed (the 5M job's dedup went 2% over).
 """
@@ -17,14 +17,13 @@ after pairs in a 1M job), which a constant base missed (the 5M job's dedup went 
 from __future__ import annotations
 
 import pyarrow as pa
-
-from pipelines.dedup.outputs import GROUPS_FILE
-from pipelines.io.embeddings import EmbeddingsDataset, count_rows
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import MANIFEST, join
-from pipelines.io.pairs_output import PairsOutput
-from pipelines.io.resources import MemoryBudget, require_memory, resident_bytes
-from pipelines.io.sizes import format_size
+from sbert_pipeline.dedup.outputs import GROUPS_FILE
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, count_rows
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import MANIFEST, join
+from sbert_pipeline.io.pairs_output import PairsOutput
+from sbert_pipeline.io.resources import MemoryBudget, require_memory, resident_bytes
+from sbert_pipeline.io.sizes import format_size
 
 # Bytes per pair at the peak: the Arrow ids and scores read and mapped to rows, the row pairs,
 # their sort order, and a threshold's subset with the sweep's adjacency.
@@ -68,7 +67,7 @@ def previous_grouped_rows(output: str | None) -> int:
 def pairs_to_load(pairs_output: PairsOutput, threshold: float) -> int:
     """How many pairs the run reads, from the manifest (the Parquet footers when it has no
     count): ``pairs/``, and the neighbour lists' entries when ``threshold`` lies below the
-    pairs' threshold (they are read too, :func:`pipelines.dedup.load.load_pairs`)."""
+    pairs' threshold (they are read too, :func:`sbert_pipeline.dedup.load.load_pairs`)."""
     manifest = pairs_output.manifest
     count = (manifest.get("counts") or {}).get("pairs")
     if count is None:
@@ -97,7 +96,7 @@ def check_memory(
         "estimate_bytes"}`` for the manifest.
 
     Raises:
-        pipelines.io.resources.ResourceError: over the budget (naming the size needed).
+        sbert_pipeline.io.resources.ResourceError: over the budget (naming the size needed).
     """
     rows = sum(dataset.count for dataset in datasets)
     pairs = 0 if pairs_output is None else pairs_to_load(pairs_output, threshold)

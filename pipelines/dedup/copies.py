@@ -27,16 +27,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.dedup.grouping import (
+from sbert_pipeline.dedup.grouping import (
     REASONS,
     SAME_TEXT,
     Grouping,
 )
-from pipelines.dedup.groups import IndexedPairs, SweepPoint
-from pipelines.dedup.inputs import rows_naming
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.record_limits import COPY_OF
+from sbert_pipeline.dedup.groups import IndexedPairs, SweepPoint
+from sbert_pipeline.dedup.inputs import rows_naming
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.record_limits import COPY_OF
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The corpus side of dedup: where each embedded id sits in the corpus, and the corpus without
 its removed rows. It runs no Beam pipeline; files are read and written through
-:mod:`pipelines.io.filesystems` (Beam's ``FileSystems`` for a remote path, so any Beam
+:mod:`sbert_pipeline.io.filesystems` (Beam's ``FileSystems`` for a remote path, so any Beam
 filesystem).
 
-The corpus is read with :func:`~pipelines.io.corpus_reader.read_corpus_file` and the spec the embed
-job used, so that ids (also the derived ``file:row`` ids) come out the same. Every row read is
+The corpus is read with :func:`~sbert_pipeline.io.corpus_reader.read_corpus_file` and the spec the
+embed job used, so that ids (also the derived ``file:row`` ids) come out the same. Every row read is
 one of:
 
 * a row the embed job did not embed: rejected when read (bad JSON, empty text, ...), a later
@@ -35,10 +35,9 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipelines.dedup.corpus_index import FileKey, FileRows
-from pipelines.io.corpus_files import files_sha256, match_corpus, open_decompressed
-from pipelines.io.corpus_reader import (
+from sbert_pipeline.dedup.corpus_index import FileKey, FileRows
+from sbert_pipeline.io.corpus_files import files_sha256, match_corpus, open_decompressed
+from sbert_pipeline.io.corpus_reader import (
     CorpusRecord,
     CorpusSpec,
     RejectedRow,
@@ -46,11 +45,12 @@ from pipelines.io.corpus_reader import (
     raw_rows,
     read_corpus_file,
 )
-from pipelines.io.filesystems import CompressionTypes, FileSystems
-from pipelines.io.output_dir import join
-from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
-from pipelines.stage_api.stops import JobFailedError
-from pipelines.vectors.records import field_record
+from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
+from sbert_pipeline.stage_api.stops import JobFailedError
+from sbert_pipeline.vectors.records import field_record
+
 from sbert_core.tabular import detect_format
 
 CORPUS_DIR, REJECTED_FILE = "corpus", "corpus_rejected.parquet"

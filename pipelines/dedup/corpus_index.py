@@ -1,14 +1,15 @@
 """The corpus index: where each record sits in each corpus file, kept with a dedup version so
 that the next run over the same files parses only the new and changed ones (Beam-free).
 
-A dedup run with ``--corpus`` reads every corpus file (:func:`pipelines.dedup.corpus.scan_corpus`)
-to place each embedded id (the order behind ``keep: first`` and every tie), to fetch the texts the
-report shows, and to check that the corpus and the embeddings agree. A daily corpus mostly
-keeps its files from one run to the next, and parsing them again is most of an incremental
-dedup's time (see docs/architecture.md, "Incremental runs"). So each run also writes
-``corpus_index.parquet``: for every file, the row number and id of each record the reader gave
-(columns ``file``, ``row``, ``id``), and in the manifest's ``corpus.index`` the files by path,
-id prefix, bytes and sha256, with the rows read and the records of each.
+A dedup run with ``--corpus`` reads every corpus file
+(:func:`sbert_pipeline.dedup.corpus.scan_corpus`) to place each embedded id (the order behind
+``keep: first`` and every tie), to fetch the texts the report shows, and to check that the corpus
+and the embeddings agree. A daily corpus mostly keeps its files from one run to the next, and
+parsing them again is most of an incremental dedup's time (see docs/architecture.md, "Incremental
+runs"). So each run also writes ``corpus_index.parquet``: for every file, the row number and id of
+each record the reader gave (columns ``file``, ``row``, ``id``), and in the manifest's
+``corpus.index`` the files by path, id prefix, bytes and sha256, with the rows read and the records
+of each.
 
 The next run with the same reading spec takes a file whose path, id prefix, bytes and sha256
 are unchanged from the index instead of parsing it. The index file is checked against the
@@ -31,11 +32,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.filesystems import CompressionTypes, FileSystems
-from pipelines.io.output_dir import MANIFEST, CorruptOutputError, join, read_manifest
-from pipelines.io.texts import recorded_corpus_spec, texts_from_embeddings
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems
+from sbert_pipeline.io.output_dir import MANIFEST, CorruptOutputError, join, read_manifest
+from sbert_pipeline.io.texts import recorded_corpus_spec, texts_from_embeddings
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def _read_index(output: str, spec) -> dict[FileKey, FileRows]:
 
 def write_index(folder: str, scan) -> dict:
     """Write ``corpus_index.parquet`` into ``folder`` (the run's attempt folder) from a
-    :class:`~pipelines.dedup.corpus.CorpusScan`; returns the manifest's ``corpus.index``: the
+    :class:`~sbert_pipeline.dedup.corpus.CorpusScan`; returns the manifest's ``corpus.index``: the
     spec, the files (path, id prefix, bytes, sha256, rows read, records) and how the scan took
     them (``reused``, ``parsed``, ``texts_from_embeddings``)."""
     file_rows = scan.file_rows

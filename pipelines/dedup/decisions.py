@@ -1,9 +1,9 @@
 """The final decisions of a dedup run: the method's groups with the reference rows added and the
 pinned rows kept (Beam-free).
 
-:func:`decide` joins what :mod:`pipelines.dedup.against` (reference rows, pinned) and
-:mod:`pipelines.dedup.previous` (rows the previous version kept, pinned by ``--stable-keep``)
-add to the method's grouping, through :mod:`pipelines.dedup.pinning`. A previously kept row
+:func:`decide` joins what :mod:`sbert_pipeline.dedup.against` (reference rows, pinned) and
+:mod:`sbert_pipeline.dedup.previous` (rows the previous version kept, pinned by ``--stable-keep``)
+add to the method's grouping, through :mod:`sbert_pipeline.dedup.pinning`. A previously kept row
 that matches a reference row is not pinned: the reference wins, so decontamination holds.
 :func:`changes_html` is the report's "Since the last run" section.
 """
@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.dedup.against import Reference
-from pipelines.dedup.grouping import Grouping
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.item_ids import ItemIds
-from pipelines.dedup.pinning import extend, merge_groups, pin
-from pipelines.io.texts import texts_from_embeddings
+from sbert_pipeline.dedup.against import Reference
+from sbert_pipeline.dedup.grouping import Grouping
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.item_ids import ItemIds
+from sbert_pipeline.dedup.pinning import extend, merge_groups, pin
+from sbert_pipeline.io.texts import texts_from_embeddings
 
 REFERENCE_MARK = " (reference)"  # after a reference id in the report
 

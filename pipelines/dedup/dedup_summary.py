@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.dedup.corpus import REJECTED_FILE
-from pipelines.dedup.decisions import changes_line
-from pipelines.dedup.groups import SweepPoint
-from pipelines.dedup.known import Found
-from pipelines.dedup.labels import LabelPoint
-from pipelines.dedup.sweep import NOT_COMPARED, MethodSweep
+from sbert_pipeline.dedup.corpus import REJECTED_FILE
+from sbert_pipeline.dedup.decisions import changes_line
+from sbert_pipeline.dedup.groups import SweepPoint
+from sbert_pipeline.dedup.known import Found
+from sbert_pipeline.dedup.labels import LabelPoint
+from sbert_pipeline.dedup.sweep import NOT_COMPARED, MethodSweep
 
 
 @dataclass(frozen=True)

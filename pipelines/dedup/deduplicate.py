@@ -1,19 +1,19 @@
 """The ``components`` groups at one threshold and the member kept of each (Beam-free).
 
 The groups are the connected components of the pairs ``>= T`` (scipy's csgraph, through
-:func:`pipelines.dedup.groups.connected_components`); every group keeps one representative,
+:func:`sbert_pipeline.dedup.groups.connected_components`); every group keeps one representative,
 chosen by a ``--keep`` policy:
 
 * ``first``: the member that comes first in the items' *order rank* (corpus order when it is
-  known, else id order; :mod:`pipelines.dedup.order`);
+  known, else id order; :mod:`sbert_pipeline.dedup.order`);
 * ``longest``: the member with the longest text (in characters), ties to the first;
 * ``central``: the member with the highest mean similarity to the other members, where the
   similarity of two members is their pair's score if that pair is at or above ``T`` and 0
   otherwise (the scores of pairs under ``T`` are not known from the pairs); ties to the first;
 * any other ``--keep`` value (``random``, ``column:NAME``): the member ranked first by that
-  ranking (:func:`pipelines.dedup.ranking.rank_items`), given as ``preference``.
+  ranking (:func:`sbert_pipeline.dedup.ranking.rank_items`), given as ``preference``.
 
-The result is a :class:`pipelines.dedup.grouping.Grouping`, the one model of a grouping that
+The result is a :class:`sbert_pipeline.dedup.grouping.Grouping`, the one model of a grouping that
 every method returns; a removed member's ``matched_score`` is its pair's score with the
 representative when that pair is ``>= T``, else NaN (a chained member,
 pipelines/dedup/terms.py).
@@ -28,10 +28,9 @@ Example:
 from __future__ import annotations
 
 import numpy as np
-
-from pipelines.dedup.choices import KEEP_POLICIES
-from pipelines.dedup.grouping import KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS, Grouping
-from pipelines.dedup.groups import IndexedPairs, connected_components
+from sbert_pipeline.dedup.choices import KEEP_POLICIES
+from sbert_pipeline.dedup.grouping import KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS, Grouping
+from sbert_pipeline.dedup.groups import IndexedPairs, connected_components
 
 
 def deduplicate(
@@ -59,8 +58,8 @@ def deduplicate(
         text_lengths: ``(n,)`` text length in characters, negative where unknown; required by
             ``longest`` for every grouped item.
         preference: ``(n,)`` distinct ranks, 0 the most preferred (a ranking of
-            :func:`pipelines.dedup.ranking.rank_items`); required by a policy other than
-            :data:`pipelines.dedup.choices.KEEP_POLICIES`, whose name it is.
+            :func:`sbert_pipeline.dedup.ranking.rank_items`); required by a policy other than
+            :data:`sbert_pipeline.dedup.choices.KEEP_POLICIES`, whose name it is.
 
     Raises:
         ValueError: a policy other than :data:`KEEP_POLICIES` without ``preference``, or

@@ -4,8 +4,8 @@ A :class:`Grouping` is the one model of a grouping (every method returns one, an
 read it). It holds a group number per item (-1 for an item in no group), one
 representative per group (the kept member), and for every removed member the row it was
 matched to (its representative), that pair's score and a reason. The methods that build one
-are in :mod:`pipelines.dedup.methods`, :mod:`pipelines.dedup.linkage` and, for ``components``
-with a ``--keep`` policy, :mod:`pipelines.dedup.deduplicate`.
+are in :mod:`sbert_pipeline.dedup.methods`, :mod:`sbert_pipeline.dedup.linkage` and, for
+``components`` with a ``--keep`` policy, :mod:`sbert_pipeline.dedup.deduplicate`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.terms import CHAINED
-from pipelines.vectors.checks import check_cosine
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.terms import CHAINED
+from sbert_pipeline.vectors.checks import check_cosine
 
 # Why a member is in its group. Code 0 is "kept" (a representative or an item in no group).
 REASONS: tuple[str, ...] = (

@@ -4,14 +4,15 @@ Items are the rows ``0 .. n-1`` of an id list; pairs are :class:`IndexedPairs` o
 At a threshold ``T`` the *duplicate groups* of the ``components`` method are the connected
 components of the graph whose edges are the pairs with ``score >= T``; an item without such a
 pair is a singleton and not a group (the groups and the member kept of each:
-:func:`pipelines.dedup.deduplicate.deduplicate`, a :class:`pipelines.dedup.grouping.Grouping`).
+:func:`sbert_pipeline.dedup.deduplicate.deduplicate`, a
+:class:`sbert_pipeline.dedup.grouping.Grouping`).
 
 ``removed = sum over groups of (size - 1) = n - components``, which equals the number of
 unions that merge two components: the threshold sweep (:func:`threshold_sweep`) gets the
 removed count of every threshold from one pass over the pairs sorted by descending score,
 merging into one union-find as the threshold falls (compiled with numba:
-:func:`pipelines.vectors.components.merge_counts`). The components at one threshold are scipy's
-(:func:`pipelines.vectors.components.component_labels`).
+:func:`sbert_pipeline.vectors.components.merge_counts`). The components at one threshold are scipy's
+(:func:`sbert_pipeline.vectors.components.component_labels`).
 
 Scores and thresholds are compared in float32, as the pairs stage compares them. The order
 ranks (:func:`corpus_ranks`, :func:`derived_id_ranks`, :func:`id_ranks`) decide ``first`` and
@@ -27,11 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.dedup.item_ids import string_array
-from pipelines.vectors.checks import check_cosine
-from pipelines.vectors.components import merge_counts, smallest_member_labels
-from pipelines.vectors.records import field_record
+from sbert_pipeline.dedup.item_ids import string_array
+from sbert_pipeline.vectors.checks import check_cosine
+from sbert_pipeline.vectors.components import merge_counts, smallest_member_labels
+from sbert_pipeline.vectors.records import field_record
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.io.embeddings import EmbeddingsDataset, shard_paths
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import join, listed_parts
-from pipelines.io.pairs_output import PairsOutput
-from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, shard_paths
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import join, listed_parts
+from sbert_pipeline.io.pairs_output import PairsOutput
+from sbert_pipeline.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
 
 
 def open_embeddings(pairs: PairsOutput, override: list[str] | None) -> list[EmbeddingsDataset]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.stage_api.job_stage import JobContext, JobStage, ReportContext
+from sbert_pipeline.stage_api.job_stage import JobContext, JobStage, ReportContext
 
 # The dedup fact "how many known duplicate pairs ended in one group".
 KNOWN_FACT = "known duplicates found"
@@ -33,12 +33,12 @@ def _wire(context: JobContext) -> dict[str, Any]:
 
 
 def _preflight(options: Any) -> None:
-    from pipelines.io.filesystems import FileSystems
+    from sbert_pipeline.io.filesystems import FileSystems
 
     if options.labels is not None and not FileSystems.exists(options.labels):
         raise FileNotFoundError(f"--labels {options.labels}: no such file")
     if options.against:  # a reference folder that is not a finished embed output
-        from pipelines.dedup.against import reference_identity
+        from sbert_pipeline.dedup.against import reference_identity
 
         reference_identity(options.against)
 
@@ -48,7 +48,7 @@ def _fingerprint_inputs(options: Any) -> dict:
     # digest changes with every part it lists.
     if not options.against:
         return {}
-    from pipelines.dedup.against import reference_identity
+    from sbert_pipeline.dedup.against import reference_identity
 
     return {"against": reference_identity(options.against)}
 
@@ -63,7 +63,7 @@ def _facts(manifest: dict) -> dict:
 
 
 def _report(context: ReportContext) -> list[str]:
-    from pipelines.dedup.report_section import dedup_sections
+    from sbert_pipeline.dedup.report_section import dedup_sections
 
     return dedup_sections(context)
 

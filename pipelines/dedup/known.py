@@ -1,7 +1,7 @@
 """Known duplicates: pairs the corpus names itself, and how many of them dedup found.
 
 It runs no Beam pipeline; the embeddings' files are read through
-:mod:`pipelines.io.filesystems` (Beam's ``FileSystems`` for a remote path).
+:mod:`sbert_pipeline.io.filesystems` (Beam's ``FileSystems`` for a remote path).
 
 A corpus may say which rows duplicate which: a field (by default ``duplicate_of``, as in
 ``examples/sample_corpus.jsonl``) naming, on a duplicate's row, the id of the row it copies.
@@ -32,12 +32,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipelines.dedup.choices import KNOWN_FIELD, NO_KNOWN_FIELD
-from pipelines.dedup.inputs import rows_naming
-from pipelines.dedup.labels import LabelledPairs, PairCounts, RawLabels, match_labels, pair_counts
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.filesystems import FileSystems
+from sbert_pipeline.dedup.choices import KNOWN_FIELD, NO_KNOWN_FIELD
+from sbert_pipeline.dedup.inputs import rows_naming
+from sbert_pipeline.dedup.labels import (
+    LabelledPairs,
+    PairCounts,
+    RawLabels,
+    match_labels,
+    pair_counts,
+)
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.filesystems import FileSystems
 
 # The field read when the embeddings kept it and no other is named, and the value of
 # ``--known-duplicates-field`` that turns known duplicates off.

@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from sbert_pipeline.dedup.choices import LABEL_COLUMN, LABEL_ID_A, LABEL_ID_B
+from sbert_pipeline.dedup.grouping import Grouping
 
-from pipelines.dedup.choices import LABEL_COLUMN, LABEL_ID_A, LABEL_ID_B
-from pipelines.dedup.grouping import Grouping
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import read_table
 
@@ -207,7 +207,7 @@ class PairCounts:
 def pair_counts(labels: np.ndarray, labelled: LabelledPairs) -> PairCounts:
     """Counts for a partition ``labels`` (``(n,)``, equal value = same group) on labelled pairs.
 
-    Use :meth:`pipelines.dedup.grouping.Grouping.labels` for a grouping's partition.
+    Use :meth:`sbert_pipeline.dedup.grouping.Grouping.labels` for a grouping's partition.
     """
     same = labels[labelled.a] == labels[labelled.b]
     duplicate = labelled.label

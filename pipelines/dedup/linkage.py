@@ -12,15 +12,14 @@ import heapq
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.dedup.grouping import (
+from sbert_pipeline.dedup.grouping import (
     Grouping,
     check_inputs,
     check_threshold,
     from_labels,
 )
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.vectors.components import component_labels
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.vectors.components import component_labels
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.dedup.groups import IndexedPairs, index_pairs
-from pipelines.io.pairs_output import PairColumns, PairsOutput
+from sbert_pipeline.dedup.groups import IndexedPairs, index_pairs
+from sbert_pipeline.io.pairs_output import PairColumns, PairsOutput
 
 
 @dataclass(frozen=True)

@@ -5,26 +5,25 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import numpy as np
-
-from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE
-from pipelines.dedup.dedup_summary import DedupSummary
-from pipelines.dedup.grouping import Grouping
-from pipelines.dedup.groups import Histogram
-from pipelines.dedup.labels import LabelledPairs
-from pipelines.dedup.load import PairSource
-from pipelines.dedup.options import Options
-from pipelines.dedup.order import corpus_spec
-from pipelines.dedup.outputs import (
+from sbert_pipeline.dedup.corpus import CORPUS_DIR, REJECTED_FILE
+from sbert_pipeline.dedup.dedup_summary import DedupSummary
+from sbert_pipeline.dedup.grouping import Grouping
+from sbert_pipeline.dedup.groups import Histogram
+from sbert_pipeline.dedup.labels import LabelledPairs
+from sbert_pipeline.dedup.load import PairSource
+from sbert_pipeline.dedup.options import Options
+from sbert_pipeline.dedup.order import corpus_spec
+from sbert_pipeline.dedup.outputs import (
     GROUPS_FILE,
     ID_LIST_ENCODING,
     KEPT_FILE,
     REMOVED_FILE,
     REPORT_FILE,
 )
-from pipelines.dedup.report_methods import KnownView
-from pipelines.dedup.sweep import NOT_COMPARED, MethodSettings, MethodSweep
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.manifest_fields import created_now, model_fields, software_versions
+from sbert_pipeline.dedup.report_methods import KnownView
+from sbert_pipeline.dedup.sweep import NOT_COMPARED, MethodSettings, MethodSweep
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.manifest_fields import created_now, model_fields, software_versions
 
 
 def dedup_manifest(
@@ -44,7 +43,7 @@ def dedup_manifest(
     Args:
         options: the stage's options.
         settings: the method settings every method of the sweep ran with.
-        pairs_output: the :class:`pipelines.io.pairs_output.PairsOutput` read (None: no
+        pairs_output: the :class:`sbert_pipeline.io.pairs_output.PairsOutput` read (None: no
             ``--pairs``).
         datasets: the embeddings.
         source: the pairs loaded.

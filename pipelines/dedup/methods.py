@@ -1,11 +1,11 @@
 """Duplicate groups by several methods, from similar pairs and a ranking (Beam-free).
 
-Items are the rows ``0 .. n-1``; pairs are :class:`pipelines.dedup.groups.IndexedPairs` (``a < b``,
-float32 scores, each pair once), typically every pair at or above a low floor (e.g. 0.70).
+Items are the rows ``0 .. n-1``; pairs are :class:`sbert_pipeline.dedup.groups.IndexedPairs` (``a <
+b``, float32 scores, each pair once), typically every pair at or above a low floor (e.g. 0.70).
 Scores and thresholds are compared in float32, as the pairs stage compares them.
 
-A *ranking* (:func:`pipelines.dedup.ranking.rank_items`) orders the items by preference: rank 0
-is kept first. Every method returns a :class:`pipelines.dedup.grouping.Grouping`: a group
+A *ranking* (:func:`sbert_pipeline.dedup.ranking.rank_items`) orders the items by preference: rank 0
+is kept first. Every method returns a :class:`sbert_pipeline.dedup.grouping.Grouping`: a group
 number per item (-1 for an item in no group), one representative per group (the kept member),
 and for every removed member the row it was matched to (its representative), that pair's
 score and a reason.
@@ -13,7 +13,7 @@ score and a reason.
 Methods (``threshold`` is ``T``):
 
 * ``components``: the connected components of the pairs ``>= T``, representative the
-  best-ranked member. This is what :func:`pipelines.dedup.groups.deduplicate` computes; on real
+  best-ranked member. This is what :func:`sbert_pipeline.dedup.groups.deduplicate` computes; on real
   question corpora it chains (A ~ B ~ C ~ ... puts distinct questions in one giant group).
 * ``ranked``: SemDeDup's rule as in NeMo Curator. Items are visited in rank order; an item is
   removed when a *kept*, better-ranked item has a score ``>= T`` with it, and joins the group
@@ -34,7 +34,7 @@ Methods (``threshold`` is ``T``):
   mean score between two clusters is ``>= T``. Pairs not given (scores below the floor) count
   as ``missing_score``. Merge heights never increase (the mean of a merged cluster is a
   weighted mean of its parts' means), so one run down to the lowest threshold gives every
-  higher threshold as a prefix of the merges (:mod:`pipelines.dedup.linkage`).
+  higher threshold as a prefix of the merges (:mod:`sbert_pipeline.dedup.linkage`).
 
 Example:
     >>> rank = rank_items("central", n, pairs=pairs, threshold=0.8)
@@ -48,19 +48,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-
-from pipelines.dedup.adjacency import PairGraph, ranked_leaders
-from pipelines.dedup.choices import METHODS, Method
-from pipelines.dedup.grouping import (
+from sbert_pipeline.dedup.adjacency import PairGraph, ranked_leaders
+from sbert_pipeline.dedup.choices import METHODS, Method
+from sbert_pipeline.dedup.grouping import (
     Grouping,
     check_inputs,
     from_labels,
     lookup_scores,
 )
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.linkage import average_linkage
-from pipelines.vectors.components import component_labels
-from pipelines.vectors.progress import Progress, stage_progress
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.linkage import average_linkage
+from sbert_pipeline.vectors.components import component_labels
+from sbert_pipeline.vectors.progress import Progress, stage_progress
 
 # The methods that walk each row's pairs (pipelines/dedup/adjacency.py).
 GRAPH_METHODS = ("ranked", "star", "mutual")
@@ -85,7 +84,7 @@ def group_items(
         n: number of items.
         pairs: unique pairs over the rows; only ``average`` reads pairs below ``threshold``.
         threshold: cosine threshold, in ``[-1, 1]``.
-        rank: ``(n,)`` distinct ranks (:func:`pipelines.dedup.ranking.rank_items`); the
+        rank: ``(n,)`` distinct ranks (:func:`sbert_pipeline.dedup.ranking.rank_items`); the
             best-ranked member of a group is its representative.
         rep_threshold: ``star``, ``split``: the radius around a representative (default
             ``threshold``).
@@ -135,7 +134,7 @@ def sweep_groupings(
         rank_at: the ranking to use at a threshold (``central`` depends on it).
         rep_threshold: ``star``, ``split``: the radius at a threshold (default: the threshold).
         k, missing_score: as for :func:`group_items`.
-        progress: the bar to count each threshold on (:func:`pipelines.dedup.sweep.
+        progress: the bar to count each threshold on (:func:`sbert_pipeline.dedup.sweep.
             sweep_methods` counts every method on one); default: a bar of this method's own.
     """
     bar = progress
@@ -269,10 +268,10 @@ def mutual(
     """Components over the pairs ``>= threshold`` whose ends are each in the other's top ``k``.
 
     A neighbour's place in an item's list is by score descending, then row ascending (as
-    :func:`pipelines.vectors.allpairs.self_topk` orders them). Every neighbour that precedes a pair
-    ``>= threshold`` in a list is itself ``>= threshold``, so the places are exact whenever the
+    :func:`sbert_pipeline.vectors.allpairs.self_topk` orders them). Every neighbour that precedes a
+    pair ``>= threshold`` in a list is itself ``>= threshold``, so the places are exact whenever the
     pairs hold every pair ``>= threshold`` (and the same among all the pairs as among those
-    ``>= threshold``: :class:`pipelines.dedup.adjacency.PairGraph` computes them once).
+    ``>= threshold``: :class:`sbert_pipeline.dedup.adjacency.PairGraph` computes them once).
     """
     check_inputs(n, pairs, threshold, rank)
     if k < 1:

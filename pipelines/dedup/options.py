@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.dedup.choices import (
+from sbert_pipeline.dedup.choices import (
     DEFAULT_COMPONENTS_KEEP,
     DEFAULT_KEEP,
     DEFAULT_METHOD,
@@ -27,14 +27,15 @@ from pipelines.dedup.choices import (
     default_keep,
     is_keep,
 )
-from pipelines.stage_api.options import OptionError, StageOptions, at_least, in_range, option
-from pipelines.stage_api.shared_options import (
+from sbert_pipeline.stage_api.options import OptionError, StageOptions, at_least, in_range, option
+from sbert_pipeline.stage_api.shared_options import (
     checked_memory_budget,
     memory_budget_option,
     overwrite_option,
     seed_option,
     verify_option,
 )
+
 from sbert_core.tabular import FORMATS
 
 

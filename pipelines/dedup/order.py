@@ -12,13 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.dedup.corpus import CorpusScan
-from pipelines.dedup.groups import IndexedPairs, corpus_ranks, derived_id_ranks, id_ranks
-from pipelines.dedup.item_ids import ItemIds
-from pipelines.io.corpus_reader import CorpusSpec
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.texts import recorded_corpus_spec, texts_from_embeddings
+from sbert_pipeline.dedup.corpus import CorpusScan
+from sbert_pipeline.dedup.groups import IndexedPairs, corpus_ranks, derived_id_ranks, id_ranks
+from sbert_pipeline.dedup.item_ids import ItemIds
+from sbert_pipeline.io.corpus_reader import CorpusSpec
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.texts import recorded_corpus_spec, texts_from_embeddings
 
 
 def paired_items(n: int, pairs: IndexedPairs, threshold: float) -> np.ndarray:

@@ -15,23 +15,22 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.dedup.dedup_summary import DedupSummary
-from pipelines.dedup.grouping import Grouping
-from pipelines.dedup.groups import Histogram
-from pipelines.dedup.item_ids import ItemIds
-from pipelines.dedup.report import GroupView, group_views, report_html
-from pipelines.dedup.report_methods import (
+from sbert_pipeline.dedup.dedup_summary import DedupSummary
+from sbert_pipeline.dedup.grouping import Grouping
+from sbert_pipeline.dedup.groups import Histogram
+from sbert_pipeline.dedup.item_ids import ItemIds
+from sbert_pipeline.dedup.report import GroupView, group_views, report_html
+from sbert_pipeline.dedup.report_methods import (
     KnownView,
     known_fact,
     known_section,
     labels_section,
     methods_section,
 )
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.html import write_text
-from pipelines.io.output_dir import join
-from pipelines.vectors.cosine_range import clamp_cosines
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.html import write_text
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.vectors.cosine_range import clamp_cosines
 
 GROUPS_FILE, KEPT_FILE, REMOVED_FILE = "groups.parquet", "kept_ids.txt", "removed_ids.txt"
 ID_LIST_ENCODING = (

@@ -1,8 +1,8 @@
 """Pinned rows: rows a dedup run must keep whatever the keep rule says (Beam-free).
 
 Two kinds of rows are pinned: rows a previous dedup version kept (``--stable-keep``,
-:mod:`pipelines.dedup.previous`) and the rows of a reference corpus (``--against``,
-:mod:`pipelines.dedup.against`). The method groups the rows as usual; then every group that
+:mod:`sbert_pipeline.dedup.previous`) and the rows of a reference corpus (``--against``,
+:mod:`sbert_pipeline.dedup.against`). The method groups the rows as usual; then every group that
 holds pinned rows is split around them (:func:`pin`):
 
 * every pinned row is kept;
@@ -26,9 +26,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-
-from pipelines.dedup.grouping import KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS, Grouping
-from pipelines.dedup.groups import IndexedPairs, connected_components
+from sbert_pipeline.dedup.grouping import KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS, Grouping
+from sbert_pipeline.dedup.groups import IndexedPairs, connected_components
 
 
 def extend(grouping: Grouping, n: int) -> Grouping:

@@ -5,7 +5,7 @@ A dedup run reads the version its output folder holds before it prepares the new
 ``groups.parquet``, checked against the manifest's digests.
 
 * **Pinned rows**: every row the previous version kept and that still exists is kept again
-  (:mod:`pipelines.dedup.pinning`) when the settings that decide groups are those it was made
+  (:mod:`sbert_pipeline.dedup.pinning`) when the settings that decide groups are those it was made
   with (``--stable-keep auto``, the default: "kept stays kept" is for new data). A changed
   setting (a lowered threshold, another method) asks for other decisions, so the run decides
   afresh unless ``--stable-keep on`` pins them anyway; ``off`` never pins. Never across a
@@ -29,14 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.dedup.grouping import Grouping
-from pipelines.dedup.item_ids import ItemIds
-from pipelines.dedup.outputs import GROUPS_FILE, KEPT_FILE, REMOVED_FILE, read_id_array
-from pipelines.dedup.run_settings import deciding_settings, settings_changed
-from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import MANIFEST, CorruptOutputError, join, read_manifest
+from sbert_pipeline.dedup.grouping import Grouping
+from sbert_pipeline.dedup.item_ids import ItemIds
+from sbert_pipeline.dedup.outputs import GROUPS_FILE, KEPT_FILE, REMOVED_FILE, read_id_array
+from sbert_pipeline.dedup.run_settings import deciding_settings, settings_changed
+from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError, require_compatible
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import MANIFEST, CorruptOutputError, join, read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ class Stability:
 
 
 def manifest_settings(manifest: dict) -> dict:
-    """The deciding settings (:func:`pipelines.dedup.run_settings.deciding_settings`) a dedup
+    """The deciding settings (:func:`sbert_pipeline.dedup.run_settings.deciding_settings`) a dedup
     manifest records."""
     recorded = manifest.get("settings") or {}
     return deciding_settings(

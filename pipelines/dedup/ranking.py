@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-
-from pipelines.dedup.groups import IndexedPairs, inverse_order
+from sbert_pipeline.dedup.groups import IndexedPairs, inverse_order
 
 RankPolicy = Literal["first", "longest", "central", "column", "random"]
 RANK_POLICIES: tuple[str, ...] = ("first", "longest", "central", "column", "random")

@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.dedup.groups import Histogram, SweepPoint
-from pipelines.dedup.terms import CHAINED, CHAINED_MEANING
-from pipelines.io.html import SIMILARITY_AXIS, Bins, histogram_svg, line_chart_svg, shown_text
+from sbert_pipeline.dedup.groups import Histogram, SweepPoint
+from sbert_pipeline.dedup.terms import CHAINED, CHAINED_MEANING
+from sbert_pipeline.io.html import SIMILARITY_AXIS, Bins, histogram_svg, line_chart_svg, shown_text
 
 _WIDTH, _HEIGHT = 680, 280
 

@@ -10,11 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.known import Found, KnownDuplicates, known_found, missed_pairs
-from pipelines.dedup.sweep import NOT_COMPARED, MethodSweep
-from pipelines.io.html import Series, lines_svg, shown_text
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.known import Found, KnownDuplicates, known_found, missed_pairs
+from sbert_pipeline.dedup.sweep import NOT_COMPARED, MethodSweep
+from sbert_pipeline.io.html import Series, lines_svg, shown_text
 
 _WIDTH, _HEIGHT = 420, 360
 # One colour per method, in METHODS order (the chosen one is drawn thicker).

@@ -7,13 +7,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.dedup.terms import CHAINED, CHAINED_MEANING
-from pipelines.io.content_checks import content_checks
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import join, read_manifest
-from pipelines.stage_api.job_stage import ReportContext
-from pipelines.stage_api.report_parts import escape, link, member, relative, texts_of
+from sbert_pipeline.dedup.terms import CHAINED, CHAINED_MEANING
+from sbert_pipeline.io.content_checks import content_checks
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import join, read_manifest
+from sbert_pipeline.stage_api.job_stage import ReportContext
+from sbert_pipeline.stage_api.report_parts import escape, link, member, relative, texts_of
 
 # How much of each kind the page lists; everything else is one link away.
 SHOWN_GROUPS = 10

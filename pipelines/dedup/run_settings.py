@@ -4,9 +4,9 @@ version's; Beam-free)."""
 
 from __future__ import annotations
 
-from pipelines.dedup.choices import DEFAULT_KEEP, DEFAULT_RADIUS_GAP
-from pipelines.dedup.options import Options
-from pipelines.dedup.sweep import MethodSettings
+from sbert_pipeline.dedup.choices import DEFAULT_KEEP, DEFAULT_RADIUS_GAP
+from sbert_pipeline.dedup.options import Options
+from sbert_pipeline.dedup.sweep import MethodSettings
 
 # The methods that cut groups at a radius (the others ignore it).
 RADIUS_METHODS = ("star", "split")

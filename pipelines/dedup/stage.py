@@ -1,18 +1,7 @@
 """The dedup stage: duplicate groups from the similar pairs of ``sbert pairs``, one row kept each.
 
-Run from Python as ``dedup.run(dedup.Options(pairs=..., output=..., threshold=...))``, or as
-
-    sbert dedup --pairs DIR --output DIR --threshold T [--stable-keep auto|on|off]
-        [--against REF_EMBEDDINGS ...]
-        [--method star|components|ranked|split|mutual|average]
-        [--keep first|longest|central|random|column:NAME] [--seed S] [--radius R]
-        [--mutual-k K] [--missing-score S]
-        [--labels FILE [--label-id-a C] [--label-id-b C] [--label-column C]
-         [--target-precision P] [--skip-unknown-labels]] [--known-duplicates-field F|none]
-        [--corpus GLOB [--apply] [--id-field F] [--text-field F] [--format FMT]]
-        [--embeddings DIR ...] [--sweep-from 0.8] [--sweep-to 0.99] [--sweep-step 0.01]
-        [--sweep chosen|all] [--memory-budget SIZE|auto]
-        [--report-groups 50] [--dry-run] [--overwrite]
+Run from Python as ``dedup.run(dedup.Options(pairs=..., output=..., threshold=...))`` or as
+``sbert dedup``.
 
 Methods (docs/architecture.md, "dedup methods"); every member of a group but its
 representative is removed, and an item with no pair >= T is kept:
@@ -94,8 +83,8 @@ table, the manifest's ``methods``, with ``--labels`` every method's calibration)
 line counts every (method, threshold) point, with one ETA for the whole sweep.
 
 Memory: the pairs are columns (row numbers and scores), so a run needs about
-``pipelines.dedup.budget.dedup_memory(rows, pairs)``; it is refused before any pair is read when
-that is over ``--memory-budget`` (default: most of the memory available), and the manifest's
+``sbert_pipeline.dedup.budget.dedup_memory(rows, pairs)``; it is refused before any pair is read
+when that is over ``--memory-budget`` (default: most of the memory available), and the manifest's
 ``memory`` records the estimate, the budget and the measured peak RSS.
 
 ``--dry-run`` prints the threshold sweep (the chosen method's counts from --sweep-from to
@@ -111,26 +100,36 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.dedup.against import open_reference
-from pipelines.dedup.budget import check_memory
-from pipelines.dedup.choices import KEEP_POLICIES, METHODS
-from pipelines.dedup.copies import read_copies, reason_column
-from pipelines.dedup.corpus import CORPUS_DIR, REJECTED_FILE, apply_corpus, scan_corpus
-from pipelines.dedup.corpus_index import INDEX_FILE, embedded_texts, previous_index, write_index
-from pipelines.dedup.decisions import changes_html, decide, reference_texts, shown_ids
-from pipelines.dedup.dedup_summary import DedupSummary
-from pipelines.dedup.deduplicate import deduplicate
-from pipelines.dedup.groups import similarity_histogram, sweep_thresholds
-from pipelines.dedup.inputs import embed_error_ids, embedding_ids, open_embeddings
-from pipelines.dedup.item_ids import ItemIds
-from pipelines.dedup.known import known_found, load_known
-from pipelines.dedup.labels import LabelColumns, LabelledPairs, load_labels
-from pipelines.dedup.load import check_count, load_pairs, no_pairs
-from pipelines.dedup.manifest import dedup_manifest
-from pipelines.dedup.options import Options
-from pipelines.dedup.order import corpus_spec, item_texts, order_rank, paired_items, text_lengths
-from pipelines.dedup.outputs import (
+from sbert_pipeline.dedup.against import open_reference
+from sbert_pipeline.dedup.budget import check_memory
+from sbert_pipeline.dedup.choices import KEEP_POLICIES, METHODS
+from sbert_pipeline.dedup.copies import read_copies, reason_column
+from sbert_pipeline.dedup.corpus import CORPUS_DIR, REJECTED_FILE, apply_corpus, scan_corpus
+from sbert_pipeline.dedup.corpus_index import (
+    INDEX_FILE,
+    embedded_texts,
+    previous_index,
+    write_index,
+)
+from sbert_pipeline.dedup.decisions import changes_html, decide, reference_texts, shown_ids
+from sbert_pipeline.dedup.dedup_summary import DedupSummary
+from sbert_pipeline.dedup.deduplicate import deduplicate
+from sbert_pipeline.dedup.groups import similarity_histogram, sweep_thresholds
+from sbert_pipeline.dedup.inputs import embed_error_ids, embedding_ids, open_embeddings
+from sbert_pipeline.dedup.item_ids import ItemIds
+from sbert_pipeline.dedup.known import known_found, load_known
+from sbert_pipeline.dedup.labels import LabelColumns, LabelledPairs, load_labels
+from sbert_pipeline.dedup.load import check_count, load_pairs, no_pairs
+from sbert_pipeline.dedup.manifest import dedup_manifest
+from sbert_pipeline.dedup.options import Options
+from sbert_pipeline.dedup.order import (
+    corpus_spec,
+    item_texts,
+    order_rank,
+    paired_items,
+    text_lengths,
+)
+from sbert_pipeline.dedup.outputs import (
     GROUPS_FILE,
     KEPT_FILE,
     REMOVED_FILE,
@@ -141,22 +140,22 @@ from pipelines.dedup.outputs import (
     write_id_lists,
     write_report,
 )
-from pipelines.dedup.previous import changes, pinned_rows, read_previous, stable_group_ids
-from pipelines.dedup.report_methods import KnownView, known_view
-from pipelines.dedup.run_settings import check_settings, run_deciding_settings, settings_of
-from pipelines.dedup.sweep import Ranker, group_at, sweep_methods
-from pipelines.io.atomic import write_table
-from pipelines.io.content_checks import content_checks
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import OutputLayout, join
-from pipelines.io.pairs_output import PairsOutput
-from pipelines.io.resources import peak_rss
-from pipelines.stage_api.beam_run import show_progress
-from pipelines.stage_api.result import Result
-from pipelines.stage_api.shared_options import checked_memory_budget
-from pipelines.stage_api.stage_output import stage_output
-from pipelines.stage_api.stops import JobFailedError
+from sbert_pipeline.dedup.previous import changes, pinned_rows, read_previous, stable_group_ids
+from sbert_pipeline.dedup.report_methods import KnownView, known_view
+from sbert_pipeline.dedup.run_settings import check_settings, run_deciding_settings, settings_of
+from sbert_pipeline.dedup.sweep import Ranker, group_at, sweep_methods
+from sbert_pipeline.io.atomic import write_table
+from sbert_pipeline.io.content_checks import content_checks
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import OutputLayout, join
+from sbert_pipeline.io.pairs_output import PairsOutput
+from sbert_pipeline.io.resources import peak_rss
+from sbert_pipeline.stage_api.beam_run import show_progress
+from sbert_pipeline.stage_api.result import Result
+from sbert_pipeline.stage_api.shared_options import checked_memory_budget
+from sbert_pipeline.stage_api.stage_output import stage_output
+from sbert_pipeline.stage_api.stops import JobFailedError
 
 __all__ = ["DedupResult", "run"]
 

@@ -5,9 +5,9 @@ member kept (``--keep``), the star/split radius (``--radius``, kept as a gap bel
 mutual's ``k`` and average linkage's score for pairs not given. :func:`sweep_methods` runs
 the chosen method (``sbert dedup --sweep chosen``, the default) or every method (``--sweep
 all``) at every threshold and, with labelled pairs, scores each point
-(:mod:`pipelines.dedup.labels`).
+(:mod:`sbert_pipeline.dedup.labels`).
 
-``components`` is counted by :func:`pipelines.dedup.groups.threshold_sweep` (one union-find
+``components`` is counted by :func:`sbert_pipeline.dedup.groups.threshold_sweep` (one union-find
 pass), exactly as before the other methods existed; the others group at each threshold.
 """
 
@@ -17,21 +17,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.dedup.choices import (
+from sbert_pipeline.dedup.choices import (
     DEFAULT_KEEP,
     DEFAULT_METHOD,
     DEFAULT_MUTUAL_K,
     DEFAULT_RADIUS_GAP,
     METHODS,
 )
-from pipelines.dedup.copies import TextCopies
-from pipelines.dedup.grouping import Grouping
-from pipelines.dedup.groups import IndexedPairs, SweepPoint, threshold_sweep
-from pipelines.dedup.labels import LabelledPairs, LabelPoint, best_f1_point, evaluate, for_precision
-from pipelines.dedup.methods import group_items, sweep_groupings
-from pipelines.dedup.ranking import rank_items
-from pipelines.vectors.progress import Progress, stage_progress
+from sbert_pipeline.dedup.copies import TextCopies
+from sbert_pipeline.dedup.grouping import Grouping
+from sbert_pipeline.dedup.groups import IndexedPairs, SweepPoint, threshold_sweep
+from sbert_pipeline.dedup.labels import (
+    LabelledPairs,
+    LabelPoint,
+    best_f1_point,
+    evaluate,
+    for_precision,
+)
+from sbert_pipeline.dedup.methods import group_items, sweep_groupings
+from sbert_pipeline.dedup.ranking import rank_items
+from sbert_pipeline.vectors.progress import Progress, stage_progress
 
 # Said by the report, the dry run's table and the manifest when only the chosen method was swept.
 NOT_COMPARED = (
@@ -45,7 +50,7 @@ class MethodSettings:
     """The chosen method and the parameters every method of the sweep is run with.
 
     Attributes:
-        method: one of :data:`pipelines.dedup.methods.METHODS`.
+        method: one of :data:`sbert_pipeline.dedup.methods.METHODS`.
         keep: the member every method but components keeps: ``first``, ``longest``,
             ``central``, ``random`` or ``column:NAME`` (the ranking of the same name).
         radius_gap: star, split: the radius at threshold ``t`` is ``t - radius_gap``.
@@ -137,7 +142,7 @@ def group_at(
 @dataclass(frozen=True)
 class MethodSweep:
     """One method at every sweep threshold: the counts, with labels P/R/F1, and with known
-    duplicates their recall (``known``: :mod:`pipelines.dedup.known`)."""
+    duplicates their recall (``known``: :mod:`sbert_pipeline.dedup.known`)."""
 
     method: str
     points: list[SweepPoint]
@@ -193,7 +198,7 @@ def sweep_methods(
     how many of them ended in one group (``MethodSweep.known``).
 
     With ``copies`` (of an ``--exact-dedup`` embed run), ``pairs`` are the distinct rows' and
-    every grouping gets the copies joined (:mod:`pipelines.dedup.copies`).
+    every grouping gets the copies joined (:mod:`sbert_pipeline.dedup.copies`).
 
     Raises:
         ValueError: the labels hold no duplicate pair, or a method's inputs are bad.

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines.embed.options import Options
-from pipelines.stage_api.options import OptionError
+from sbert_pipeline.embed.options import Options
+from sbert_pipeline.stage_api.options import OptionError
 
 # Its line in `sbert --help`.
 SUMMARY = "embed a corpus into Parquet (Beam pipeline)"
 
 if TYPE_CHECKING:
     import apache_beam as beam
-
-    from pipelines.stage_api.result import Result
+    from sbert_pipeline.stage_api.result import Result
 
 __all__ = ["Options", "run"]
 
@@ -34,9 +33,9 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
                 "runs one pipeline per input file from its launcher and takes no pipeline "
                 "(call embed.run without pipeline=)",
             )
-        from pipelines.embed.incremental import run_incremental
+        from sbert_pipeline.embed.incremental import run_incremental
 
         return run_incremental(options)
-    from pipelines.embed.stage import run as run_stage
+    from sbert_pipeline.embed.stage import run as run_stage
 
     return run_stage(options, pipeline=pipeline)

@@ -22,16 +22,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import apache_beam as beam
-
-from pipelines.embed.model_handler import ZERO_VECTORS
-from pipelines.embed.read_corpus import read_ledger
-from pipelines.io.atomic import write_json_replacing
-from pipelines.io.embeddings import count_rows, shard_paths
-from pipelines.io.manifest_fields import created_now
-from pipelines.io.output_dir import MANIFEST, join
-from pipelines.io.resources import peak_rss
-from pipelines.io.schemas import ERRORS_DIR
-from pipelines.io.staged_output import StagedOutput
+from sbert_pipeline.embed.model_handler import ZERO_VECTORS
+from sbert_pipeline.embed.read_corpus import read_ledger
+from sbert_pipeline.io.atomic import write_json_replacing
+from sbert_pipeline.io.embeddings import count_rows, shard_paths
+from sbert_pipeline.io.manifest_fields import created_now
+from sbert_pipeline.io.output_dir import MANIFEST, join
+from sbert_pipeline.io.resources import peak_rss
+from sbert_pipeline.io.schemas import ERRORS_DIR
+from sbert_pipeline.io.staged_output import StagedOutput
 
 # Tallies the checks use; a leading "_" keeps a tally out of the manifest's counts.
 ROWS_READ = "_rows_read"  # rows the readers emitted (records + rejections)

@@ -1,8 +1,8 @@
 """Embed each distinct normalised text once (``sbert embed --exact-dedup``).
 
-Two records hold *the same normalised text* when :func:`pipelines.io.text_normal.text_key`
+Two records hold *the same normalised text* when :func:`sbert_pipeline.io.text_normal.text_key`
 gives them one key (NFKC, casefold, whitespace and sentence punctuation collapsed: see that
-module). :class:`EmbedDistinctTexts` wraps the :class:`pipelines.embed.transform.Embed` step:
+module). :class:`EmbedDistinctTexts` wraps the :class:`sbert_pipeline.embed.transform.Embed` step:
 
 1. the records are keyed by that hash and grouped; each group's *representative* is its first
    record in corpus order (file path, then row, then id: values of the records, not the order
@@ -31,14 +31,13 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import PredictionResult
-
-from pipelines.embed.model_handler import Embedding
-from pipelines.embed.read_corpus import RECORDS, REJECTED
-from pipelines.embed.transform import EMBEDDED
-from pipelines.io.corpus_reader import CorpusRecord, RejectedRow
-from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.record_limits import COPY_OF
-from pipelines.io.text_normal import text_key
+from sbert_pipeline.embed.model_handler import Embedding
+from sbert_pipeline.embed.read_corpus import RECORDS, REJECTED
+from sbert_pipeline.embed.transform import EMBEDDED
+from sbert_pipeline.io.corpus_reader import CorpusRecord, RejectedRow
+from sbert_pipeline.io.counters import METRICS_NAMESPACE
+from sbert_pipeline.io.record_limits import COPY_OF
+from sbert_pipeline.io.text_normal import text_key
 
 COPIES = "copies"  # metrics counter: rows written with their representative's vector
 
@@ -58,7 +57,7 @@ class RepresentativeRecord(CorpusRecord):
 class CopiedEmbedding:
     """The inference part of a copy's ``PredictionResult``: its representative's embedding.
 
-    The fields of :class:`pipelines.embed.model_handler.Embedding` (so the writers read it the
+    The fields of :class:`sbert_pipeline.embed.model_handler.Embedding` (so the writers read it the
     same way) plus the representative's id.
     """
 
@@ -140,7 +139,7 @@ class EmbedDistinctTexts(beam.PTransform):
     normalised text through ``embed`` once (module docstring).
 
     Args:
-        embed: the step that embeds records (an :class:`pipelines.embed.transform.Embed`,
+        embed: the step that embeds records (an :class:`sbert_pipeline.embed.transform.Embed`,
             with its resource hints); it sees the representatives only.
 
     Example:

@@ -18,16 +18,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipelines.io.content_checks import ListedFile, digest_of
-from pipelines.io.corpus_files import files_sha256
-from pipelines.io.output_dir import (
+from sbert_pipeline.io.content_checks import ListedFile, digest_of
+from sbert_pipeline.io.corpus_files import files_sha256
+from sbert_pipeline.io.output_dir import (
     CorruptOutputError,
     file_sizes,
     join,
     read_json_or_none,
     read_manifest,
 )
-from pipelines.io.schemas import ERRORS_DIR
+from sbert_pipeline.io.schemas import ERRORS_DIR
 
 DONE = "_done"  # inside an attempt area: one record per finished input file
 GROUPS = "_groups"  # inside an attempt area: where one file's pipeline writes before its record

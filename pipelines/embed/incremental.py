@@ -2,9 +2,9 @@
 publish one new version; resumable after a kill.
 
 The launcher compares the input with the published version
-(:func:`pipelines.embed.file_records.plan_version`), then runs the embed pipeline once per
+(:func:`sbert_pipeline.embed.file_records.plan_version`), then runs the embed pipeline once per
 input file to embed, each writing into ``_attempts/<run id>/_groups/<key>/`` and ending in
-:class:`~pipelines.embed.commit.RecordTallies` instead of the commit step. After each run it
+:class:`~sbert_pipeline.embed.commit.RecordTallies` instead of the commit step. After each run it
 checks that file's counts (rows read == embedded + rejected), moves its parts into the attempt
 area as ``part-<key>-...`` and writes the file's done-record (atomically, last). When every file
 is done it commits once: the new parts move in, the kept files' parts stay under their
@@ -17,7 +17,7 @@ even when the new file sorts before it: kept parts never change.
 
 So the launcher waits for every job (``--no_wait_until_finish`` is refused), and a run killed
 after some files, rerun with the same settings, adopts those files' records and parts
-(``stage_output(adopt=...)``, see :func:`pipelines.io.staged_output.prepare_output`) and
+(``stage_output(adopt=...)``, see :func:`sbert_pipeline.io.staged_output.prepare_output`) and
 embeds only the others.
 """
 
@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from pipelines.embed.commit import (
+from sbert_pipeline.embed.commit import (
     TALLIES,
     CommitPlan,
     CommitRefusedError,
@@ -37,7 +37,7 @@ from pipelines.embed.commit import (
     checked_rows,
     manifest_counts,
 )
-from pipelines.embed.file_records import (
+from sbert_pipeline.embed.file_records import (
     GROUPS,
     InputFile,
     VersionPlan,
@@ -50,10 +50,10 @@ from pipelines.embed.file_records import (
     plan_version,
     read_done,
 )
-from pipelines.embed.options import Options
-from pipelines.embed.read_corpus import ReadCorpus, refuse_output_inside_input
-from pipelines.embed.sinks import output_schema
-from pipelines.embed.stage import (
+from sbert_pipeline.embed.options import Options
+from sbert_pipeline.embed.read_corpus import ReadCorpus, refuse_output_inside_input
+from sbert_pipeline.embed.sinks import output_schema
+from sbert_pipeline.embed.stage import (
     LAYOUT,
     REPORTED_COUNTS,
     build_pipeline,
@@ -61,19 +61,19 @@ from pipelines.embed.stage import (
     launch_manifest,
     published_result,
 )
-from pipelines.io.atomic import replace, write_json_replacing
-from pipelines.io.embeddings import shard_paths
-from pipelines.io.manifest_fields import created_now
-from pipelines.io.output_dir import file_sizes, join, read_json_or_none
-from pipelines.io.schemas import ERRORS_DIR
-from pipelines.io.staged_output import StagedOutput
-from pipelines.stage_api.beam_options import is_local
-from pipelines.stage_api.beam_run import options_for, run_pipeline, waits
-from pipelines.stage_api.options import OptionError
-from pipelines.stage_api.result import Result
-from pipelines.stage_api.stage_output import stage_output
-from pipelines.stage_api.stops import JobFailedError
-from pipelines.vectors.progress import close_shared_progress
+from sbert_pipeline.io.atomic import replace, write_json_replacing
+from sbert_pipeline.io.embeddings import shard_paths
+from sbert_pipeline.io.manifest_fields import created_now
+from sbert_pipeline.io.output_dir import file_sizes, join, read_json_or_none
+from sbert_pipeline.io.schemas import ERRORS_DIR
+from sbert_pipeline.io.staged_output import StagedOutput
+from sbert_pipeline.stage_api.beam_options import is_local
+from sbert_pipeline.stage_api.beam_run import options_for, run_pipeline, waits
+from sbert_pipeline.stage_api.options import OptionError
+from sbert_pipeline.stage_api.result import Result
+from sbert_pipeline.stage_api.stage_output import stage_output
+from sbert_pipeline.stage_api.stops import JobFailedError
+from sbert_pipeline.vectors.progress import close_shared_progress
 
 logger = logging.getLogger(__name__)
 

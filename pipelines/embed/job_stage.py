@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.stage_api.job_stage import JobContext, JobStage
+from sbert_pipeline.stage_api.job_stage import JobContext, JobStage
 
 
 def _wire(context: JobContext) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def _reads(stage: JobStage, context: JobContext) -> tuple[str, ...]:
 
 def _preflight(options: Any) -> None:
     # Threads and batching, and the device when the workers are this process (torch loads).
-    from pipelines.stage_api.beam_options import is_local, pipeline_options
+    from sbert_pipeline.stage_api.beam_options import is_local, pipeline_options
 
     options.check_launcher(workers_here=is_local(pipeline_options(list(options.beam_options))))
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.io.resources import MemoryBudget, require_memory
-from pipelines.io.sizes import format_size
+from sbert_pipeline.io.resources import MemoryBudget, require_memory
+from sbert_pipeline.io.sizes import format_size
 
 MIB = 1 << 20
 RUNTIME = 640 * MIB

@@ -22,16 +22,16 @@ from typing import Any
 import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
-
-from pipelines.io.corpus_reader import CorpusRecord
-from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.vectors.checks import non_finite_rows
-from pipelines.vectors.progress import (
+from sbert_pipeline.io.corpus_reader import CorpusRecord
+from sbert_pipeline.io.counters import METRICS_NAMESPACE
+from sbert_pipeline.vectors.checks import non_finite_rows
+from sbert_pipeline.vectors.progress import (
     EMBED_PROGRESS,
     count_forward_rows,
     settle_rows,
     shared_progress,
 )
+
 from sbert_core import SentenceEncoder
 from sbert_core.inference.encode_result import EncodeResult
 from sbert_core.inference.encoder_settings import EncoderSettings

@@ -8,11 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pipelines.io.output_names import refuse_output_folder
-from pipelines.io.record_limits import COPY_OF, DEFAULT_MAX_RECORD_BYTES, DEFAULT_MAX_RECORD_LINES
-from pipelines.stage_api.model_options import ModelOptions, encoder_settings
-from pipelines.stage_api.options import OptionError, at_least, in_range, option
-from pipelines.stage_api.shared_options import (
+from sbert_pipeline.io.output_names import refuse_output_folder
+from sbert_pipeline.io.record_limits import (
+    COPY_OF,
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_MAX_RECORD_LINES,
+)
+from sbert_pipeline.stage_api.model_options import ModelOptions, encoder_settings
+from sbert_pipeline.stage_api.options import OptionError, at_least, in_range, option
+from sbert_pipeline.stage_api.shared_options import (
     beam_options_option,
     checked_memory_budget,
     memory_budget_option,
@@ -21,8 +25,9 @@ from pipelines.stage_api.shared_options import (
 )
 
 if TYPE_CHECKING:
-    from pipelines.io.corpus_reader import CorpusSpec
-    from pipelines.io.resources import MemoryBudget
+    from sbert_pipeline.io.corpus_reader import CorpusSpec
+    from sbert_pipeline.io.resources import MemoryBudget
+
     from sbert_core.inference.encoder_settings import EncoderSettings
 
 # The columns every embeddings output has (pipelines/embed/sinks.py): --keep-fields may not
@@ -38,7 +43,7 @@ def field_names(value: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Options(ModelOptions):
     """How to embed a corpus (see ``pipelines/embed/stage.py``); the model options are
-    :class:`~pipelines.stage_api.model_options.ModelOptions`'."""
+    :class:`~sbert_pipeline.stage_api.model_options.ModelOptions`'."""
 
     INPUT_OPTIONS = ("input", "model")
 
@@ -153,7 +158,7 @@ class Options(ModelOptions):
 
     def corpus_spec(self) -> CorpusSpec:
         """How the corpus files are read."""
-        from pipelines.io.corpus_reader import CorpusSpec  # pyarrow: not for --help
+        from sbert_pipeline.io.corpus_reader import CorpusSpec  # pyarrow: not for --help
 
         return CorpusSpec(
             fmt=self.format,

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-
-from pipelines.io.corpus_files import match_corpus, open_decompressed
-from pipelines.io.corpus_reader import (
+from sbert_pipeline.io.corpus_files import match_corpus, open_decompressed
+from sbert_pipeline.io.corpus_reader import (
     CorpusRecord,
     CorpusSpec,
     DamagedFileError,
@@ -31,11 +30,12 @@ from pipelines.io.corpus_reader import (
     describe_damage,
     read_corpus_file,
 )
-from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.filesystems import FileSystems, pattern_regex, split_pattern
-from pipelines.io.output_dir import ATTEMPTS, MANIFEST
-from pipelines.io.schemas import ERRORS_DIR
-from pipelines.vectors.progress import EMBED_PROGRESS, shared_progress
+from sbert_pipeline.io.counters import METRICS_NAMESPACE
+from sbert_pipeline.io.filesystems import FileSystems, pattern_regex, split_pattern
+from sbert_pipeline.io.output_dir import ATTEMPTS, MANIFEST
+from sbert_pipeline.io.schemas import ERRORS_DIR
+from sbert_pipeline.vectors.progress import EMBED_PROGRESS, shared_progress
+
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import detect_format
 
@@ -139,7 +139,7 @@ class ReadCorpus(beam.PTransform):
             pattern: the corpus glob.
             spec: how rows are read.
             files: read exactly these ``(path, id prefix, bytes)`` (some of what ``pattern``
-                matched, as :func:`~pipelines.io.corpus_files.match_corpus` gives them) instead
+                matched, as :func:`~sbert_pipeline.io.corpus_files.match_corpus` gives them) instead
                 of matching ``pattern`` again (an incremental embed's new and changed files).
 
         Raises:
@@ -332,8 +332,7 @@ class _RejectTakenFn(beam.DoFn):
 
     def setup(self) -> None:
         import pyarrow.parquet as pq
-
-        from pipelines.io.embeddings import parquet_source
+        from sbert_pipeline.io.embeddings import parquet_source
 
         for part, input_path in self._taken:
             with parquet_source(part) as source:

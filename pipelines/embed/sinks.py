@@ -19,18 +19,17 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import WriteToParquet, WriteToParquetBatched
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import PredictionResult
-
-from pipelines.io.atomic import write_parquet_replacing
-from pipelines.io.corpus_reader import RejectedRow
-from pipelines.io.counters import METRICS_NAMESPACE
-from pipelines.io.record_limits import COPY_OF
-from pipelines.io.schemas import (
+from sbert_pipeline.io.atomic import write_parquet_replacing
+from sbert_pipeline.io.corpus_reader import RejectedRow
+from sbert_pipeline.io.counters import METRICS_NAMESPACE
+from sbert_pipeline.io.record_limits import COPY_OF
+from sbert_pipeline.io.schemas import (
     ERRORS_DIR,
     ERRORS_SCHEMA,
     embeddings_schema,
     embeddings_table,
 )
-from pipelines.io.shards import stable_bucket
+from sbert_pipeline.io.shards import stable_bucket
 
 
 def output_schema(

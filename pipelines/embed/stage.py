@@ -22,8 +22,7 @@ from dataclasses import asdict, dataclass
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
-
-from pipelines.embed.commit import (
+from sbert_pipeline.embed.commit import (
     EMBEDDING_COUNTS,
     FILES_WRITTEN,
     MEMORY_FIELD,
@@ -34,16 +33,16 @@ from pipelines.embed.commit import (
     counted_as,
     embedding_tally,
 )
-from pipelines.embed.exact_copies import (
+from sbert_pipeline.embed.exact_copies import (
     EXACT_DEDUP_COUNTS,
     EXACT_DEDUP_RULE,
     EmbedDistinctTexts,
     exact_dedup_tally,
 )
-from pipelines.embed.memory import check_embed_memory, embed_memory
-from pipelines.embed.model_handler import DeterministicInferenceError, SbertModelHandler
-from pipelines.embed.options import Options
-from pipelines.embed.read_corpus import (
+from sbert_pipeline.embed.memory import check_embed_memory, embed_memory
+from sbert_pipeline.embed.model_handler import DeterministicInferenceError, SbertModelHandler
+from sbert_pipeline.embed.options import Options
+from sbert_pipeline.embed.read_corpus import (
     READS,
     RECORDS,
     REJECTED,
@@ -53,16 +52,16 @@ from pipelines.embed.read_corpus import (
     RejectTakenIds,
     refuse_output_inside_input,
 )
-from pipelines.embed.sinks import WriteEmbeddings, WriteErrors, output_schema
-from pipelines.embed.transform import EMBEDDED, Embed
-from pipelines.io.corpus_reader import CorpusSpec
-from pipelines.io.manifest_fields import software_versions
-from pipelines.io.output_dir import MANIFEST, OutputLayout, join
-from pipelines.io.previous_output import NOT_ASKED
-from pipelines.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
-from pipelines.io.staged_output import StagedOutput
-from pipelines.stage_api.beam_options import is_local, runner_name
-from pipelines.stage_api.beam_run import (
+from sbert_pipeline.embed.sinks import WriteEmbeddings, WriteErrors, output_schema
+from sbert_pipeline.embed.transform import EMBEDDED, Embed
+from sbert_pipeline.io.corpus_reader import CorpusSpec
+from sbert_pipeline.io.manifest_fields import software_versions
+from sbert_pipeline.io.output_dir import MANIFEST, OutputLayout, join
+from sbert_pipeline.io.previous_output import NOT_ASKED
+from sbert_pipeline.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS
+from sbert_pipeline.io.staged_output import StagedOutput
+from sbert_pipeline.stage_api.beam_options import is_local, runner_name
+from sbert_pipeline.stage_api.beam_run import (
     new_pipeline,
     options_for,
     run_pipeline,
@@ -70,10 +69,11 @@ from pipelines.stage_api.beam_run import (
     step_error,
     waits,
 )
-from pipelines.stage_api.result import Result
-from pipelines.stage_api.stage_output import stage_output
-from pipelines.stage_api.stops import JobFailedError
-from pipelines.vectors.progress import close_shared_progress
+from sbert_pipeline.stage_api.result import Result
+from sbert_pipeline.stage_api.stage_output import stage_output
+from sbert_pipeline.stage_api.stops import JobFailedError
+from sbert_pipeline.vectors.progress import close_shared_progress
+
 from sbert_core.errors import DataFileError
 from sbert_core.model.artifact import weight_files
 
@@ -204,7 +204,7 @@ def build(options: Options, pipeline: beam.Pipeline | None = None) -> EmbedJob:
     if options.incremental:
         raise ValueError(
             "an incremental embed runs one pipeline per input file and publishes from its "
-            "launcher: run it with pipelines.embed.run (pipelines/embed/incremental.py)"
+            "launcher: run it with sbert_pipeline.embed.run (pipelines/embed/incremental.py)"
         )
     started = time.time()
     spec = options.corpus_spec()
@@ -272,7 +272,7 @@ def build(options: Options, pipeline: beam.Pipeline | None = None) -> EmbedJob:
 
 def launch(job: EmbedJob, pipeline: beam.Pipeline | None = None) -> Result:
     """Run a built job: wait for it and summarise its manifest, or only submit it when Beam's
-    ``--no_wait_until_finish`` is given (see :func:`pipelines.stage_api.beam_run.waits`).
+    ``--no_wait_until_finish`` is given (see :func:`sbert_pipeline.stage_api.beam_run.waits`).
 
     A run whose manifest is published succeeds even if clearing up after the commit failed
     (a warning says so; the next run clears the rest): the outcome follows what was published.

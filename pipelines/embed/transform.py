@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.ml.inference.base import RunInference
-
-from pipelines.embed.model_handler import Embedding, InferenceFailure, SbertModelHandler
-from pipelines.embed.read_corpus import REJECTED
-from pipelines.io.corpus_reader import RejectedRow
-from pipelines.io.shards import stable_bucket
+from sbert_pipeline.embed.model_handler import Embedding, InferenceFailure, SbertModelHandler
+from sbert_pipeline.embed.read_corpus import REJECTED
+from sbert_pipeline.io.corpus_reader import RejectedRow
+from sbert_pipeline.io.shards import stable_bucket
 
 EMBEDDED = "embedded"
 

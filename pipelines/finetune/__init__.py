@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipelines.finetune.options import Options
+from sbert_pipeline.finetune.options import Options
 
 # Its line in `sbert --help`.
 SUMMARY = "fine-tune a model on labelled pairs or triplets"
 
 if TYPE_CHECKING:
-    from pipelines.stage_api.result import Result
+    from sbert_pipeline.stage_api.result import Result
 
 __all__ = ["Options", "run"]
 
@@ -23,6 +23,6 @@ __all__ = ["Options", "run"]
 def run(options: Options, *, pipeline: Any = None) -> Result:
     """Fine-tune and save the model (see ``pipelines/finetune/stage.py``); ``pipeline`` is
     unused, accepted for the signature every stage's ``run`` has."""
-    from pipelines.finetune.stage import run as run_stage
+    from sbert_pipeline.finetune.stage import run as run_stage
 
     return run_stage(options, pipeline=pipeline)

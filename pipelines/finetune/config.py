@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pipelines.finetune.dedup_test import DedupTestConfig
-from pipelines.finetune.options import Options
-from pipelines.io.path_relations import overlap_error
+from sbert_pipeline.finetune.dedup_test import DedupTestConfig
+from sbert_pipeline.finetune.options import Options
+from sbert_pipeline.io.path_relations import overlap_error
+
 from sbert_core import DEFAULT_MODEL
 from sbert_core.config import load_config
 from sbert_core.training.config import TrainingConfig

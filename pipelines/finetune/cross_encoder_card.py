@@ -4,7 +4,7 @@ and how, and AP / best F1 on each test set before (the new head) and after train
 
 from __future__ import annotations
 
-from pipelines.finetune.model_card import card_heading, data_table, dev_lines, software_lines
+from sbert_pipeline.finetune.model_card import card_heading, data_table, dev_lines, software_lines
 
 # The metrics of a test set the card shows, in order, with their labels.
 CARD_METRICS = (

@@ -1,6 +1,6 @@
 """``sbert finetune`` with ``kind: cross_encoder``: labelled pairs -> a trained cross-encoder.
 
-The config is a :class:`~pipelines.finetune.config.FinetuneConfig` with ``kind:
+The config is a :class:`~sbert_pipeline.finetune.config.FinetuneConfig` with ``kind:
 cross_encoder`` and ``objective: {name: binary_cross_entropy}``:
 
 * ``model``: where training starts. A cross-encoder folder trains further; any other encoder
@@ -33,9 +33,9 @@ import logging
 import shutil
 from pathlib import Path
 
-from pipelines.finetune.config import FinetuneConfig
-from pipelines.finetune.cross_encoder_card import cross_encoder_card
-from pipelines.finetune.data_records import (
+from sbert_pipeline.finetune.config import FinetuneConfig
+from sbert_pipeline.finetune.cross_encoder_card import cross_encoder_card
+from sbert_pipeline.finetune.data_records import (
     MODEL_CARD,
     describe_data,
     short_names,
@@ -43,9 +43,10 @@ from pipelines.finetune.data_records import (
     training_summary,
     warn_single_target,
 )
-from pipelines.finetune.finetune_summary import FinetuneSummary
-from pipelines.io.text_normal import text_key
-from pipelines.stage_api.stops import JobFailedError
+from sbert_pipeline.finetune.finetune_summary import FinetuneSummary
+from sbert_pipeline.io.text_normal import text_key
+from sbert_pipeline.stage_api.stops import JobFailedError
+
 from sbert_core.inference.cross_encoder import CrossEncoder
 from sbert_core.model.artifact import MANIFEST_FILE
 from sbert_core.model.export import staged_model_folder

@@ -8,9 +8,10 @@ import logging
 import platform
 from pathlib import Path
 
-from pipelines.finetune.config import FinetuneConfig
-from pipelines.finetune.finetune_summary import FinetuneSummary
-from pipelines.io.manifest_fields import software_versions
+from sbert_pipeline.finetune.config import FinetuneConfig
+from sbert_pipeline.finetune.finetune_summary import FinetuneSummary
+from sbert_pipeline.io.manifest_fields import software_versions
+
 from sbert_core.config import config_to_dict
 from sbert_core.model.artifact import sha256_of_files
 from sbert_core.training.data import ExampleSet, single_target

@@ -6,11 +6,11 @@ holdout was trained on). For the base model and again for the fine-tuned one:
 
 1. embed the holdout's questions (from ``questions``, a question file, or else from the pairs);
 2. find every pair of questions with cosine ``>= floor`` exactly
-   (:func:`pipelines.vectors.pairs_above.self_pairs_above`);
+   (:func:`sbert_pipeline.vectors.pairs_above.self_pairs_above`);
 3. group them with each of ``methods`` over the threshold sweep, with the settings ``sbert
-   dedup`` uses by default (:class:`pipelines.dedup.sweep.MethodSettings`: central ranking, star
-   radius ``T - 0.10``), and score "both questions end in one group" on the holdout's labelled
-   pairs (:mod:`pipelines.dedup.labels`);
+   dedup`` uses by default (:class:`sbert_pipeline.dedup.sweep.MethodSettings`: central ranking,
+   star radius ``T - 0.10``), and score "both questions end in one group" on the holdout's labelled
+   pairs (:mod:`sbert_pipeline.dedup.labels`);
 4. report, per method, the best-F1 threshold with its precision, recall, F1 and largest group.
 
 The numbers go into the model's manifest (``metrics.dedup``) and its model card.
@@ -36,14 +36,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+from sbert_pipeline.dedup.choices import METHODS
 
-from pipelines.dedup.choices import METHODS
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import read_table, text_column
 from sbert_core.training.data import DataSpec, load_duplicate_split
 
 if TYPE_CHECKING:
-    from pipelines.dedup.labels import LabelledPairs
+    from sbert_pipeline.dedup.labels import LabelledPairs
 
 # The dedup modules (numba kernels, Beam-backed file helpers) are imported where they are used,
 # so that a finetune run without a dedup_test loads neither.
@@ -86,7 +86,7 @@ class DedupTestConfig:
                 f"dedup_test.methods must name methods from {', '.join(METHODS)}, "
                 f"got {list(self.methods)}"
             )
-        from pipelines.dedup.groups import sweep_thresholds
+        from sbert_pipeline.dedup.groups import sweep_thresholds
 
         sweep_thresholds(self.floor, self.sweep_stop, self.sweep_step)  # raises on bad bounds
         if (self.base_vectors is None) != (self.base_vector_ids is None):
@@ -120,7 +120,7 @@ def load_holdout(config: DedupTestConfig, text_key: Callable[[str], str] | None)
         DataFileError: unreadable files, missing columns, a holdout question missing from the
             question file or with another text there.
     """
-    from pipelines.dedup.labels import RawLabels, match_labels
+    from sbert_pipeline.dedup.labels import RawLabels, match_labels
 
     split = load_duplicate_split(config.pairs, text_key)
     members = split.questions_in("holdout")
@@ -224,9 +224,9 @@ def evaluate_dedup(
 ) -> dict:
     """Embed the holdout with ``encoder`` (or, for the ``base`` model with ``base_vectors``
     set, take the cached vectors), sweep each method, return the best-F1 points."""
-    from pipelines.dedup.groups import IndexedPairs, sweep_thresholds
-    from pipelines.dedup.sweep import MethodSettings, Ranker, sweep_methods
-    from pipelines.vectors.pairs_above import self_pairs_above
+    from sbert_pipeline.dedup.groups import IndexedPairs, sweep_thresholds
+    from sbert_pipeline.dedup.sweep import MethodSettings, Ranker, sweep_methods
+    from sbert_pipeline.vectors.pairs_above import self_pairs_above
 
     start = time.perf_counter()
     cached = base and config.base_vectors is not None

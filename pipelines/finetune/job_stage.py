@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.stage_api.job_stage import JobContext, JobStage
+from sbert_pipeline.stage_api.job_stage import JobContext, JobStage
 
 
 def _wire(context: JobContext) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Options of the finetune stage (``sbert finetune``, ``sbert run``'s ``finetune:``,
 ``finetune.Options``).
 
-The training itself is described by a config file (:class:`pipelines.finetune.config.
+The training itself is described by a config file (:class:`sbert_pipeline.finetune.config.
 FinetuneConfig`); these options name that file, override its values and choose what the run
 does with them. Beam-free and torch-free: the command line is generated from these fields
 (``jobs/options_cli.py``).
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.stage_api.options import OptionError, StageOptions, option
+from sbert_pipeline.stage_api.options import OptionError, StageOptions, option
+
 from sbert_core.config import parse_override
 
 

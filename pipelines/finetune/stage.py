@@ -3,7 +3,8 @@
     sbert finetune --config examples/finetune_stsb.yaml [training.epochs=1 output=runs/x ...]
     sbert finetune --model all-MiniLM-L6-v2 --output runs/nli objective.name=softmax \\
         train.path=../shared/data/snli/dev.tsv.gz train.kind=labelled_pairs
-    torchrun --standalone --nproc_per_node 2 -m jobs.cli finetune --config train.yaml   # DDP
+    torchrun --standalone --nproc_per_node 2 -m sbert_pipeline.jobs.cli finetune --config
+    train.yaml   # DDP
 
 Under torchrun every process trains its share of each batch (gloo on CPU, NCCL on GPUs) and the
 first one evaluates, saves and reports. The config (YAML or JSON) has the sections of
@@ -19,11 +20,11 @@ The output is a sentence-transformers directory (``sbert embed --model OUTPUT`` 
 config, dev and test metrics before and after, software versions) and a model card README.md.
 With a ``dedup_test`` section (labelled duplicates, ``examples/finetune_qqp.yaml``), the card and
 manifest also hold dedup pair-F1 on the held-out part before and after
-(:mod:`pipelines.finetune.dedup_test`).
+(:mod:`sbert_pipeline.finetune.dedup_test`).
 
 ``kind: cross_encoder`` with ``objective: {name: binary_cross_entropy}`` trains a cross-encoder
-instead (:mod:`pipelines.finetune.cross_encoder_run`, ``examples/cross_encoder_qqp.yaml``): a new
-one-label head on the model's encoder (or a cross-encoder trained further), binary cross-entropy
+instead (:mod:`sbert_pipeline.finetune.cross_encoder_run`, ``examples/cross_encoder_qqp.yaml``): a
+new one-label head on the model's encoder (or a cross-encoder trained further), binary cross-entropy
 on labelled pairs (``duplicate_pairs``, two-label ``labelled_pairs`` or ``scored_pairs``, targets
 in [0, 1]), AP and best F1 of each ``test`` set in the manifest and card, saved as a
 sentence-transformers CrossEncoder folder. One process (no torchrun); no ``dedup_test``.
@@ -39,8 +40,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipelines.finetune.config import FinetuneConfig, resolve_config
-from pipelines.finetune.data_records import (
+from sbert_pipeline.finetune.config import FinetuneConfig, resolve_config
+from sbert_pipeline.finetune.data_records import (
     MODEL_CARD,
     describe_data,
     short_names,
@@ -48,13 +49,14 @@ from pipelines.finetune.data_records import (
     training_summary,
     warn_single_target,
 )
-from pipelines.finetune.dedup_test import dedup_metrics, evaluate_dedup, load_holdout
-from pipelines.finetune.finetune_summary import FinetuneSummary, PrintedConfig
-from pipelines.finetune.model_card import model_card
-from pipelines.finetune.options import Options
-from pipelines.io.text_normal import text_key
-from pipelines.stage_api.result import Result
-from pipelines.stage_api.stops import JobFailedError
+from sbert_pipeline.finetune.dedup_test import dedup_metrics, evaluate_dedup, load_holdout
+from sbert_pipeline.finetune.finetune_summary import FinetuneSummary, PrintedConfig
+from sbert_pipeline.finetune.model_card import model_card
+from sbert_pipeline.finetune.options import Options
+from sbert_pipeline.io.text_normal import text_key
+from sbert_pipeline.stage_api.result import Result
+from sbert_pipeline.stage_api.stops import JobFailedError
+
 from sbert_core.config import config_to_dict
 from sbert_core.evaluation.evaluators import build_evaluator
 from sbert_core.model.artifact import MANIFEST_FILE
@@ -115,7 +117,7 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
         raise FileExistsError(f"{output} exists and is not empty; pass --overwrite to replace it")
 
     if config.kind == "cross_encoder":
-        from pipelines.finetune.cross_encoder_run import finetune_cross_encoder
+        from sbert_pipeline.finetune.cross_encoder_run import finetune_cross_encoder
 
         return finetune_cross_encoder(config)
     check_data_kind(config.objective.name, config.train.example_kind, config.train.path)

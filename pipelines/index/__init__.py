@@ -8,21 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines.index.options import Options
+from sbert_pipeline.index.options import Options
 
 # Its line in `sbert --help`.
 SUMMARY = "build a FAISS index from embeddings, tuned to a recall target"
 
 if TYPE_CHECKING:
     import apache_beam as beam
-
-    from pipelines.stage_api.result import Result
+    from sbert_pipeline.stage_api.result import Result
 
 __all__ = ["Options", "run"]
 
 
 def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
     """Plan, build, tune and publish the index (see ``pipelines/index/stage.py``)."""
-    from pipelines.index.stage import run as run_stage
+    from sbert_pipeline.index.stage import run as run_stage
 
     return run_stage(options, pipeline=pipeline)

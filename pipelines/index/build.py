@@ -30,20 +30,24 @@ from typing import Protocol
 
 import faiss
 import numpy as np
-
-from pipelines.index.faiss_ops import (
+from sbert_pipeline.index.faiss_ops import (
     default_train_sample,
     min_train_points,
     new_index,
     prepare_vectors,
 )
-from pipelines.index.list_reserve import reserve_inverted_lists
-from pipelines.index.planner import POINTS_PER_CENTROID
-from pipelines.index.tuning import RECALL_K, SearchTuning, queries_per_second, tune_search_parameter
-from pipelines.io.resources import release_free_memory
-from pipelines.vectors.checks import require_finite
-from pipelines.vectors.exact_truth import ExactTopK, Metric
-from pipelines.vectors.progress import stage_progress
+from sbert_pipeline.index.list_reserve import reserve_inverted_lists
+from sbert_pipeline.index.planner import POINTS_PER_CENTROID
+from sbert_pipeline.index.tuning import (
+    RECALL_K,
+    SearchTuning,
+    queries_per_second,
+    tune_search_parameter,
+)
+from sbert_pipeline.io.resources import release_free_memory
+from sbert_pipeline.vectors.checks import require_finite
+from sbert_pipeline.vectors.exact_truth import ExactTopK, Metric
+from sbert_pipeline.vectors.progress import stage_progress
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ logger = logging.getLogger(__name__)
 class VectorSource(Protocol):
     """Vectors that can be read more than once, in the same order, in bounded batches.
 
-    ``pipelines.io.embeddings.EmbeddingsDataset`` is one; :class:`ArraySource` wraps arrays.
+    ``sbert_pipeline.io.embeddings.EmbeddingsDataset`` is one; :class:`ArraySource` wraps arrays.
     """
 
     @property
@@ -102,7 +106,7 @@ class BuildSettings:
     """How to build and tune one index.
 
     Attributes:
-        factory: a FAISS ``index_factory`` string (``pipelines.index.planner`` picks one).
+        factory: a FAISS ``index_factory`` string (``sbert_pipeline.index.planner`` picks one).
         metric: ``ip`` (cosine on normalised vectors) or ``l2``.
         target_recall: recall@10 the search parameter is tuned to reach.
         train_sample: training vectors; None picks :func:`default_train_sample`.

@@ -10,9 +10,8 @@ import re
 
 import faiss
 import numpy as np
-
-from pipelines.index.planner import train_sample_size
-from pipelines.vectors.exact_truth import Metric
+from sbert_pipeline.index.planner import train_sample_size
+from sbert_pipeline.vectors.exact_truth import Metric
 
 _FAISS_ERROR = re.compile(r"^Error in .*? at \S+:\d+: (?:Error: '.*?' failed: )?")
 

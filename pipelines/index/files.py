@@ -27,11 +27,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-
-from pipelines.index.faiss_ops import faiss_message, set_search_params
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.output_dir import join, read_manifest
-from pipelines.io.staged_output import StagedOutput
+from sbert_pipeline.index.faiss_ops import faiss_message, set_search_params
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.output_dir import join, read_manifest
+from sbert_pipeline.io.staged_output import StagedOutput
 
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.parquet"

@@ -4,7 +4,7 @@ The previous version is the index folder's published manifest and files. It is r
 was built from vectors of the same model with the same settings (factory or the budget's plan,
 metric, target recall, training sample) and without ``--shards``; the embeddings manifest it
 recorded is compared with the current one part by part
-(:func:`pipelines.io.embeddings_versions.compare_versions`):
+(:func:`sbert_pipeline.io.embeddings_versions.compare_versions`):
 
 - OLD rows (parts with the same path and sha256) keep their place in the index;
 - GONE rows (ids of the previous version outside the unchanged parts) are removed with
@@ -40,25 +40,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
-
-from pipelines.index.build import BuiltIndex
-from pipelines.index.faiss_ops import prepare_vectors
-from pipelines.index.files import IDS_FILE, id_batches, in_index_order, open_index
-from pipelines.index.options import Options
-from pipelines.index.planner import IndexPlan
-from pipelines.index.tuning import (
+from sbert_pipeline.index.build import BuiltIndex
+from sbert_pipeline.index.faiss_ops import prepare_vectors
+from sbert_pipeline.index.files import IDS_FILE, id_batches, in_index_order, open_index
+from sbert_pipeline.index.options import Options
+from sbert_pipeline.index.planner import IndexPlan
+from sbert_pipeline.index.tuning import (
     RECALL_K,
     SearchTuning,
     queries_per_second,
     search_parameter,
     tune_search_parameter,
 )
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.embeddings_versions import PartChanges, compare_versions, unchanged_row_mask
-from pipelines.io.output_dir import join, relative_to
-from pipelines.io.previous_output import NOT_ASKED, model_change, previous_output
-from pipelines.io.resources import AUTO
-from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.embeddings_versions import PartChanges, compare_versions, unchanged_row_mask
+from sbert_pipeline.io.output_dir import join, relative_to
+from sbert_pipeline.io.previous_output import NOT_ASKED, model_change, previous_output
+from sbert_pipeline.io.resources import AUTO
+from sbert_pipeline.vectors.exact_truth import ExactTopK, recall_at_k
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.stage_api.job_stage import OWN_VECTORS, JobContext, JobStage
+from sbert_pipeline.stage_api.job_stage import OWN_VECTORS, JobContext, JobStage
 
 
 def _wire(context: JobContext) -> dict[str, Any]:

@@ -16,10 +16,9 @@ from collections.abc import Iterable
 
 import faiss
 import numpy as np
-
-from pipelines.index.faiss_ops import prepare_vectors
-from pipelines.vectors.exact_truth import Metric
-from pipelines.vectors.progress import stage_progress
+from sbert_pipeline.index.faiss_ops import prepare_vectors
+from sbert_pipeline.vectors.exact_truth import Metric
+from sbert_pipeline.vectors.progress import stage_progress
 
 
 def _array_lists(index: faiss.Index):

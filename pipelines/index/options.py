@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pipelines.io.resources import MemoryBudget
-from pipelines.stage_api.options import OptionError, at_least, in_range, option
-from pipelines.stage_api.shared_options import (
+from sbert_pipeline.io.resources import MemoryBudget
+from sbert_pipeline.stage_api.options import OptionError, at_least, in_range, option
+from sbert_pipeline.stage_api.shared_options import (
     ExternalVectorOptions,
     beam_options_option,
     checked_memory_budget,

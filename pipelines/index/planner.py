@@ -43,10 +43,10 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
-from pipelines.io.resources import MemoryBudget, ResourceError, require_memory
-from pipelines.io.sizes import format_size
-from pipelines.vectors.memory_use import vector_bytes
-from pipelines.vectors.records import field_record
+from sbert_pipeline.io.resources import MemoryBudget, ResourceError, require_memory
+from sbert_pipeline.io.sizes import format_size
+from sbert_pipeline.vectors.memory_use import vector_bytes
+from sbert_pipeline.vectors.records import field_record
 
 Metric = Literal["ip", "l2"]
 Family = Literal["flat", "hnsw", "ivf_flat", "ivf_sq", "ivf_pq"]

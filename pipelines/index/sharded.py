@@ -33,8 +33,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-
-from pipelines.index.build import (
+from sbert_pipeline.index.build import (
     BuildSettings,
     BuiltIndex,
     TrainedIndex,
@@ -43,8 +42,8 @@ from pipelines.index.build import (
     skip_rows,
     train_on_sample,
 )
-from pipelines.index.faiss_ops import set_search_params
-from pipelines.index.files import (
+from sbert_pipeline.index.faiss_ops import set_search_params
+from sbert_pipeline.index.files import (
     INDEX_FILE,
     SHARDS_DIR,
     FileDigest,
@@ -52,17 +51,17 @@ from pipelines.index.files import (
     shard_file_name,
     write_index_file,
 )
-from pipelines.index.tuning import RECALL_K
-from pipelines.io.atomic import (
+from sbert_pipeline.index.tuning import RECALL_K
+from sbert_pipeline.io.atomic import (
     replace,
     staging_path,
     write_bytes_replacing,
     write_json_replacing,
 )
-from pipelines.io.embeddings import EmbeddingsDataset, embedding_matrix, stream_parquet
-from pipelines.io.output_dir import join
-from pipelines.vectors.checks import require_finite
-from pipelines.vectors.exact_truth import ExactTopK
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, embedding_matrix, stream_parquet
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.vectors.checks import require_finite
+from sbert_pipeline.vectors.exact_truth import ExactTopK
 
 WORK_DIR = "_work"
 HELD_OUT_SHARD = f"{SHARDS_DIR}/held-out.faiss"

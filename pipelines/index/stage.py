@@ -27,10 +27,9 @@ from dataclasses import dataclass, replace
 
 import apache_beam as beam
 import faiss
-
-from pipelines.index.build import BuildSettings, BuiltIndex, build_index
-from pipelines.index.faiss_ops import default_train_sample, min_train_points, new_index
-from pipelines.index.files import (
+from sbert_pipeline.index.build import BuildSettings, BuiltIndex, build_index
+from sbert_pipeline.index.faiss_ops import default_train_sample, min_train_points, new_index
+from sbert_pipeline.index.files import (
     IDS_FILE,
     INDEX_FILE,
     FileDigest,
@@ -40,14 +39,14 @@ from pipelines.index.files import (
     write_ids,
     write_index_file,
 )
-from pipelines.index.incremental import (
+from sbert_pipeline.index.incremental import (
     PreviousIndex,
     UpdatedIndex,
     find_previous,
     update_index,
 )
-from pipelines.index.options import Options
-from pipelines.index.planner import (
+from sbert_pipeline.index.options import Options
+from sbert_pipeline.index.planner import (
     POINTS_PER_CENTROID,
     IndexPlan,
     MemoryEstimate,
@@ -55,30 +54,30 @@ from pipelines.index.planner import (
     estimate_for_factory,
     plan_index,
 )
-from pipelines.index.sharded import (
+from sbert_pipeline.index.sharded import (
     BuildIndexShards,
     IncompleteShardsError,
     finish_sharded_build,
     prepare_sharded_build,
 )
-from pipelines.index.trial import TrialChoice, choose_by_trial
-from pipelines.io.content_checks import content_checks
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
-from pipelines.io.manifest_fields import created_now, software_versions
-from pipelines.io.output_dir import OutputLayout
-from pipelines.io.previous_output import full_run, incremental_record
-from pipelines.io.resources import MemoryBudget, peak_rss, require_memory, resident_bytes
-from pipelines.io.sizes import format_size
-from pipelines.stage_api.beam_run import (
+from sbert_pipeline.index.trial import TrialChoice, choose_by_trial
+from sbert_pipeline.io.content_checks import content_checks
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
+from sbert_pipeline.io.manifest_fields import created_now, software_versions
+from sbert_pipeline.io.output_dir import OutputLayout
+from sbert_pipeline.io.previous_output import full_run, incremental_record
+from sbert_pipeline.io.resources import MemoryBudget, peak_rss, require_memory, resident_bytes
+from sbert_pipeline.io.sizes import format_size
+from sbert_pipeline.stage_api.beam_run import (
     options_for,
     show_progress,
     transform_runner,
     workers_here,
 )
-from pipelines.stage_api.result import Result
-from pipelines.stage_api.stage_output import stage_output
-from pipelines.stage_api.stops import JobFailedError
+from sbert_pipeline.stage_api.result import Result
+from sbert_pipeline.stage_api.stage_output import stage_output
+from sbert_pipeline.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)
 

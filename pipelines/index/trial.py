@@ -32,19 +32,18 @@ from dataclasses import asdict, dataclass
 
 import faiss
 import numpy as np
-
-from pipelines.index.build import VectorSource, gather_prepared, sample_positions, take_rows
-from pipelines.index.faiss_ops import faiss_metric, new_index
-from pipelines.index.planner import (
+from sbert_pipeline.index.build import VectorSource, gather_prepared, sample_positions, take_rows
+from sbert_pipeline.index.faiss_ops import faiss_metric, new_index
+from sbert_pipeline.index.planner import (
     IndexPlan,
     MemoryEstimate,
     hnsw_estimate,
     ivf_flat_estimate,
     ivf_nlist,
 )
-from pipelines.index.tuning import RECALL_K, queries_per_second, tune_search_parameter
-from pipelines.vectors.memory_use import vector_bytes
-from pipelines.vectors.progress import stage_progress
+from sbert_pipeline.index.tuning import RECALL_K, queries_per_second, tune_search_parameter
+from sbert_pipeline.vectors.memory_use import vector_bytes
+from sbert_pipeline.vectors.progress import stage_progress
 
 logger = logging.getLogger(__name__)
 

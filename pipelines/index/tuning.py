@@ -2,7 +2,7 @@
 
 Beam-free. The search parameter (``nprobe`` for IVF, ``efSearch`` for HNSW) is set to the
 smallest value whose recall@10 against the exact answer
-(:class:`pipelines.vectors.exact_truth.ExactTopK`) reaches the target.
+(:class:`sbert_pipeline.vectors.exact_truth.ExactTopK`) reaches the target.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import faiss
 import numpy as np
-
-from pipelines.index.faiss_ops import set_search_params
-from pipelines.vectors.exact_truth import recall_at_k
+from sbert_pipeline.index.faiss_ops import set_search_params
+from sbert_pipeline.vectors.exact_truth import recall_at_k
 
 logger = logging.getLogger(__name__)
 

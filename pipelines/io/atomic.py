@@ -26,8 +26,7 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipelines.io.filesystems import FileSystems
+from sbert_pipeline.io.filesystems import FileSystems
 
 
 def is_local(path: str) -> bool:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
-
-from pipelines.io.filesystems import FileSystems
+from sbert_pipeline.io.filesystems import FileSystems
 
 CENTROIDS = "centroids.npy"
 

@@ -1,9 +1,10 @@
 """Whether published files still hold what their manifest recorded: a digest of each file.
 
 A stage that reads a published folder opens it through
-:func:`pipelines.io.output_dir.read_manifest`, which compares every file the manifest lists with
-its recorded digest (the commit wrote it; :mod:`pipelines.io.staged_output`) before the stage uses
-any of them. A file changed in place, even with its size kept, is refused rather than read.
+:func:`sbert_pipeline.io.output_dir.read_manifest`, which compares every file the manifest lists
+with its recorded digest (the commit wrote it; :mod:`sbert_pipeline.io.staged_output`) before the
+stage uses any of them. A file changed in place, even with its size kept, is refused rather than
+read.
 
 The digest is the entry's ``xxh3_128`` (XXH3, 128 bits), which the commit records beside the
 sha256; manifests written before it carry only the sha256, which is checked instead. XXH3 is not
@@ -38,9 +39,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import xxhash
-
-from pipelines.io.atomic import is_local
-from pipelines.io.filesystems import CompressionTypes, FileSystems
+from sbert_pipeline.io.atomic import is_local
+from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems
 
 _BUFFER = 1 << 20  # bytes per read: per-call costs vanish, and it stays in the CPU's cache
 

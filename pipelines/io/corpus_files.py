@@ -10,7 +10,8 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-from pipelines.io.filesystems import CompressionTypes, FileSystems, split_pattern
+from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems, split_pattern
+
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import open_bz2
 
@@ -22,7 +23,7 @@ def match_corpus(pattern: str) -> list[tuple[str, str, int]]:
 
     The id prefix is the path relative to the folder the pattern lists, so ids stay the same
     when the corpus is read again from the same place. A local folder or file whose name holds
-    glob characters is matched as written (see :mod:`pipelines.io.filesystems`).
+    glob characters is matched as written (see :mod:`sbert_pipeline.io.filesystems`).
 
     Raises:
         FileNotFoundError: nothing matches.

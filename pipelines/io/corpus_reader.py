@@ -39,9 +39,8 @@ from dataclasses import asdict, dataclass, field
 from typing import BinaryIO
 
 import pyarrow as pa
-
-from pipelines.io.record_limits import DEFAULT_MAX_RECORD_BYTES, DEFAULT_MAX_RECORD_LINES
-from pipelines.io.text_rows import (
+from sbert_pipeline.io.record_limits import DEFAULT_MAX_RECORD_BYTES, DEFAULT_MAX_RECORD_LINES
+from sbert_pipeline.io.text_rows import (
     DelimitedRecords,
     LongLine,
     Row,
@@ -50,6 +49,7 @@ from pipelines.io.text_rows import (
     physical_lines,
     too_large_reason,
 )
+
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import detect_format
 

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipelines.io.atomic import is_local
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import join, listed_parts, read_manifest
-from pipelines.vectors.checks import require_finite
+from sbert_pipeline.io.atomic import is_local
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import join, listed_parts, read_manifest
+from sbert_pipeline.vectors.checks import require_finite
 
 # The model fields of an embeddings manifest, which later stages copy into theirs: what made
 # the vectors (the model, its settings, the prompt prepended and the dimensions kept).

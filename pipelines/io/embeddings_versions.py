@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.io.embeddings import EmbeddingsDataset, count_rows
-from pipelines.io.output_dir import relative_to
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, count_rows
+from sbert_pipeline.io.output_dir import relative_to
 
 
 def part_digests(manifest: Mapping) -> dict[str, str] | None:

@@ -22,12 +22,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.io.embeddings import EmbeddingsDataset, parquet_source, require_one_model
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import MANIFEST, join
-from pipelines.io.schemas import embeddings_schema
-from pipelines.vectors.checks import require_finite
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, parquet_source, require_one_model
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import MANIFEST, join
+from sbert_pipeline.io.schemas import embeddings_schema
+from sbert_pipeline.vectors.checks import require_finite
 
 _FLOATS = (pa.float16(), pa.float32(), pa.float64())
 _BATCH = 65536

@@ -21,7 +21,7 @@ Here a local path is never globbed against the caller's intent:
   also matches a backslash, which is an ordinary character in a POSIX file name.
 
 Example:
-    >>> from pipelines.io.filesystems import FileSystems
+    >>> from sbert_pipeline.io.filesystems import FileSystems
     >>> [m.path for m in FileSystems.match(["out/part-*.parquet"])[0].metadata_list]
 """
 

@@ -5,7 +5,7 @@ Every report plot is drawn here. :func:`histogram_svg` is the one histogram of e
 made by :meth:`Bins.round` / :meth:`Bins.of`. :func:`line_chart_svg` draws a curve of counts
 (the dedup threshold sweep) and :func:`lines_svg` several curves (the precision-recall curve of
 every dedup method). All share one frame: both axes titled; ticks at round values (steps of 1,
-2 or 5 times a power of ten, :mod:`pipelines.io.ticks`) that cover the data, so the axis runs
+2 or 5 times a power of ten, :mod:`sbert_pipeline.io.ticks`) that cover the data, so the axis runs
 from a tick at or below the smallest value to one at or above the largest; as many ticks as
 keep their labels apart; a left margin as wide as the widest count; an optional dashed marker
 line (the threshold in use). Labels are HTML-escaped; the SVG needs no scripts or network.
@@ -20,9 +20,8 @@ from html import escape
 
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
-
-from pipelines.io.ticks import FONT_PX as _FONT_PX
-from pipelines.io.ticks import fitted_ticks, round_step, text_px, tick_text
+from sbert_pipeline.io.ticks import FONT_PX as _FONT_PX
+from sbert_pipeline.io.ticks import fitted_ticks, round_step, text_px, tick_text
 
 # Texts longer than this are cut in the report (summary.parquet keeps them whole).
 REPORT_TEXT_CHARS = 300

@@ -17,7 +17,7 @@ from sbert_core import __version__
 
 def model_fields(manifest: dict) -> dict:
     """The model fields of an embeddings manifest (what later stages check inputs against)."""
-    from pipelines.io.embeddings import MODEL_FIELDS  # loads pyarrow
+    from sbert_pipeline.io.embeddings import MODEL_FIELDS  # loads pyarrow
 
     return {field: manifest[field] for field in MODEL_FIELDS if field in manifest}
 

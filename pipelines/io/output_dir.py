@@ -6,7 +6,7 @@ A stage never writes its results straight into its output directory. The life of
    directory for the whole run (a second run is refused with the holder's pid, host and start
    time); it refuses a folder holding files no record of ours lists (naming their kinds) unless
    ``--overwrite`` is given, and a link at one of our names always; it clears what a killed run
-   of ours left, by record (:mod:`pipelines.io.ownership`); it writes ``_STARTED`` carrying a
+   of ours left, by record (:mod:`sbert_pipeline.io.ownership`); it writes ``_STARTED`` carrying a
    fresh run id.
 2. The stage writes everything under ``_attempts/<run_id>/`` (dataset readers skip names that
    start with ``_``), laid out as the final output will be.
@@ -24,12 +24,13 @@ embed stage's ``_errors/``), so that pandas, pyarrow.dataset and Spark read the 
 dataset of parts; DuckDB and polars read it as ``DIR/*.parquet``.
 
 This module holds the contract every reader relies on (names, the manifest, ``read_manifest``);
-:mod:`pipelines.io.staged_output` holds the writer's side (the lock, the attempt area, the commit).
+:mod:`sbert_pipeline.io.staged_output` holds the writer's side (the lock, the attempt area, the
+commit).
 
 The manifest is the commit: a reader opens a folder through ``read_manifest``, which refuses a
 folder whose files disagree with its manifest (a listed file missing, of another size or whose
 bytes do not hash to its digest, a part file no manifest lists) and names the file; the content
-check (:mod:`pipelines.io.content_checks`) is what ``--no-verify`` turns off. A failed, killed
+check (:mod:`sbert_pipeline.io.content_checks`) is what ``--no-verify`` turns off. A failed, killed
 or refused rerun leaves the previous complete output readable; the next run clears the remains.
 
 Limits: fixed-name files (``index.faiss``, ``centroids.npy``, ...) are replaced by a rename in
@@ -48,17 +49,17 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipelines.io.atomic import is_local, json_text, write_json_replacing
-from pipelines.io.content_checks import (
+from sbert_pipeline.io.atomic import is_local, json_text, write_json_replacing
+from sbert_pipeline.io.content_checks import (
     ListedFile,
     changed_files,
     checking_contents,
     expected_digest,
 )
-from pipelines.io.filesystems import CompressionTypes, FileSystems
+from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems
 
 if TYPE_CHECKING:
-    from pipelines.io.filesystems import FileMetadata
+    from sbert_pipeline.io.filesystems import FileMetadata
 
 MANIFEST = "_manifest.json"
 STARTED = "_STARTED"
@@ -189,7 +190,7 @@ def write_manifest(directory: str, manifest: dict) -> None:
 
     Locally: a temporary file in the same folder, flushed to disk, renamed over the manifest (a
     full disk fails the write and leaves the previous manifest). On object stores: one object
-    write, which is complete or absent. See :mod:`pipelines.io.atomic`.
+    write, which is complete or absent. See :mod:`sbert_pipeline.io.atomic`.
     """
     write_json_replacing(join(directory, MANIFEST), manifest)
 
@@ -206,8 +207,8 @@ def read_manifest(directory: str, *, verify: bool = True) -> dict:
     Args:
         directory: a stage's output directory.
         verify: check the files the manifest lists (see :func:`verify_files`): each there with
-            its size and, unless :func:`pipelines.io.content_checks.content_checks` turned it off
-            (``--no-verify``), its digest; and no dataset folder holding a part file the
+            its size and, unless :func:`sbert_pipeline.io.content_checks.content_checks` turned it
+            off (``--no-verify``), its digest; and no dataset folder holding a part file the
             manifest does not list.
 
     Raises:

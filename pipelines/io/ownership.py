@@ -14,9 +14,9 @@ lists it (docs/architecture.md, "Ownership by record"):
   makes.
 
 Everything else is foreign, whatever its name: a Spark ``part-00000-1b2c.snappy.parquet`` is
-not ours because it looks like our parts. A survey is read-only; :mod:`pipelines.io.staged_output`
-decides from it whether a run may go on, and only a run that holds the folder and goes on
-clears what the records list.
+not ours because it looks like our parts. A survey is read-only;
+:mod:`sbert_pipeline.io.staged_output` decides from it whether a run may go on, and only a run that
+holds the folder and goes on clears what the records list.
 
 Symbolic links: on local disks every entry is seen with ``lstat``. A link at a name this stage
 writes, deletes or writes into (``_STARTED``, ``_attempts/``, ``_errors/``, a part, a fixed-name
@@ -32,10 +32,10 @@ import re
 import stat
 from dataclasses import dataclass
 
-from pipelines.io.atomic import is_local, replace
-from pipelines.io.content_checks import ListedFile, digest_of, expected_digest
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import (
+from sbert_pipeline.io.atomic import is_local, replace
+from sbert_pipeline.io.content_checks import ListedFile, digest_of, expected_digest
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import (
     ATTEMPTS,
     MANIFEST,
     PREVIOUS,
@@ -348,7 +348,7 @@ def restore_previous(found: Survey) -> None:
 
 def _matches(path: str, entry: dict) -> bool:
     """Whether the file at ``path`` is the one a manifest entry describes: its size, and the
-    digest readers check (:func:`pipelines.io.content_checks.expected_digest`)."""
+    digest readers check (:func:`sbert_pipeline.io.content_checks.expected_digest`)."""
     expected = expected_digest(entry)
     found = FileSystems.match([path])[0].metadata_list if FileSystems.exists(path) else []
     if expected is None or len(found) != 1 or found[0].size_in_bytes != entry.get("bytes"):

@@ -1,5 +1,5 @@
 """The ``pairs/`` output folder as the later stages read it (one reader; the pairs stage's
-writers are in :mod:`pipelines.pairs.output_tables`).
+writers are in :mod:`sbert_pipeline.pairs.output_tables`).
 
 A complete folder (docs/architecture.md, folder contracts) holds ``_manifest.json``
 (``kind: pairs``, ``method``, ``k``, ``threshold``: the score down to which ``pairs/`` is
@@ -24,19 +24,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.io.embeddings import (
+from sbert_pipeline.io.embeddings import (
     EmbeddingsDataset,
     describe_version,
     require_compatible,
     shard_paths,
     version_digest,
 )
-from pipelines.io.external_vectors import is_embed_output, open_external, recorded_columns
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import join, listed_parts, read_manifest
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.vectors.checks import check_cosine
+from sbert_pipeline.io.external_vectors import is_embed_output, open_external, recorded_columns
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import join, listed_parts, read_manifest
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from sbert_pipeline.vectors.checks import check_cosine
 
 NEIGHBORS = "neighbors"
 PAIRS = "pairs"
@@ -91,7 +90,7 @@ class PairsOutput:
         Raises:
             FileNotFoundError: no manifest (missing directory or unfinished job).
             CorruptOutputError: the files disagree with the manifest (see
-                :func:`pipelines.io.output_dir.read_manifest`).
+                :func:`sbert_pipeline.io.output_dir.read_manifest`).
             ValueError: the manifest belongs to another stage or its threshold is not a cosine.
         """
         manifest = read_manifest(directory)

@@ -25,7 +25,7 @@ import os
 import re
 from typing import Literal
 
-from pipelines.io.filesystems import pattern_regex, split_pattern
+from sbert_pipeline.io.filesystems import pattern_regex, split_pattern
 
 Relation = Literal["equal", "inside", "above"]
 

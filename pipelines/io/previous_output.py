@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
-from pipelines.io.output_dir import CorruptOutputError, read_manifest
+from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError, require_compatible
+from sbert_pipeline.io.output_dir import CorruptOutputError, read_manifest
 
 logger = logging.getLogger(__name__)
 

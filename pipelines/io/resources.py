@@ -17,7 +17,7 @@ import resource
 import shutil
 from dataclasses import dataclass
 
-from pipelines.io.sizes import format_size, parse_size
+from sbert_pipeline.io.sizes import format_size, parse_size
 
 AUTO = "auto"
 # The share of the available memory ``auto`` takes: the rest is headroom for the page cache

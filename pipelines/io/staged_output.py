@@ -1,6 +1,6 @@
 """One run's hold on an output directory: the lock, the attempt area, and the commit.
 
-The life of a run and what readers see are described in :mod:`pipelines.io.output_dir` (the
+The life of a run and what readers see are described in :mod:`sbert_pipeline.io.output_dir` (the
 folder contract); this module is the writer's side of it: ``prepare_output`` locks and marks the
 folder and clears a killed run's remains, ``StagedOutput.commit`` publishes the attempt.
 """
@@ -19,12 +19,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import xxhash
-
-from pipelines.io import output_dir, ownership
-from pipelines.io.atomic import is_local, replace, write_json_replacing
-from pipelines.io.content_checks import checking_contents
-from pipelines.io.filesystems import CompressionTypes, FileSystems
-from pipelines.io.output_dir import (
+from sbert_pipeline.io import output_dir, ownership
+from sbert_pipeline.io.atomic import is_local, replace, write_json_replacing
+from sbert_pipeline.io.content_checks import checking_contents
+from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems
+from sbert_pipeline.io.output_dir import (
     ATTEMPTS,
     MANIFEST,
     PREVIOUS,
@@ -40,8 +39,8 @@ from pipelines.io.output_dir import (
     read_json_or_none,
     relative_to,
 )
-from pipelines.io.output_names import refuse_output_folder
-from pipelines.io.ownership import Survey, committed_run
+from sbert_pipeline.io.output_names import refuse_output_folder
+from sbert_pipeline.io.ownership import Survey, committed_run
 
 logger = logging.getLogger(__name__)
 
@@ -342,7 +341,7 @@ def _describe_file(path: str, final: str, size: int) -> dict:
     """A manifest entry: bytes, sha256 and xxh3_128 (one read for both), Parquet rows.
 
     Readers check the xxh3_128 (about ten times faster than sha256; see
-    :mod:`pipelines.io.content_checks`); the sha256 stays for tools that compare files by it.
+    :mod:`sbert_pipeline.io.content_checks`); the sha256 stays for tools that compare files by it.
     """
     hasher, fast = hashlib.sha256(), xxhash.xxh3_128()
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
@@ -375,7 +374,7 @@ def prepare_output(
     """Take ``directory`` for a new run: lock it, check what it holds, mark it as started.
 
     Nothing in the folder changes unless the run goes on: the checks read the folder (see
-    :mod:`pipelines.io.ownership`), and only then, holding the lock, the run clears what a
+    :mod:`sbert_pipeline.io.ownership`), and only then, holding the lock, the run clears what a
     killed run of ours left (by record) and writes its ``_STARTED`` marker.
 
     Args:
@@ -400,7 +399,7 @@ def prepare_output(
         OutputExistsError: a link at one of our names, files we did not write in our way,
             files we did not write or a complete output without ``overwrite``.
         ValueError: a folder no stage may take, from its name alone (the filesystem root, the
-            home folder, a name with glob characters; see :mod:`pipelines.io.output_names`).
+            home folder, a name with glob characters; see :mod:`sbert_pipeline.io.output_names`).
         OutputLockedError: another live run holds the directory.
     """
     layout = layout or OutputLayout()

@@ -4,7 +4,7 @@
 UTF-8 byte order mark, and hands a line over the byte limit back as a :class:`LongLine` (its
 first bytes and its size) without holding it whole. :class:`DelimitedRecords` turns those lines
 into CSV/TSV records, a quoted field spanning lines included, and contains a stray quote to the
-one line it starts on. What a row is, and why, is in :mod:`pipelines.io.corpus_reader`, which
+one line it starts on. What a row is, and why, is in :mod:`sbert_pipeline.io.corpus_reader`, which
 turns these rows into records and rejections.
 """
 

@@ -8,10 +8,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
-
-from pipelines.io.corpus_files import files_sha256, match_corpus, open_decompressed
-from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
-from pipelines.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.corpus_files import files_sha256, match_corpus, open_decompressed
+from sbert_pipeline.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
 
 
 def texts_from_embeddings(datasets: Sequence[EmbeddingsDataset], wanted: set[str]) -> dict:

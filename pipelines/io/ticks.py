@@ -1,4 +1,4 @@
-"""Round axis ticks for the report charts (:mod:`pipelines.io.html`), and label widths.
+"""Round axis ticks for the report charts (:mod:`sbert_pipeline.io.html`), and label widths.
 
 Ticks are steps of 1, 2 or 5 times a power of ten. :func:`axis_ticks` covers a range (the first
 tick at or below its low end, the last at or above its high end); :func:`fitted_ticks` picks the

@@ -9,21 +9,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines.pairs.options import Options
+from sbert_pipeline.pairs.options import Options
 
 # Its line in `sbert --help`.
 SUMMARY = "all-pairs top-k neighbours and similar pairs of embeddings"
 
 if TYPE_CHECKING:
     import apache_beam as beam
-
-    from pipelines.stage_api.result import Result
+    from sbert_pipeline.stage_api.result import Result
 
 __all__ = ["Options", "run"]
 
 
 def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
     """Search the embeddings and publish the outputs (see ``pipelines/pairs/stage.py``)."""
-    from pipelines.pairs.stage import run as run_stage
+    from sbert_pipeline.pairs.stage import run as run_stage
 
     return run_stage(options, pipeline=pipeline)

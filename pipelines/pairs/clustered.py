@@ -10,21 +10,20 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.io.centroids import CENTROIDS, save_centroids
-from pipelines.io.output_dir import join
-from pipelines.io.pairs_output import read_neighbors
-from pipelines.io.resources import require_disk
-from pipelines.pairs.defaults import ROWS_PER_SHARD
-from pipelines.pairs.exact import FinishedRun, RunTransform
-from pipelines.pairs.group_progress import group_progress
-from pipelines.pairs.plan import MIN_GROUPS, Blocking, clustered_disk_bytes
-from pipelines.pairs.settings import WORK_DIR
-from pipelines.pairs.transforms import ClusterBlockedPairs, PairsSettings, read_reports
-from pipelines.pairs.vector_reader import Scan
-from pipelines.vectors.block_plan import BlockPlan, ProbeTuning, group_blocks, plan_blocks
-from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
-from pipelines.vectors.progress import stage_progress
+from sbert_pipeline.io.centroids import CENTROIDS, save_centroids
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.io.pairs_output import read_neighbors
+from sbert_pipeline.io.resources import require_disk
+from sbert_pipeline.pairs.defaults import ROWS_PER_SHARD
+from sbert_pipeline.pairs.exact import FinishedRun, RunTransform
+from sbert_pipeline.pairs.group_progress import group_progress
+from sbert_pipeline.pairs.plan import MIN_GROUPS, Blocking, clustered_disk_bytes
+from sbert_pipeline.pairs.settings import WORK_DIR
+from sbert_pipeline.pairs.transforms import ClusterBlockedPairs, PairsSettings, read_reports
+from sbert_pipeline.pairs.vector_reader import Scan
+from sbert_pipeline.vectors.block_plan import BlockPlan, ProbeTuning, group_blocks, plan_blocks
+from sbert_pipeline.vectors.exact_truth import ExactTopK, recall_at_k
+from sbert_pipeline.vectors.progress import stage_progress
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ the lists are approximate as before, so the recall check samples queries among t
 well as among all rows, against exact search, and the manifest reports both. Blocks grown past
 ``--max-block`` mean a full run (:func:`assign_blocks` tells).
 
-Scores are final scores (:mod:`pipelines.vectors.exact_scores`); lists and pairs are merged by
-the clustered mode's own rules (:mod:`pipelines.pairs.merge`: a neighbour once, score
+Scores are final scores (:mod:`sbert_pipeline.vectors.exact_scores`); lists and pairs are merged by
+the clustered mode's own rules (:mod:`sbert_pipeline.pairs.merge`: a neighbour once, score
 descending, equal scores by id).
 """
 
@@ -31,22 +31,21 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.io.centroids import CENTROIDS, load_centroids, save_centroids
-from pipelines.io.output_dir import join
-from pipelines.io.pairs_output import NEIGHBORS, PAIRS, read_pairs
-from pipelines.io.previous_output import incremental_record
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.defaults import ROWS_PER_SHARD
-from pipelines.pairs.incremental import Reuse, positions_in, previous_lists
-from pipelines.pairs.merge import merge_neighbors, merge_pairs
-from pipelines.pairs.output_tables import part_path
-from pipelines.pairs.settings import PairsSettings, write_parquet
-from pipelines.vectors.block_plan import nearest_centroids
-from pipelines.vectors.cosine_range import clamp_cosines
-from pipelines.vectors.exact_truth import recall_at_k
-from pipelines.vectors.new_rows import concat_columns, search_rows
-from pipelines.vectors.tile_topk import final_scores
+from sbert_pipeline.io.centroids import CENTROIDS, load_centroids, save_centroids
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.io.pairs_output import NEIGHBORS, PAIRS, read_pairs
+from sbert_pipeline.io.previous_output import incremental_record
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from sbert_pipeline.pairs.defaults import ROWS_PER_SHARD
+from sbert_pipeline.pairs.incremental import Reuse, positions_in, previous_lists
+from sbert_pipeline.pairs.merge import merge_neighbors, merge_pairs
+from sbert_pipeline.pairs.output_tables import part_path
+from sbert_pipeline.pairs.settings import PairsSettings, write_parquet
+from sbert_pipeline.vectors.block_plan import nearest_centroids
+from sbert_pipeline.vectors.cosine_range import clamp_cosines
+from sbert_pipeline.vectors.exact_truth import recall_at_k
+from sbert_pipeline.vectors.new_rows import concat_columns, search_rows
+from sbert_pipeline.vectors.tile_topk import final_scores
 
 
 def assign_blocks(

@@ -14,15 +14,14 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.pairs.defaults import ROWS_PER_RANGE
-from pipelines.pairs.exact_search import plan_ranges, search_all
-from pipelines.pairs.plan import (
+from sbert_pipeline.pairs.defaults import ROWS_PER_RANGE
+from sbert_pipeline.pairs.exact_search import plan_ranges, search_all
+from sbert_pipeline.pairs.plan import (
     exact_path,
     exact_worker_bytes,
     whole_matrix_bytes,
 )
-from pipelines.pairs.settings import PairsSettings
+from sbert_pipeline.pairs.settings import PairsSettings
 
 if TYPE_CHECKING:
     import apache_beam as beam
@@ -64,7 +63,7 @@ def run_exact(
 
     Args:
         path: ``whole`` (one search of every row) or ``ranges``; ``None`` chooses ``whole``
-            when :func:`pipelines.pairs.plan.whole_matrix_bytes` fits ``budget``.
+            when :func:`sbert_pipeline.pairs.plan.whole_matrix_bytes` fits ``budget``.
         loaded: every id and vector in id order (:meth:`VectorReader.scan` with ``keep``),
             where the launcher runs locally: the whole-matrix search then runs here, on them,
             without a pipeline (a local pipeline would run it in this process anyway, after
@@ -82,12 +81,12 @@ def run_exact(
         finished = InProcessRun(time.perf_counter() - start)
         needed = whole_matrix_bytes(n, dim, settings.k, threshold)
     elif path == "whole":
-        from pipelines.pairs.exact_transforms import WholeExactPairs  # loads Beam
+        from sbert_pipeline.pairs.exact_transforms import WholeExactPairs  # loads Beam
 
         finished = run("WholeExactPairs", WholeExactPairs(settings, planned))
         needed = whole_matrix_bytes(n, dim, settings.k, threshold)
     else:
-        from pipelines.pairs.exact_transforms import ExactPairs  # loads Beam
+        from sbert_pipeline.pairs.exact_transforms import ExactPairs  # loads Beam
 
         finished = run("ExactPairs", ExactPairs(settings, planned))
         needed = exact_worker_bytes(n, dim)

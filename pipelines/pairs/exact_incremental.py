@@ -1,12 +1,12 @@
 """The exact mode's incremental run: only NEW x (OLD + NEW) is searched; the rest is reused.
 
 Given every current vector in id order, the OLD rows' ids (unchanged embeddings parts, see
-:mod:`pipelines.pairs.incremental`) and the previous output, the result equals a from-scratch
+:mod:`sbert_pipeline.pairs.incremental`) and the previous output, the result equals a from-scratch
 exact run on the current rows:
 
 - **Pairs** (``--threshold``): every previous pair whose two ends are OLD (their vectors did not
   change, so neither did their score), plus every pair of a NEW row with any row at or above
-  the threshold (:func:`pipelines.vectors.new_rows.search_rows`).
+  the threshold (:func:`sbert_pipeline.vectors.new_rows.search_rows`).
 - **Top-k lists.** A NEW row is searched against all rows. An OLD row whose previous list holds
   only OLD rows and is ``k`` long kept its exact top-k among the OLD rows (they are a subset of
   the previous rows, and its list is their best); its new list is that list merged with the
@@ -14,10 +14,10 @@ exact run on the current rows:
   OLD row whose list named a GONE row (removed or changed), or was short, is searched again
   against all rows.
 
-Scores: every score is the one final score (:mod:`pipelines.vectors.exact_scores`) of the full
+Scores: every score is the one final score (:mod:`sbert_pipeline.vectors.exact_scores`) of the full
 search, so they are the same bits whichever run found a pair, and membership at the threshold
 and list order do not depend on the path. Stored scores are clamped to [-1, 1]
-(:func:`pipelines.vectors.cosine_range.clamp_cosines`), which can only merge scores past 1 or
+(:func:`sbert_pipeline.vectors.cosine_range.clamp_cosines`), which can only merge scores past 1 or
 -1; the previous list entries stored at exactly 1 or -1 are therefore scored again from the
 vectors before they are compared with new rows, so ties among exact duplicates order as in the
 full search.
@@ -34,16 +34,15 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.io.pairs_output import read_pairs
-from pipelines.io.previous_output import incremental_record
-from pipelines.pairs.defaults import ROWS_PER_RANGE
-from pipelines.pairs.exact_search import plan_ranges, write_ranges
-from pipelines.pairs.incremental import Reuse, positions_in, previous_lists
-from pipelines.pairs.settings import PairsSettings
-from pipelines.vectors.block_search import BlockResult
-from pipelines.vectors.new_rows import search_rows
-from pipelines.vectors.tile_topk import final_scores
+from sbert_pipeline.io.pairs_output import read_pairs
+from sbert_pipeline.io.previous_output import incremental_record
+from sbert_pipeline.pairs.defaults import ROWS_PER_RANGE
+from sbert_pipeline.pairs.exact_search import plan_ranges, write_ranges
+from sbert_pipeline.pairs.incremental import Reuse, positions_in, previous_lists
+from sbert_pipeline.pairs.settings import PairsSettings
+from sbert_pipeline.vectors.block_search import BlockResult
+from sbert_pipeline.vectors.new_rows import search_rows
+from sbert_pipeline.vectors.tile_topk import final_scores
 
 
 def run_exact_incremental(

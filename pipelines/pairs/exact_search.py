@@ -1,5 +1,5 @@
 """The exact mode's search and shard writing, Beam-free: what the exact transforms' workers run
-(:mod:`pipelines.pairs.exact_transforms`) and what the launcher runs itself on a local runner.
+(:mod:`sbert_pipeline.pairs.exact_transforms`) and what the launcher runs itself on a local runner.
 
 The output has one ``neighbors/`` (and ``pairs/``) shard per contiguous range of query rows in
 id order (:func:`plan_ranges`), whether the ranges were searched one by one or all at once
@@ -14,12 +14,11 @@ from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.io.pairs_output import NEIGHBORS, PAIRS
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.output_tables import neighbors_table, pairs_table, part_path
-from pipelines.pairs.settings import PairsSettings, write_parquet
-from pipelines.vectors.block_search import BlockResult, search_block
+from sbert_pipeline.io.pairs_output import NEIGHBORS, PAIRS
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from sbert_pipeline.pairs.output_tables import neighbors_table, pairs_table, part_path
+from sbert_pipeline.pairs.settings import PairsSettings, write_parquet
+from sbert_pipeline.vectors.block_search import BlockResult, search_block
 
 # Output shards the whole-matrix search writes at a time.
 _WRITERS = 2

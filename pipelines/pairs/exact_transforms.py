@@ -26,12 +26,11 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 from apache_beam.metrics import Metrics
-
-from pipelines.pairs.exact_search import plan_ranges as plan_ranges  # the ranges these take
-from pipelines.pairs.exact_search import search_all, write_range
-from pipelines.pairs.settings import METRICS_NAMESPACE, PairsSettings
-from pipelines.vectors.block_search import search_block
-from pipelines.vectors.progress import shared_progress
+from sbert_pipeline.pairs.exact_search import plan_ranges as plan_ranges  # the ranges these take
+from sbert_pipeline.pairs.exact_search import search_all, write_range
+from sbert_pipeline.pairs.settings import METRICS_NAMESPACE, PairsSettings
+from sbert_pipeline.vectors.block_search import search_block
+from sbert_pipeline.vectors.progress import shared_progress
 
 
 class _SearchRangeFn(beam.DoFn):
@@ -107,10 +106,10 @@ class WholeExactPairs(beam.PTransform):
     """:class:`ExactPairs`'s outputs from one search of every vector by one worker.
 
     The search covers the upper triangle of the score matrix once (each product serves both
-    its rows and its columns, :func:`pipelines.vectors.allpairs.self_topk`), where query ranges
+    its rows and its columns, :func:`sbert_pipeline.vectors.allpairs.self_topk`), where query ranges
     on separate workers each multiply their rows by all ``n``: half the products, for a worker
-    that holds every row's candidate list (:func:`pipelines.pairs.plan.whole_matrix_bytes`). The
-    lists and pairs are exact either way, so the shards are the same files.
+    that holds every row's candidate list (:func:`sbert_pipeline.pairs.plan.whole_matrix_bytes`).
+    The lists and pairs are exact either way, so the shards are the same files.
 
     Args:
         settings: output, vectors, k, threshold.

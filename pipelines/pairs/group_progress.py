@@ -1,9 +1,9 @@
 """The clustered search's progress line, drawn by the launcher: it counts the markers the
 searched block groups leave (``_work/searched/group-G.json``, see
-:mod:`pipelines.pairs.transforms`) while the pipeline runs.
+:mod:`sbert_pipeline.pairs.transforms`) while the pipeline runs.
 
 The workers of a local runner may be threads or processes of their own (``--direct_running_mode
-multi_processing``), where progress is off (:mod:`pipelines.vectors.progress`); the files they
+multi_processing``), where progress is off (:mod:`sbert_pipeline.vectors.progress`); the files they
 leave reach the launcher either way, so the line shows on the user's terminal: groups searched,
 of how many, the rate and the ETA.
 """
@@ -14,10 +14,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import join
-from pipelines.pairs.settings import SEARCHED_DIR, WORK_DIR
-from pipelines.vectors.progress import stage_progress
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.pairs.settings import SEARCHED_DIR, WORK_DIR
+from sbert_pipeline.vectors.progress import stage_progress
 
 # Seconds between two listings of the markers: cheap locally, a few requests on an object store.
 POLL_SECONDS = 1.0

@@ -6,7 +6,7 @@ not rewritten by ``sbert verify``) with the same settings: method, ``k``, thresh
 normalisation, the same model identity, and the same embeddings directories in the same order.
 Its ``embeddings`` section holds the embeddings manifests it was computed from; each is
 compared with the current manifest of that directory
-(:func:`pipelines.io.embeddings_versions.compare_versions`): rows of parts listed in both with
+(:func:`sbert_pipeline.io.embeddings_versions.compare_versions`): rows of parts listed in both with
 the same digest are OLD, every other current row is NEW, and previous ids outside the unchanged
 parts are GONE (a changed row comes back as NEW under its id).
 
@@ -24,13 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.io.embeddings import EmbeddingsDataset, parquet_source
-from pipelines.io.embeddings_versions import compare_versions
-from pipelines.io.output_dir import MANIFEST, join, read_json_or_none, relative_to
-from pipelines.io.pairs_output import VERIFY_SECTION, read_neighbors
-from pipelines.io.previous_output import NOT_ASKED, model_change, previous_output
-from pipelines.pairs.options import Options
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, parquet_source
+from sbert_pipeline.io.embeddings_versions import compare_versions
+from sbert_pipeline.io.output_dir import MANIFEST, join, read_json_or_none, relative_to
+from sbert_pipeline.io.pairs_output import VERIFY_SECTION, read_neighbors
+from sbert_pipeline.io.previous_output import NOT_ASKED, model_change, previous_output
+from sbert_pipeline.pairs.options import Options
 
 # More new rows than this share of all rows: a full run (an incremental one would cost about as
 # much, and a clustered one would route most rows through centroids fitted on the old ones).

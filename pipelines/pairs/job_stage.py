@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.stage_api.job_stage import OWN_VECTORS, JobContext, JobStage, ReportContext
+from sbert_pipeline.stage_api.job_stage import OWN_VECTORS, JobContext, JobStage, ReportContext
 
 
 def _wire(context: JobContext) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def _facts(manifest: dict) -> dict:
 
 
 def _report(context: ReportContext) -> list[str]:
-    from pipelines.pairs.report_section import pairs_sections
+    from sbert_pipeline.pairs.report_section import pairs_sections
 
     return pairs_sections(context)
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pyarrow.parquet as pq
-
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.pairs_output import read_neighbors, read_pairs
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.pairs_output import read_neighbors, read_pairs
 
 
 def known_pairs_recall(path: str, output: str, threshold: float | None) -> dict:

@@ -2,7 +2,7 @@
 from the embeddings manifests' row count and dimension before any vector is read, refused
 when it does not fit, and the share of the budget a clustered worker may use.
 
-What is counted (sizes from :mod:`pipelines.pairs.plan`):
+What is counted (sizes from :mod:`sbert_pipeline.pairs.plan`):
 
 - exact, searched in this process: the whole-matrix search (:func:`whole_matrix_bytes`) or a
   worker holding every vector (:func:`exact_worker_bytes`);
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.io.resources import MemoryBudget, require_memory
-from pipelines.pairs.defaults import DEFAULT_MAX_BLOCK
-from pipelines.pairs.plan import (
+from sbert_pipeline.io.resources import MemoryBudget, require_memory
+from sbert_pipeline.pairs.defaults import DEFAULT_MAX_BLOCK
+from sbert_pipeline.pairs.plan import (
     BYTES_PER_ID,
     WORKER_OVERHEAD,
     BlockingRequest,

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 
 
 def merge_neighbors(tables: Sequence[pa.Table], k: int) -> pa.Table:

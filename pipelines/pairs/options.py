@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.resources import MemoryBudget
-from pipelines.io.sizes import parse_size
-from pipelines.pairs.defaults import (
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.resources import MemoryBudget
+from sbert_pipeline.io.sizes import parse_size
+from sbert_pipeline.pairs.defaults import (
     DEFAULT_MAX_BLOCK,
     MIN_SAMPLE,
     ROWS_PER_RANGE,
@@ -20,8 +20,8 @@ from pipelines.pairs.defaults import (
     SAMPLE_PER_CLUSTER,
     TUNE_SAMPLE,
 )
-from pipelines.stage_api.options import OptionError, at_least, in_range, option
-from pipelines.stage_api.shared_options import (
+from sbert_pipeline.stage_api.options import OptionError, at_least, in_range, option
+from sbert_pipeline.stage_api.shared_options import (
     ExternalVectorOptions,
     beam_options_option,
     checked_memory_budget,

@@ -8,17 +8,16 @@ Output (docs/architecture.md, ``pairs/``), each folder a set of Parquet shards:
   pair once.
 
 Ids are the embeddings' ids, never positions. The reading side, for later stages and for
-this stage's recall checks, is :mod:`pipelines.io.pairs_output`.
+this stage's recall checks, is :mod:`sbert_pipeline.io.pairs_output`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.io.output_dir import join
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.vectors.cosine_range import clamp_cosines
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from sbert_pipeline.vectors.cosine_range import clamp_cosines
 
 
 def part_path(output: str, folder: str, index: int, count: int) -> str:

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from pipelines.io.sizes import format_size
-from pipelines.pairs.defaults import DEFAULT_MAX_BLOCK, MIN_SAMPLE, SAMPLE_PER_CLUSTER
-from pipelines.vectors.sampling import sample_rows, sample_size
+from sbert_pipeline.io.sizes import format_size
+from sbert_pipeline.pairs.defaults import DEFAULT_MAX_BLOCK, MIN_SAMPLE, SAMPLE_PER_CLUSTER
+from sbert_pipeline.vectors.sampling import sample_rows, sample_size
 
 # auto: exact search up to this many vectors. Exact work grows as n^2: 100k x 384 took 98 s
 # here (two shared cores; clustered 72 s at recall 0.98), so 200k is about 6.5 minutes, and 1M
@@ -112,7 +111,7 @@ def clustered_launcher_bytes(request: BlockingRequest, n: int, dim: int) -> int:
     """Memory the clustered mode's launcher holds besides a worker: every id while the scan
     checks them, the k-means sample (and the fit's working copy of it), and the exact-truth
     queries with the vectors of their exact neighbours."""
-    from pipelines.vectors.block_plan import default_clusters
+    from sbert_pipeline.vectors.block_plan import default_clusters
 
     clusters = min(request.clusters or default_clusters(n, request.k), n)
     sample = fit_sample_size(request, n, dim, clusters)
@@ -164,7 +163,7 @@ def plan_blocking(request: BlockingRequest, n: int, dim: int, budget: int) -> Bl
     """
     k = request.k
     # imported here: block_plan loads torch; sbert pairs --help reads this module
-    from pipelines.vectors.block_plan import default_clusters
+    from sbert_pipeline.vectors.block_plan import default_clusters
 
     clusters = request.clusters or default_clusters(n, k)
     if clusters > n:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow.parquet as pq
-
-from pipelines.io.content_checks import content_checks
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.html import SIMILARITY_AXIS, Bins, histogram_svg
-from pipelines.io.pairs_output import PairsOutput
-from pipelines.stage_api.job_stage import ReportContext
+from sbert_pipeline.io.content_checks import content_checks
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.html import SIMILARITY_AXIS, Bins, histogram_svg
+from sbert_pipeline.io.pairs_output import PairsOutput
+from sbert_pipeline.stage_api.job_stage import ReportContext
 
 
 def pairs_sections(context: ReportContext) -> list[str]:

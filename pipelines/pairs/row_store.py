@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
-
-from pipelines.io.atomic import is_local, local_replacing, replace, staging_path
-from pipelines.io.filesystems import FileSystems
+from sbert_pipeline.io.atomic import is_local, local_replacing, replace, staging_path
+from sbert_pipeline.io.filesystems import FileSystems
 
 FLOAT32 = np.dtype("<f4")
 

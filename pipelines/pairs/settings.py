@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-
-from pipelines.io.atomic import write_parquet_replacing
-from pipelines.pairs.vector_reader import VectorReader
-from pipelines.vectors.precision import Precision
+from sbert_pipeline.io.atomic import write_parquet_replacing
+from sbert_pipeline.pairs.vector_reader import VectorReader
+from sbert_pipeline.vectors.precision import Precision
 
 METRICS_NAMESPACE = "sbert_pairs"
 # Scratch files of a run inside its attempt area (the launcher removes it before publishing).

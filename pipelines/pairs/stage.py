@@ -9,13 +9,13 @@ Run from Python as ``pairs.run(pairs.Options(embeddings=[...], output=...))``, o
         [--shards S] [--sample N] [--seed S] [--precision auto|bfloat16|float32]
         [--incremental] [--overwrite] [Beam options]
 
-exact: every vector against every vector (``pipelines.vectors.allpairs``: float32 inner products
-summed in float64 and rounded to float32, so the answer is brute force's ``X @ X.T`` to within
-1e-6). When one worker can hold every row's candidate lists (``pipelines.pairs.plan.
+exact: every vector against every vector (``sbert_pipeline.vectors.allpairs``: float32 inner
+products summed in float64 and rounded to float32, so the answer is brute force's ``X @ X.T`` to
+within 1e-6). When one worker can hold every row's candidate lists (``sbert_pipeline.pairs.plan.
 whole_matrix_bytes`` within ``--worker-memory``), one search covers the upper triangle of the score
 matrix once, in one Beam step, or in the launcher on a local runner, reusing the vectors its
 check read (without Beam options the runner is the local one, and such a run never imports Beam:
-its files go through ``pipelines.io.filesystems``); else query rows are cut into ranges
+its files go through ``sbert_pipeline.io.filesystems``); else query rows are cut into ranges
 searched by Beam workers, each holding all vectors, ``n * d * 4`` bytes (twice that while
 loading), and the stage refuses exact mode when that does not fit ``--worker-memory``. Either
 way the output has one shard per ``--ranges`` range, with the same lists and pairs (the
@@ -35,18 +35,18 @@ auto: exact up to 200,000 vectors (when it fits the worker memory), clustered ab
 
 memory and disk: ``--memory-budget`` (default ``auto``) holds the whole process; what the run
 needs is worked out from the manifests' sizes before any vector is read and refused when over
-(:mod:`pipelines.pairs.memory`); on a local runner it also bounds a clustered worker's group of
+(:mod:`sbert_pipeline.pairs.memory`); on a local runner it also bounds a clustered worker's group of
 blocks. The clustered search's temporary disk (each vector once, plus row lists and candidate
-lists, :func:`pipelines.pairs.plan.clustered_disk_bytes`) is checked against the free space of
+lists, :func:`sbert_pipeline.pairs.plan.clustered_disk_bytes`) is checked against the free space of
 the output's disk before it is written. The manifest's ``memory_budget`` records the budget,
 the need counted and the peak RSS measured.
 
 incremental (``--incremental``): when the output folder holds this stage's previous output,
 computed with the same settings and model from earlier versions of the same embeddings folders,
 only the rows of new or changed embeddings parts are searched (against all rows), in the
-launcher, and the rest is reused (:mod:`pipelines.pairs.incremental`): exactly the from-scratch
-result in exact mode (:mod:`pipelines.pairs.exact_incremental`), the blocked search with the
-stored centroids in clustered mode (:mod:`pipelines.pairs.clustered_incremental`). Otherwise
+launcher, and the rest is reused (:mod:`sbert_pipeline.pairs.incremental`): exactly the from-scratch
+result in exact mode (:mod:`sbert_pipeline.pairs.exact_incremental`), the blocked search with the
+stored centroids in clustered mode (:mod:`sbert_pipeline.pairs.clustered_incremental`). Otherwise
 the run is a full one; the manifest's ``incremental`` section says which and why.
 
 Output (docs/architecture.md ``pairs/``): ``neighbors/`` Parquet (``id``, ``neighbor_ids``,
@@ -67,41 +67,40 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipelines.io.atomic import write_table
-from pipelines.io.centroids import CENTROIDS
-from pipelines.io.content_checks import content_checks
-from pipelines.io.embeddings import all_shards, count_rows, shard_paths, version_digest
-from pipelines.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.manifest_fields import created_now, model_fields, software_versions
-from pipelines.io.output_dir import OutputLayout, join
-from pipelines.io.pairs_output import NEIGHBORS, PAIRS, VERSION_DIGEST
-from pipelines.io.previous_output import full_run
-from pipelines.io.resources import peak_rss
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.incremental import Reuse, plan_reuse, replace_kind
-from pipelines.pairs.known_pairs import known_pairs_recall
-from pipelines.pairs.memory import check_memory
-from pipelines.pairs.options import Options
-from pipelines.pairs.output_tables import part_path
-from pipelines.pairs.plan import (
+from sbert_pipeline.io.atomic import write_table
+from sbert_pipeline.io.centroids import CENTROIDS
+from sbert_pipeline.io.content_checks import content_checks
+from sbert_pipeline.io.embeddings import all_shards, count_rows, shard_paths, version_digest
+from sbert_pipeline.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.manifest_fields import created_now, model_fields, software_versions
+from sbert_pipeline.io.output_dir import OutputLayout, join
+from sbert_pipeline.io.pairs_output import NEIGHBORS, PAIRS, VERSION_DIGEST
+from sbert_pipeline.io.previous_output import full_run
+from sbert_pipeline.io.resources import peak_rss
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from sbert_pipeline.pairs.incremental import Reuse, plan_reuse, replace_kind
+from sbert_pipeline.pairs.known_pairs import known_pairs_recall
+from sbert_pipeline.pairs.memory import check_memory
+from sbert_pipeline.pairs.options import Options
+from sbert_pipeline.pairs.output_tables import part_path
+from sbert_pipeline.pairs.plan import (
     BlockingRequest,
     choose_method,
     exact_path,
     exact_worker_bytes,
     plan_blocking,
 )
-from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
-from pipelines.stage_api.result import Result
-from pipelines.stage_api.stage_output import stage_output
-from pipelines.stage_api.stops import JobFailedError
-from pipelines.vectors.progress import show_progress_unless_quiet
+from sbert_pipeline.pairs.vector_reader import VectorReader, needs_normalizing
+from sbert_pipeline.stage_api.result import Result
+from sbert_pipeline.stage_api.stage_output import stage_output
+from sbert_pipeline.stage_api.stops import JobFailedError
+from sbert_pipeline.vectors.progress import show_progress_unless_quiet
 
 if TYPE_CHECKING:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-
-    from pipelines.pairs.exact import RunTransform
+    from sbert_pipeline.pairs.exact import RunTransform
 
 # What a pairs run writes (see docs/architecture.md, folder contracts).
 LAYOUT = OutputLayout(datasets=(NEIGHBORS, PAIRS), files=(CENTROIDS,))
@@ -208,19 +207,19 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     with ThreadPoolExecutor(1, thread_name_prefix="pairs-scan") as pool:
         picks = blocking.picks() if blocking is not None else {}
         scanning = pool.submit(reader.scan, picks, in_process)
-        from pipelines.pairs.exact import run_exact
-        from pipelines.pairs.settings import WORK_DIR, PairsSettings
-        from pipelines.vectors.block_search import warm_up
+        from sbert_pipeline.pairs.exact import run_exact
+        from sbert_pipeline.pairs.settings import WORK_DIR, PairsSettings
+        from sbert_pipeline.vectors.block_search import warm_up
 
         if method == "clustered":  # its transforms load Beam
-            from pipelines.pairs.clustered import ClusteredOptions, run_clustered
+            from sbert_pipeline.pairs.clustered import ClusteredOptions, run_clustered
         if in_process:
             warm_up(dim, options.k, options.precision)
         scan = scanning.result()
     seconds = {"scan": time.perf_counter() - start}
     blocks = None
     if isinstance(reuse, Reuse) and method == "clustered":
-        from pipelines.pairs.clustered_incremental import assign_blocks
+        from sbert_pipeline.pairs.clustered_incremental import assign_blocks
 
         blocks = assign_blocks(options.output, reuse.previous, *scan.loaded, reuse.old_ids)
         if isinstance(blocks, str):
@@ -240,7 +239,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
             write_table(part_path(attempt, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
             runner = "launcher"
         elif isinstance(reuse, Reuse) and method == "clustered":
-            from pipelines.pairs.clustered_incremental import run_clustered_incremental
+            from sbert_pipeline.pairs.clustered_incremental import run_clustered_incremental
 
             section, details["clustered"], recall = run_clustered_incremental(
                 settings,
@@ -256,7 +255,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
             details["incremental"] = section
             runner, seconds["pipeline"] = "in-process", section["seconds"]
         elif isinstance(reuse, Reuse):
-            from pipelines.pairs.exact_incremental import run_exact_incremental
+            from sbert_pipeline.pairs.exact_incremental import run_exact_incremental
 
             details["incremental"] = run_exact_incremental(
                 settings, *scan.loaded, reuse, options.output, options.ranges
@@ -344,19 +343,19 @@ def _beam_options(options: Options, pipeline: beam.Pipeline | None) -> PipelineO
     loading Beam, which the launcher's own search never needs."""
     if pipeline is None and not options.beam_options:
         return None
-    from pipelines.stage_api.beam_run import options_for
+    from sbert_pipeline.stage_api.beam_run import options_for
 
     return options_for(options.beam_options, pipeline)
 
 
 def _workers_here(beam_options: PipelineOptions, pipeline: beam.Pipeline | None) -> bool:
-    from pipelines.stage_api.beam_run import workers_here
+    from sbert_pipeline.stage_api.beam_run import workers_here
 
     return workers_here(beam_options, pipeline)
 
 
 def _is_local(beam_options: PipelineOptions) -> bool:
-    from pipelines.stage_api.beam_options import is_local
+    from sbert_pipeline.stage_api.beam_options import is_local
 
     return is_local(beam_options)
 
@@ -368,8 +367,8 @@ def _transform_runner(
     first call: the launcher's own search never makes one."""
 
     def run(label: str, transform: beam.PTransform):
-        from pipelines.stage_api.beam_options import pipeline_options
-        from pipelines.stage_api.beam_run import transform_runner
+        from sbert_pipeline.stage_api.beam_options import pipeline_options
+        from sbert_pipeline.stage_api.beam_run import transform_runner
 
         chosen = beam_options if beam_options is not None else pipeline_options([])
         return transform_runner(chosen, pipeline)(label, transform)

@@ -1,14 +1,14 @@
 """The clustered mode's Beam transforms (the exact mode's are in
-:mod:`pipelines.pairs.exact_transforms`, the settings both share in
-:mod:`pipelines.pairs.settings`).
+:mod:`sbert_pipeline.pairs.exact_transforms`, the settings both share in
+:mod:`sbert_pipeline.pairs.settings`).
 
-:class:`ClusterBlockedPairs` (SemDeDup-style, see ``pipelines.vectors.block_plan``)::
+:class:`ClusterBlockedPairs` (SemDeDup-style, see ``sbert_pipeline.vectors.block_plan``)::
 
     ListShards -> SpreadShards -> RouteToBlocks -> GroupBlockFiles -> SearchBlocks
         -> GroupByOutputShard -> MergeAndWrite
 
 Each embeddings shard is read by one worker, which writes its vectors once, in row order, to
-``_work/vectors/from-S.f32`` (:mod:`pipelines.pairs.row_store`), assigns every vector to the
+``_work/vectors/from-S.f32`` (:mod:`sbert_pipeline.pairs.row_store`), assigns every vector to the
 blocks of its ``nprobe`` nearest centroids and writes, by *block group* (blocks packed into
 groups of bounded size), which rows join which block to ``_work/blocks/group-G/from-S.parquet``
 (block, output shard, id, source shard and row: no vectors). One worker per group reads the
@@ -42,26 +42,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.metrics import Metrics
-
-from pipelines.io.atomic import StagedFiles
-from pipelines.io.centroids import load_centroids
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import join, write_json
-from pipelines.io.pairs_output import NEIGHBORS, PAIRS
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.io.shards import stable_bucket
-from pipelines.pairs.merge import merge_neighbors, merge_pairs
-from pipelines.pairs.output_tables import neighbors_table, pairs_table, part_path
-from pipelines.pairs.row_store import gather_rows, write_rows
-from pipelines.pairs.settings import (
+from sbert_pipeline.io.atomic import StagedFiles
+from sbert_pipeline.io.centroids import load_centroids
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import join, write_json
+from sbert_pipeline.io.pairs_output import NEIGHBORS, PAIRS
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from sbert_pipeline.io.shards import stable_bucket
+from sbert_pipeline.pairs.merge import merge_neighbors, merge_pairs
+from sbert_pipeline.pairs.output_tables import neighbors_table, pairs_table, part_path
+from sbert_pipeline.pairs.row_store import gather_rows, write_rows
+from sbert_pipeline.pairs.settings import (
     METRICS_NAMESPACE,
     SEARCHED_DIR,
     WORK_DIR,
     PairsSettings,
     write_parquet,
 )
-from pipelines.vectors.block_plan import nearest_centroids
-from pipelines.vectors.block_search import search_block
+from sbert_pipeline.vectors.block_plan import nearest_centroids
+from sbert_pipeline.vectors.block_search import search_block
 
 logger = logging.getLogger(__name__)
 
@@ -346,9 +345,9 @@ class ClusterBlockedPairs(beam.PTransform):
     Args:
         settings: output, vectors, k, threshold.
         centroids_path: ``centroids.npy`` (from
-        :func:`pipelines.vectors.block_plan.plan_blocks`). nprobe: blocks each vector joins (its
-        nearest centroids). groups: ``(blocks,)`` the group of each block
-        (:func:`pipelines.vectors.block_plan.group_blocks`); a worker holds one group's vectors
+        :func:`sbert_pipeline.vectors.block_plan.plan_blocks`). nprobe: blocks each vector joins
+        (its nearest centroids). groups: ``(blocks,)`` the group of each block
+        (:func:`sbert_pipeline.vectors.block_plan.group_blocks`); a worker holds one group's vectors
         at a time.
         n_shards: output shards; an item's row is in shard ``crc32(id) % n_shards``.
         max_block: block size above which a block is counted and logged as over the cap.

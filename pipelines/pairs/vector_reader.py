@@ -15,10 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.io.embeddings import embedding_matrix, parquet_source, stream_parquet
-from pipelines.vectors.checks import require_finite
-from pipelines.vectors.precision import normalize_rows
+from sbert_pipeline.io.embeddings import embedding_matrix, parquet_source, stream_parquet
+from sbert_pipeline.vectors.checks import require_finite
+from sbert_pipeline.vectors.precision import normalize_rows
 
 
 def needs_normalizing(manifest: dict) -> bool:

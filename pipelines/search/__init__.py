@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipelines.search.options import Options
+from sbert_pipeline.search.options import Options
 
 # Its line in `sbert --help`.
 SUMMARY = "nearest neighbours of query texts in an index"
 
 if TYPE_CHECKING:
-    from pipelines.search.stage import SearchResult
+    from sbert_pipeline.search.stage import SearchResult
 
 __all__ = ["Options", "run"]
 
 
 def run(options: Options, *, pipeline: Any = None) -> SearchResult:
     """Search the index for the queries (see ``pipelines/search/stage.py``)."""
-    from pipelines.search.stage import run as run_stage
+    from sbert_pipeline.search.stage import run as run_stage
 
     return run_stage(options, pipeline=pipeline)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from pipelines.stage_api.model_options import QueryModelOptions
-from pipelines.stage_api.options import OptionError, at_least, option
-from pipelines.stage_api.shared_options import verify_option
+from sbert_pipeline.stage_api.model_options import QueryModelOptions
+from sbert_pipeline.stage_api.options import OptionError, at_least, option
+from sbert_pipeline.stage_api.shared_options import verify_option
 
 # What --output may be: JSON lines, or a table for spreadsheets.
 OUTPUT_SUFFIXES = (".jsonl", ".tsv")
@@ -20,7 +20,7 @@ OUTPUT_SUFFIXES = (".jsonl", ".tsv")
 class Options(QueryModelOptions):
     """Which index to search, for which queries, and where the hits go (see
     ``pipelines/search/stage.py``); the query model options are
-    :class:`~pipelines.stage_api.model_options.QueryModelOptions`'."""
+    :class:`~sbert_pipeline.stage_api.model_options.QueryModelOptions`'."""
 
     INPUT_OPTIONS = ("index", "queries", "model")
 

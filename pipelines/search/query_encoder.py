@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pipelines.index.files import LoadedIndex
-from pipelines.io.embeddings import require_compatible
-from pipelines.search.options import Options
-from pipelines.stage_api.model_options import query_encoder_settings
+from sbert_pipeline.index.files import LoadedIndex
+from sbert_pipeline.io.embeddings import require_compatible
+from sbert_pipeline.search.options import Options
+from sbert_pipeline.stage_api.model_options import query_encoder_settings
+
 from sbert_core import SentenceEncoder
 
 

@@ -29,15 +29,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from sbert_pipeline.index.faiss_ops import prepare_vectors
+from sbert_pipeline.index.files import LoadedIndex, open_index
+from sbert_pipeline.io.atomic import write_text_replacing
+from sbert_pipeline.search.hits import Hit, QueryHits, SearchSummary
+from sbert_pipeline.search.options import Options
+from sbert_pipeline.search.query_encoder import QueryEncoder, load_query_encoder
+from sbert_pipeline.stage_api.result import Result
+from sbert_pipeline.vectors.cosine_range import clamp_cosines
 
-from pipelines.index.faiss_ops import prepare_vectors
-from pipelines.index.files import LoadedIndex, open_index
-from pipelines.io.atomic import write_text_replacing
-from pipelines.search.hits import Hit, QueryHits, SearchSummary
-from pipelines.search.options import Options
-from pipelines.search.query_encoder import QueryEncoder, load_query_encoder
-from pipelines.stage_api.result import Result
-from pipelines.vectors.cosine_range import clamp_cosines
 from sbert_core.errors import DataFileError
 
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
 """What every stage package shares: typed options (``options.py``, ``shared_options.py``), the
 ``Result`` of a run, the staged output, running Beam pipelines and the stops a user causes.
 
-Imports only pipelines.io, pipelines.vectors and itself. See docs/architecture.md, "Stages".
+Imports only sbert_pipeline.io, sbert_pipeline.vectors and itself. See docs/architecture.md,
+"Stages".
 """

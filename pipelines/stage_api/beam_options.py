@@ -19,8 +19,7 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
-
-from pipelines.stage_api.flag_recording import FlagRecording
+from sbert_pipeline.stage_api.flag_recording import FlagRecording
 
 logger = logging.getLogger(__name__)
 

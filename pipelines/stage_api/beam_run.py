@@ -18,9 +18,13 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
-
-from pipelines.stage_api.beam_options import LOCAL_RUNNERS, is_local, pipeline_options, runner_name
-from pipelines.stage_api.stops import raise_pending_stop, stop_signal
+from sbert_pipeline.stage_api.beam_options import (
+    LOCAL_RUNNERS,
+    is_local,
+    pipeline_options,
+    runner_name,
+)
+from sbert_pipeline.stage_api.stops import raise_pending_stop, stop_signal
 
 logger = logging.getLogger(__name__)
 # What Beam appends to an exception raised in a step, once per enclosing step.
@@ -59,10 +63,10 @@ def workers_here(options: PipelineOptions, pipeline: beam.Pipeline | None) -> bo
 def show_progress(options: PipelineOptions | None = None) -> None:
     """Show the stages' progress where the user watches the terminal: on a local runner (or,
     for ``options=None``, a job that runs in this process), unless ``--quiet`` raised the log
-    level above WARNING. Then the long loops draw bars (:mod:`pipelines.vectors.progress`) and
+    level above WARNING. Then the long loops draw bars (:mod:`sbert_pipeline.vectors.progress`) and
     the stages' INFO lines are logged; otherwise progress is off. Bars left by an earlier job in
     this process are closed first."""
-    from pipelines.vectors.progress import show_progress_unless_quiet
+    from sbert_pipeline.vectors.progress import show_progress_unless_quiet
 
     show_progress_unless_quiet(here=options is None or is_local(options))
 

@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pipelines.stage_api.options import OptionError, StageOptions, at_least, option
+from sbert_pipeline.stage_api.options import OptionError, StageOptions, at_least, option
+
 from sbert_core.model.source import DEFAULT_MODEL
 
 if TYPE_CHECKING:

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
-from pipelines.io.path_relations import overlap_error
+from sbert_pipeline.io.path_relations import overlap_error
+
 from sbert_core.config import coerce_value
 from sbert_core.model.source import DEFAULT_MODEL
 
@@ -156,7 +157,7 @@ class StageOptions:
         value = getattr(self, BEAM_FIELD, ())
         if isinstance(value, tuple) and not value:
             return
-        from pipelines.stage_api.beam_options import check_beam_options
+        from sbert_pipeline.stage_api.beam_options import check_beam_options
 
         try:
             checked = check_beam_options(value)

@@ -9,9 +9,8 @@ import os
 
 import numpy as np
 import pyarrow.parquet as pq
-
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.html import shown_text
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.html import shown_text
 
 
 def link(*parts: str) -> str:
@@ -22,8 +21,8 @@ def link(*parts: str) -> str:
 
 def texts_of(embed_dir: str | None, wanted: set[str]) -> dict[str, str]:
     """Texts of the wanted ids from the embeddings (when they were kept), else none."""
-    from pipelines.io.embeddings import EmbeddingsDataset
-    from pipelines.io.texts import texts_from_embeddings
+    from sbert_pipeline.io.embeddings import EmbeddingsDataset
+    from sbert_pipeline.io.texts import texts_from_embeddings
 
     if embed_dir is None or not wanted:
         return {}

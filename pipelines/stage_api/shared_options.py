@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.io.resources import AUTO_SHARE, MemoryBudget, resolve_budget
-from pipelines.stage_api.options import BEAM_FIELD, OptionError, StageOptions, option
+from sbert_pipeline.io.resources import AUTO_SHARE, MemoryBudget, resolve_budget
+from sbert_pipeline.stage_api.options import BEAM_FIELD, OptionError, StageOptions, option
 
 EXTERNAL_GROUP = "external vectors"
 EXTERNAL_HELP = (
@@ -68,7 +68,7 @@ def seed_option(help: str) -> Any:
 
 
 def kmeans_sample_option(scope: str, per_cluster: int, min_sample: int) -> Any:
-    """``--sample N`` of a k-means fit on a sample of the rows (``pipelines.vectors.sampling.
+    """``--sample N`` of a k-means fit on a sample of the rows (``sbert_pipeline.vectors.sampling.
     sample_size`` reads it); ``scope`` starts the help, e.g. ``"clustered: "``."""
     return option(
         help=f"{scope}rows the k-means fit uses (default {per_cluster} per cluster, at least "

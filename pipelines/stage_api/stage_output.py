@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines.io.staged_output import prepare_output
+from sbert_pipeline.io.staged_output import prepare_output
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
-    from pipelines.io.output_dir import OutputLayout
-    from pipelines.io.staged_output import StagedOutput
-    from pipelines.stage_api.options import StageOptions
+    from sbert_pipeline.io.output_dir import OutputLayout
+    from sbert_pipeline.io.staged_output import StagedOutput
+    from sbert_pipeline.stage_api.options import StageOptions
 
 
 def stage_output(
@@ -26,7 +26,7 @@ def stage_output(
     ``overwrite``): refused before any work when it exists (without ``overwrite``) or is not
     this project's; the manifest records the stage and its options. ``replace_kind``: an
     incremental run's own kind, whose complete output it replaces without ``overwrite``
-    (:func:`pipelines.io.staged_output.prepare_output`). ``adopt``: what a resumed run takes
+    (:func:`sbert_pipeline.io.staged_output.prepare_output`). ``adopt``: what a resumed run takes
     over from a killed run's attempt area (same function)."""
     return prepare_output(
         options.output,

@@ -2,7 +2,8 @@
 
 :func:`self_topk` gives every row its ``k`` most similar other rows (inner product, i.e. cosine
 for L2-normalised rows), exactly in float32, with ties broken by the smaller index.
-Pairs above a threshold, from such lists or exactly, are in :mod:`pipelines.vectors.pairs_above`.
+Pairs above a threshold, from such lists or exactly, are in
+:mod:`sbert_pipeline.vectors.pairs_above`.
 
 How :func:`self_topk` is fast and still exact:
 
@@ -13,8 +14,8 @@ How :func:`self_topk` is fast and still exact:
    a running list of its ``w = k + extra`` best candidate scores, started from its own block
    (the diagonal tile). Each worker thread takes the next tile, multiplies it (single-threaded:
    independent products keep every core busy) and scans it at once, while it is still in cache,
-   with a compiled kernel (:mod:`pipelines.vectors.tile_scan`) that reads each score once, for its
-   row and its column, and inserts the few above a row's admission threshold.
+   with a compiled kernel (:mod:`sbert_pipeline.vectors.tile_scan`) that reads each score once, for
+   its row and its column, and inserts the few above a row's admission threshold.
 2. **Proof.** Let ``delta`` bound the difference between a candidate score and the final score
    of the same pair (see :func:`candidate_error_bound`). Each row's k-th best candidate score is
    ``c_k``; a row admits a score only above its ``w``-th best ``c_w`` and at least
@@ -25,8 +26,8 @@ How :func:`self_topk` is fast and still exact:
    ``c_k - 2 delta`` matters when ``delta`` is 0, as for zero rows.)
 3. **Final scores.** The listed pairs within ``2 delta`` of ``c_k`` are scored again from the
    float32 vectors with float64 accumulation, rounded to float32 (one function for every pair,
-   :mod:`pipelines.vectors.exact_scores`, so a pair's score does not depend on where or how it was
-   found, and exact duplicates tie exactly), and the top ``k`` are taken by score, then index.
+   :mod:`sbert_pipeline.vectors.exact_scores`, so a pair's score does not depend on where or how it
+   was found, and exact duplicates tie exactly), and the top ``k`` are taken by score, then index.
 4. **Fallback.** Rows whose list does not satisfy the proof (more than ``extra`` candidates
    within ``2 delta`` of the k-th) are searched again against every row with fp32 products, whose
    bound is tiny; all pairs within its margin are rescored as in step 3. The number of such rows is
@@ -50,12 +51,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from pipelines.vectors.exact_scores import pair_scores_into, rescored_topk
-from pipelines.vectors.precision import Precision, one_thread, use_bf16
-from pipelines.vectors.progress import stage_progress
-from pipelines.vectors.tile_scan import scan_tile, start_lists
-from pipelines.vectors.tile_topk import tile_topk
+from sbert_pipeline.vectors.exact_scores import pair_scores_into, rescored_topk
+from sbert_pipeline.vectors.precision import Precision, one_thread, use_bf16
+from sbert_pipeline.vectors.progress import stage_progress
+from sbert_pipeline.vectors.tile_scan import scan_tile, start_lists
+from sbert_pipeline.vectors.tile_topk import tile_topk
 
 # Rows per block when block_size is not given: a row's list starts from the top scores of its
 # 4,096-row block (a 32 MB bf16 diagonal tile), which makes later insertions rare.
@@ -313,7 +313,8 @@ def _candidate_pass(
 class _CandidateLists:
     """Each query row's ``width`` best candidate scores so far, and its admission threshold.
 
-    numpy arrays, which the compiled scan (:mod:`pipelines.vectors.tile_scan`) updates in place.
+    numpy arrays, which the compiled scan (:mod:`sbert_pipeline.vectors.tile_scan`) updates in
+    place.
     """
 
     def __init__(
@@ -329,8 +330,8 @@ class _CandidateLists:
         self.scores = np.full((m, width), -np.inf, dtype=np.float32)  # each row descending
         self.ids = np.full((m, width), -1, dtype=np.int64)
         self.thresholds = np.full(m, -np.inf, dtype=np.float32)  # admit scores above
-        # Integer keys of the thresholds (see pipelines.vectors.tile_scan); below every score at
-        # first.
+        # Integer keys of the thresholds (see sbert_pipeline.vectors.tile_scan); below every score
+        # at first.
         self.keys = np.full(m, np.iinfo(np.int32).min, dtype=np.int32)
         # Twice the per-row bound on |candidate - final| (see candidate_error_bound).
         self.margins = (2 * bound * max_norm * norms).float().numpy().copy()
@@ -404,7 +405,7 @@ def pair_scores(data: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.T
     ``dim u64`` of exact, so the score is the float32 rounding of the exact inner product (but
     for ties with a rounding boundary) and does not depend on which row asks or how the pair was
     found: ``score(x, y) == score(y, x)`` and duplicates tie exactly
-    (:mod:`pipelines.vectors.exact_scores`).
+    (:mod:`sbert_pipeline.vectors.exact_scores`).
     """
     out = np.empty(len(a), dtype=np.float32)
     pair_scores_into(data.numpy(), a.numpy(), b.numpy(), out)

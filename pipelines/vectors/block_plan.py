@@ -1,16 +1,17 @@
 """Planning a cluster-blocked all-pairs search (SemDeDup-style) (Beam-free).
 
 The clustered mode of ``sbert pairs`` cuts the vectors into many overlapping blocks, each
-searched exactly (:func:`pipelines.vectors.block_search.search_block`):
+searched exactly (:func:`sbert_pipeline.vectors.block_search.search_block`):
 
-1. :func:`plan_blocks` fits spherical k-means (``pipelines.vectors.kmeans``) on a sample, chooses
+1. :func:`plan_blocks` fits spherical k-means (``sbert_pipeline.vectors.kmeans``) on a sample,
+chooses
    how many centroids each vector probes (:func:`choose_nprobe`) and splits any cluster whose
    block would be larger than a cap (:func:`split_oversized`), so that one block fits a worker.
 2. :func:`nearest_centroids` assigns every vector to its ``nprobe`` nearest centroids; block
    ``c`` is every vector that has ``c`` among them. Near neighbours usually share a nearest
    centroid; probing more than one catches the pairs that straddle a cluster border.
    :func:`group_blocks` packs blocks into groups of bounded size, one worker's share at a time.
-3. Each block is searched exactly; ``pipelines.pairs.merge`` then combines the candidate lists
+3. Each block is searched exactly; ``sbert_pipeline.pairs.merge`` then combines the candidate lists
    an item got from its blocks (best score per neighbour, then score descending, ties by id)
    and drops the pairs found in more than one block.
 
@@ -18,9 +19,9 @@ What the blocking misses is predicted and measured, not guessed. An item's merge
 exact top-k over the union of its blocks, so it holds a true neighbour exactly when the two
 share a probed centroid: :func:`shared_probe_recall` gives the recall of any ``nprobe`` from
 the probes of a few queries and their exact neighbours (a :class:`ProbeTuning`), which is how
-``nprobe`` is chosen. :class:`pipelines.vectors.exact_truth.ExactTopK` computes those exact
+``nprobe`` is chosen. :class:`sbert_pipeline.vectors.exact_truth.ExactTopK` computes those exact
 neighbours for a random sample of queries (streamed, bounded memory), and
-:func:`pipelines.vectors.exact_truth.recall_at_k` compares the written lists with them.
+:func:`sbert_pipeline.vectors.exact_truth.recall_at_k` compares the written lists with them.
 
 Scores are inner products of the rows as given, so pass L2-normalised rows for cosine.
 """
@@ -34,10 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from pipelines.vectors.kmeans import KMeansFit, assign, fit_spherical_kmeans
-from pipelines.vectors.precision import Precision
-from pipelines.vectors.records import field_record
+from sbert_pipeline.vectors.kmeans import KMeansFit, assign, fit_spherical_kmeans
+from sbert_pipeline.vectors.precision import Precision
+from sbert_pipeline.vectors.records import field_record
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Beam-free. A *block* is a set of vectors searched exactly against itself: :func:
 gives every member its top-``k`` other members and every pair of members at or above a
 threshold. The exact mode of ``sbert pairs`` is one block holding all vectors, its query rows
 split into ranges between workers; the clustered mode cuts the vectors into many overlapping
-blocks (:mod:`pipelines.vectors.block_plan`).
+blocks (:mod:`sbert_pipeline.vectors.block_plan`).
 
 Scores are inner products of the rows as given, so pass L2-normalised rows for cosine.
 """
@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from pipelines.vectors.allpairs import candidate_error_bound, pair_scores, self_topk
-from pipelines.vectors.checks import check_cosine
-from pipelines.vectors.precision import Precision
-from pipelines.vectors.topk import neighbors_above
+from sbert_pipeline.vectors.allpairs import candidate_error_bound, pair_scores, self_topk
+from sbert_pipeline.vectors.checks import check_cosine
+from sbert_pipeline.vectors.precision import Precision
+from sbert_pipeline.vectors.topk import neighbors_above
 
 # Rows of a threshold search at a time (rows whose top-k list is all above the threshold): the
 # hits of one chunk are held in memory, and 256 rows keep the matrix product efficient.
@@ -76,7 +75,8 @@ def search_block(
         threshold: in ``[-1, 1]``; ``None`` finds no pairs.
         rows: the query rows ``[start, stop)`` (default all); pairs are those whose smaller
             position ``a`` is a query row, so calls over disjoint ranges find disjoint pairs.
-        precision: candidate pass of :func:`pipelines.vectors.allpairs.self_topk` (the answer is
+        precision: candidate pass of :func:`sbert_pipeline.vectors.allpairs.self_topk` (the answer
+        is
             the fp32 one either way); ``auto`` is fp32 for blocks of fewer than 4,096 rows.
         block_size: query rows per similarity tile (default: the search's own).
 
@@ -164,8 +164,9 @@ def _pairs_above(
 
 
 def _rescore(vectors: np.ndarray, row: int, columns: np.ndarray) -> np.ndarray:
-    """Scores of ``row`` with ``columns`` exactly as :func:`pipelines.vectors.allpairs.self_topk`
-    gives them (:func:`pipelines.vectors.allpairs.pair_scores`)."""
+    """Scores of ``row`` with ``columns`` exactly as
+    :func:`sbert_pipeline.vectors.allpairs.self_topk` gives them
+    (:func:`sbert_pipeline.vectors.allpairs.pair_scores`)."""
     with torch.inference_mode():
         columns_t = torch.from_numpy(np.ascontiguousarray(columns, dtype=np.int64))
         rows_t = torch.full_like(columns_t, row)

@@ -11,8 +11,8 @@ defines communities as follows, and so do we:
    followed by the others. Every item belongs to at most one community.
 3. The result is sorted by size, largest first (stable).
 
-Here step 1 reads per-item neighbour lists (:func:`pipelines.vectors.topk.topk_neighbors` with the
-item itself included) instead of an ``N x N`` matrix. A list whose last score still reaches the
+Here step 1 reads per-item neighbour lists (:func:`sbert_pipeline.vectors.topk.topk_neighbors` with
+the item itself included) instead of an ``N x N`` matrix. A list whose last score still reaches the
 threshold may be cut short; :func:`detect_communities` completes those by a threshold search
 (sentence-transformers widens them by doubling k), so the result is the same as theirs, up to the
 order of members whose scores differ only by fp32 rounding (on 50,000 planted 64-d vectors: the
@@ -26,9 +26,8 @@ Example:
 from __future__ import annotations
 
 import numpy as np
-
-from pipelines.vectors.checks import require_finite
-from pipelines.vectors.topk import neighbors_above, topk_neighbors
+from sbert_pipeline.vectors.checks import require_finite
+from sbert_pipeline.vectors.topk import neighbors_above, topk_neighbors
 
 
 class TruncatedNeighborsError(ValueError):
@@ -121,14 +120,14 @@ def detect_communities(
 
     Top-``neighbors`` lists find the centres and most communities; the centres whose list is
     full at the threshold get their whole community from one threshold search
-    (:func:`pipelines.vectors.topk.neighbors_above`) over just those rows.
+    (:func:`sbert_pipeline.vectors.topk.neighbors_above`) over just those rows.
 
     Args:
         vectors: ``(N, d)`` float32.
         threshold: minimum cosine similarity to a community's centre.
         min_community_size: smallest community kept, the centre included.
         neighbors: neighbour-list length (at least ``min_community_size``).
-        block_size: query rows per block, see :func:`pipelines.vectors.topk.topk_neighbors`.
+        block_size: query rows per block, see :func:`sbert_pipeline.vectors.topk.topk_neighbors`.
 
     Returns:
         Communities as arrays of row indices, centre first, largest community first.

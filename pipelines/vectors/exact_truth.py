@@ -20,8 +20,7 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.vectors.topk import topk_neighbors
+from sbert_pipeline.vectors.topk import topk_neighbors
 
 Metric = Literal["ip", "l2"]
 Kernel = Literal["torch", "faiss"]
@@ -37,7 +36,7 @@ class ExactTopK:
     they break ties (equal scores at the k-th place) differently, and the recalls the stages
     have measured and recorded must not move by a tie:
 
-    - ``torch`` (``sbert pairs``): :func:`pipelines.vectors.topk.topk_neighbors` in fp32 on
+    - ``torch`` (``sbert pairs``): :func:`sbert_pipeline.vectors.topk.topk_neighbors` in fp32 on
       inner products, ties by the smaller position. It can leave out each query's own row
       (``exclude_rows``, by position, so an exact duplicate elsewhere still counts), keep the
       neighbours' ids and vectors.

@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-
-from pipelines.vectors.checks import require_finite
-from pipelines.vectors.precision import Precision, normalize_rows, one_thread, use_bf16
-from pipelines.vectors.progress import Progress, stage_progress
-from pipelines.vectors.records import field_record
+from sbert_pipeline.vectors.checks import require_finite
+from sbert_pipeline.vectors.precision import Precision, normalize_rows, one_thread, use_bf16
+from sbert_pipeline.vectors.progress import Progress, stage_progress
+from sbert_pipeline.vectors.records import field_record
 
 logger = logging.getLogger(__name__)
 

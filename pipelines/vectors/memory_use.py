@@ -1,5 +1,5 @@
 """Bytes of float32 vectors, for the stages' memory counts (what the process already holds is
-``pipelines.io.resources.resident_bytes``). numpy-free."""
+``sbert_pipeline.io.resources.resident_bytes``). numpy-free."""
 
 from __future__ import annotations
 

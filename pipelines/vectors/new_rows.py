@@ -5,16 +5,16 @@ row are unknown. :func:`search_rows` scores the query rows (the new ones, and ol
 list must be searched again) against every row, one fp32 tile of ``(r, n)`` scores at a time,
 and from each tile takes
 
-- each query row's exact top-k (:func:`pipelines.vectors.tile_topk.tile_topk`);
+- each query row's exact top-k (:func:`sbert_pipeline.vectors.tile_topk.tile_topk`);
 - every pair of a *new* query row at or above a threshold, each pair once;
 - for every old row that takes insertions (``floors``), the new rows scoring at or above its
   floor (its previous k-th score): the only new rows that can enter its list.
 
-Every score kept is the final score of :mod:`pipelines.vectors.exact_scores` (float32 products
+Every score kept is the final score of :mod:`sbert_pipeline.vectors.exact_scores` (float32 products
 summed in float64, rounded to float32), the one function the full search uses, so a pair scores
 the same bits whichever run found it, and its place at the threshold or in a list does not
 depend on the path. The fp32 tile only nominates candidates: each test admits every pair within
-:func:`pipelines.vectors.allpairs.candidate_error_bound` of its limit, and the final score
+:func:`sbert_pipeline.vectors.allpairs.candidate_error_bound` of its limit, and the final score
 decides.
 """
 
@@ -24,12 +24,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from sbert_pipeline.vectors.allpairs import (
+    candidate_error_bound,
+    checked_vectors,
+    exact_fp32_matmul,
+)
+from sbert_pipeline.vectors.checks import check_cosine
+from sbert_pipeline.vectors.tile_topk import final_scores, tile_topk
 
-from pipelines.vectors.allpairs import candidate_error_bound, checked_vectors, exact_fp32_matmul
-from pipelines.vectors.checks import check_cosine
-from pipelines.vectors.tile_topk import final_scores, tile_topk
-
-# Scores per tile (256 MB of fp32, as pipelines.vectors.topk's tiles): a few hundred query rows
+# Scores per tile (256 MB of fp32, as sbert_pipeline.vectors.topk's tiles): a few hundred query rows
 # per product at n = 200k, where the product of 83 rows ran at a third of the speed here.
 _TILE_SCORES = 1 << 26
 

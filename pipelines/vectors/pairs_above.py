@@ -1,9 +1,9 @@
 """Pairs of vectors at or above a similarity threshold (Beam-free).
 
-:func:`pairs_above` turns neighbour lists (of :func:`pipelines.vectors.allpairs.self_topk`) into
-unique pairs ``a < b`` above a threshold; :func:`self_pairs_above` finds every pair above a
+:func:`pairs_above` turns neighbour lists (of :func:`sbert_pipeline.vectors.allpairs.self_topk`)
+into unique pairs ``a < b`` above a threshold; :func:`self_pairs_above` finds every pair above a
 threshold exactly, however many there are. Scores are those of ``self_topk``: float32 products
-summed in float64, rounded to float32 (:func:`pipelines.vectors.allpairs.pair_scores`).
+summed in float64, rounded to float32 (:func:`sbert_pipeline.vectors.allpairs.pair_scores`).
 
 Example:
     >>> indices, scores = self_topk(vectors, k=10)
@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from pipelines.vectors.allpairs import (
+from sbert_pipeline.vectors.allpairs import (
     DEFAULT_BLOCK_SIZE,
     candidate_error_bound,
     checked_rows,
@@ -23,8 +22,8 @@ from pipelines.vectors.allpairs import (
     exact_fp32_matmul,
     pair_scores,
 )
-from pipelines.vectors.checks import check_cosine
-from pipelines.vectors.precision import Precision, one_thread, use_bf16
+from sbert_pipeline.vectors.checks import check_cosine
+from sbert_pipeline.vectors.precision import Precision, one_thread, use_bf16
 
 
 def pairs_above(

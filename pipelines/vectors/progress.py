@@ -95,7 +95,7 @@ def show_progress_unless_quiet(here: bool = True) -> None:
     on = here and not quiet
     enable_progress(on)
     if on:
-        logging.getLogger("pipelines").setLevel(logging.INFO)
+        logging.getLogger("sbert_pipeline").setLevel(logging.INFO)
 
 
 def progress_enabled() -> bool:

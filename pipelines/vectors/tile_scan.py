@@ -1,7 +1,7 @@
 """One-pass scan of an all-pairs score tile into per-row candidate lists (compiled with numba).
 
-:func:`self_topk <pipelines.vectors.allpairs.self_topk>` multiplies blocks of rows in bfloat16 (or
-float32) and must find, in every score tile, the few scores that enter a row's list of best
+:func:`self_topk <sbert_pipeline.vectors.allpairs.self_topk>` multiplies blocks of rows in bfloat16
+(or float32) and must find, in every score tile, the few scores that enter a row's list of best
 candidates. A tile of the upper triangle serves its rows and, read by columns, the rows of its
 columns; the scan reads each score once for both sides, in the order the matrix product wrote
 them, and releases the GIL so that the next tile's product runs meanwhile.
@@ -14,8 +14,8 @@ one), and only scores that pass are converted and compared as floats. Chunks of
 :data:`_CHUNK` scores are first reduced to a maximum (rows) and an any-hit flag (columns), which
 the compiler vectorises; a chunk is read again only when it holds a hit.
 
-List semantics (shared with :class:`pipelines.vectors.allpairs._CandidateLists`): each row keeps its
-``w`` best candidate scores, descending, and admits a score only when it is strictly above
+List semantics (shared with :class:`sbert_pipeline.vectors.allpairs._CandidateLists`): each row
+keeps its ``w`` best candidate scores, descending, and admits a score only when it is strictly above
 ``c_w`` and at least ``c_k - margin``, where ``c_i`` is the row's ``i``-th best score so far.
 """
 

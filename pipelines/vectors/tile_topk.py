@@ -1,9 +1,9 @@
 """The exact top-k of some rows from one fp32 tile of their scores against every row (Beam-free).
 
-Shared by the dense fallback of :func:`pipelines.vectors.allpairs.self_topk` and the search of
-new rows against all rows (:mod:`pipelines.vectors.new_rows`): both hold an ``(r, n)`` fp32
+Shared by the dense fallback of :func:`sbert_pipeline.vectors.allpairs.self_topk` and the search of
+new rows against all rows (:mod:`sbert_pipeline.vectors.new_rows`): both hold an ``(r, n)`` fp32
 tile, rescore every pair within the fp32 error margin of each row's k-th candidate score with
-the one final scoring function (:mod:`pipelines.vectors.exact_scores`), and keep the top k by
+the one final scoring function (:mod:`sbert_pipeline.vectors.exact_scores`), and keep the top k by
 final score, ties by the smaller column.
 """
 
@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from pipelines.vectors.exact_scores import pair_scores_into
+from sbert_pipeline.vectors.exact_scores import pair_scores_into
 
 # Candidates per row taken from the tile beyond k before the margin test.
 _EXTRA = 32

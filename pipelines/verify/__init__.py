@@ -9,21 +9,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines.verify.options import Options
+from sbert_pipeline.verify.options import Options
 
 # Its line in `sbert --help`.
 SUMMARY = "score candidate pairs with a cross-encoder, for dedup (retrieve, then verify)"
 
 if TYPE_CHECKING:
     import apache_beam as beam
-
-    from pipelines.stage_api.result import Result
+    from sbert_pipeline.stage_api.result import Result
 
 __all__ = ["SUMMARY", "Options", "run"]
 
 
 def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
     """Score the pairs and publish the verified pairs folder (see ``pipelines/verify/stage.py``)."""
-    from pipelines.verify.stage import run as run_stage
+    from sbert_pipeline.verify.stage import run as run_stage
 
     return run_stage(options, pipeline=pipeline)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipelines.io.corpus_reader import CorpusSpec
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.pairs_output import PairsOutput
-from pipelines.io.texts import recorded_corpus_spec, texts_from_corpus, texts_from_embeddings
-from pipelines.verify.options import Options
+from sbert_pipeline.io.corpus_reader import CorpusSpec
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.pairs_output import PairsOutput
+from sbert_pipeline.io.texts import recorded_corpus_spec, texts_from_corpus, texts_from_embeddings
+from sbert_pipeline.verify.options import Options
 
 # Missing ids named in the refusal.
 SHOWN_MISSING = 5

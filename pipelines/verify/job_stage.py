@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.stage_api.job_stage import JobContext, JobStage, ReportContext
+from sbert_pipeline.stage_api.job_stage import JobContext, JobStage, ReportContext
 
 # The fact "pairs the cross-encoder scored".
 SCORED_FACT = "verified"
@@ -35,7 +35,8 @@ def _folders(context: JobContext) -> dict[str, Any]:
 def _preflight(options: Any) -> None:
     # The cross-encoder's kind and label count, from its config (no weights), so that a model
     # verify cannot use stops the job before embed and pairs run.
-    from pipelines.verify.model_check import check_cross_encoder
+    from sbert_pipeline.verify.model_check import check_cross_encoder
+
     from sbert_core.errors import ModelLoadError
 
     try:
@@ -57,7 +58,7 @@ def _facts(manifest: dict) -> dict:
 
 
 def _report(context: ReportContext) -> list[str]:
-    from pipelines.verify.report_section import verify_sections
+    from sbert_pipeline.verify.report_section import verify_sections
 
     return verify_sections(context)
 

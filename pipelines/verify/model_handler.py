@@ -1,6 +1,6 @@
 """Beam ``ModelHandler`` around the cross-encoder: text pairs in, one score each out.
 
-As :class:`pipelines.embed.model_handler.SbertModelHandler` does for texts: the cross-encoder
+As :class:`sbert_pipeline.embed.model_handler.SbertModelHandler` does for texts: the cross-encoder
 is loaded in ``load_model`` (once per worker process; once per machine on GPU workers, where
 ``share_model_across_processes`` is on), never pickled with the pipeline. ``BatchElements``
 hands it large batches; inside each, ``CrossEncoder.predict`` sorts the pairs by token length
@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+from sbert_pipeline.verify.model_check import require_one_score
 
-from pipelines.verify.model_check import require_one_score
 from sbert_core import CrossEncoder
 
 logger = logging.getLogger(__name__)

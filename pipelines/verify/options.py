@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.stage_api.model_options import MODEL_GROUP, ComputeDtype, CpuBackend
-from pipelines.stage_api.options import OptionError, StageOptions, at_least, in_range, option
-from pipelines.stage_api.shared_options import (
+from sbert_pipeline.stage_api.model_options import MODEL_GROUP, ComputeDtype, CpuBackend
+from sbert_pipeline.stage_api.options import OptionError, StageOptions, at_least, in_range, option
+from sbert_pipeline.stage_api.shared_options import (
     beam_options_option,
     output_option,
     overwrite_option,
     verify_option,
 )
+
 from sbert_core.tabular import FORMATS
 
 # Pairs per forward pass: sentence-transformers' CrossEncoder.predict default.

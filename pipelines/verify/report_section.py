@@ -4,13 +4,12 @@ their scores moved against the bi-encoder's cosines, and a histogram of the veri
 from __future__ import annotations
 
 import pyarrow.parquet as pq
-
-from pipelines.io.content_checks import content_checks
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.html import Bins, histogram_svg
-from pipelines.io.pairs_output import PairsOutput
-from pipelines.stage_api.job_stage import ReportContext
-from pipelines.stage_api.report_parts import escape
+from sbert_pipeline.io.content_checks import content_checks
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.html import Bins, histogram_svg
+from sbert_pipeline.io.pairs_output import PairsOutput
+from sbert_pipeline.stage_api.job_stage import ReportContext
+from sbert_pipeline.stage_api.report_parts import escape
 
 SCORE_AXIS = "verified score of the pair (cross-encoder)"
 

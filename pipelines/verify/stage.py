@@ -51,14 +51,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipelines.io.atomic import write_parquet_replacing, write_table
-from pipelines.io.content_checks import content_checks
-from pipelines.io.embeddings import count_rows, shard_paths
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.manifest_fields import created_now, model_fields, software_versions
-from pipelines.io.output_dir import OutputLayout, join
-from pipelines.io.pairs_output import (
+from sbert_pipeline.io.atomic import write_parquet_replacing, write_table
+from sbert_pipeline.io.content_checks import content_checks
+from sbert_pipeline.io.embeddings import count_rows, shard_paths
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.manifest_fields import created_now, model_fields, software_versions
+from sbert_pipeline.io.output_dir import OutputLayout, join
+from sbert_pipeline.io.pairs_output import (
     NEIGHBORS,
     PAIRS,
     VERIFIED_PAIRS_SCHEMA,
@@ -66,23 +65,28 @@ from pipelines.io.pairs_output import (
     PairColumns,
     PairsOutput,
 )
-from pipelines.io.schemas import NEIGHBORS_SCHEMA
-from pipelines.stage_api.beam_run import options_for, show_progress, transform_runner, workers_here
-from pipelines.stage_api.result import Result
-from pipelines.stage_api.stage_output import stage_output
-from pipelines.stage_api.stops import JobFailedError
-from pipelines.verify.band import (
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA
+from sbert_pipeline.stage_api.beam_run import (
+    options_for,
+    show_progress,
+    transform_runner,
+    workers_here,
+)
+from sbert_pipeline.stage_api.result import Result
+from sbert_pipeline.stage_api.stage_output import stage_output
+from sbert_pipeline.stage_api.stops import JobFailedError
+from sbert_pipeline.verify.band import (
     ABOVE_SCORE,
     BELOW_SCORE,
     score_movement,
     split_band,
     verified_scores,
 )
-from pipelines.verify.inputs import open_candidates, pair_texts
-from pipelines.verify.model_check import check_cross_encoder, require_one_score
-from pipelines.verify.model_handler import CrossEncoderSettings
-from pipelines.verify.options import Options
-from pipelines.verify.transforms import ScorePairs, read_scores, write_chunks
+from sbert_pipeline.verify.inputs import open_candidates, pair_texts
+from sbert_pipeline.verify.model_check import check_cross_encoder, require_one_score
+from sbert_pipeline.verify.model_handler import CrossEncoderSettings
+from sbert_pipeline.verify.options import Options
+from sbert_pipeline.verify.transforms import ScorePairs, read_scores, write_chunks
 
 if TYPE_CHECKING:
     import apache_beam as beam

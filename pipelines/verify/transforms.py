@@ -2,14 +2,14 @@
 
 The launcher writes the pairs to score as chunk files in the run's work area (``position``,
 ``text_a``, ``text_b``; :func:`write_chunks`); the pipeline reads them, scores every pair with
-``RunInference`` around :class:`~pipelines.verify.model_handler.CrossEncoderModelHandler` and
+``RunInference`` around :class:`~sbert_pipeline.verify.model_handler.CrossEncoderModelHandler` and
 writes one score file per chunk (``position``, ``score``); :func:`read_scores` brings them back::
 
     ListChunks -> ReadChunks -> Reshuffle -> ScorePairs -> KeyByChunk -> GroupByChunk
                -> WriteScores
 
-A score file is written whole under a temporary name and renamed (``pipelines.io.atomic``), so a
-retried chunk replaces its first attempt and never duplicates rows.
+A score file is written whole under a temporary name and renamed (``sbert_pipeline.io.atomic``), so
+a retried chunk replaces its first attempt and never duplicates rows.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.ml.inference.base import KeyedModelHandler, PredictionResult, RunInference
-
-from pipelines.io.atomic import write_table
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import join
-from pipelines.verify.model_handler import CrossEncoderModelHandler, CrossEncoderSettings
+from sbert_pipeline.io.atomic import write_table
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import join
+from sbert_pipeline.verify.model_handler import CrossEncoderModelHandler, CrossEncoderSettings
 
 # Pairs per chunk file: one Beam element of ReadChunks, and one score file.
 CHUNK_ROWS = 8192

@@ -18,7 +18,7 @@ nothing learned on one part leaks into the other, and gives every question a dup
   negative.
 
 sbert_core knows no text normalisation; the ``sbert finetune`` job passes the dedup stage's key
-(``pipelines.io.text_normal.text_key``), so copies are the texts dedup treats as one.
+(``sbert_pipeline.io.text_normal.text_key``), so copies are the texts dedup treats as one.
 """
 
 from __future__ import annotations

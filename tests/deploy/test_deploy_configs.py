@@ -18,6 +18,7 @@ from pathlib import Path
 import apache_beam as beam
 import apache_beam.testing.test_pipeline
 import pytest
+import sbert_pipeline.embed
 from apache_beam.options.pipeline_options import (
     DebugOptions,
     FlinkRunnerOptions,
@@ -31,12 +32,11 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.options.pipeline_options import TestOptions as BeamTestOptions
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+from sbert_pipeline.jobs import submit
+from sbert_pipeline.jobs.stage_cli import build_parser as stage_parser
+from sbert_pipeline.jobs.submit import beam_argv, config_to_argv, job_options, load_job_config
+from sbert_pipeline.stage_api.beam_options import beam_parser
 
-import pipelines.embed
-from jobs import submit
-from jobs.stage_cli import build_parser as stage_parser
-from jobs.submit import beam_argv, config_to_argv, job_options, load_job_config
-from pipelines.stage_api.beam_options import beam_parser
 from tests.stage_commands import embed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -391,7 +391,7 @@ def test_main_runs_the_job_and_prints_its_summary(deploy_env, monkeypatch, capsy
         calls.append(options)
         return Summary()
 
-    monkeypatch.setattr(pipelines.embed, "run", fake_run)
+    monkeypatch.setattr(sbert_pipeline.embed, "run", fake_run)
     path = DEPLOY / "spark" / "embed-portable.yaml"
     assert submit.main([str(path)]) == 0
     config = load_job_config(path)
@@ -512,10 +512,10 @@ def example_plans(deploy_env, tmp_path):
     gcp extra that opens gs:// is not installed here)."""
     import dataclasses
 
-    from jobs.run import _beam_argv
-    from jobs.run_config import load_run_config
-    from jobs.run_inputs import CheckedInputs
-    from jobs.run_stages import plan_stages
+    from sbert_pipeline.jobs.run import _beam_argv
+    from sbert_pipeline.jobs.run_config import load_run_config
+    from sbert_pipeline.jobs.run_inputs import CheckedInputs
+    from sbert_pipeline.jobs.run_stages import plan_stages
 
     config = dataclasses.replace(load_run_config(EXAMPLE), job_dir=str(tmp_path / "job"))
     beam_args = _beam_argv(config)

@@ -9,8 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
-
-from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
+from sbert_pipeline.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
 
 
 @pytest.fixture

@@ -10,16 +10,15 @@ import sys
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-
-from jobs.cli import main
-from pipelines import embed
-from pipelines.stage_api.beam_options import (
+from sbert_pipeline import embed
+from sbert_pipeline.jobs.cli import main
+from sbert_pipeline.stage_api.beam_options import (
     LOCAL_RUNNER,
     UnknownOptionError,
     check_beam_args,
     pipeline_options,
 )
-from pipelines.stage_api.options import OptionError
+from sbert_pipeline.stage_api.options import OptionError
 
 
 @pytest.mark.parametrize(
@@ -62,19 +61,19 @@ def test_known_beam_options_of_every_runner_pass():
 
 
 def test_direct_runner_is_mapped_with_one_warning(caplog):
-    with caplog.at_level(logging.INFO, logger="pipelines.stage_api.beam_options"):
+    with caplog.at_level(logging.INFO, logger="sbert_pipeline.stage_api.beam_options"):
         options = pipeline_options(["--runner", "DirectRunner"])
     assert options.view_as(StandardOptions).runner == LOCAL_RUNNER
-    records = [r for r in caplog.records if r.name == "pipelines.stage_api.beam_options"]
+    records = [r for r in caplog.records if r.name == "sbert_pipeline.stage_api.beam_options"]
     assert [r.levelno for r in records] == [logging.WARNING]
     assert "DirectRunner" in records[0].getMessage() and "\n" not in records[0].getMessage()
 
 
 def test_no_runner_means_the_local_runner_without_a_warning(caplog):
-    with caplog.at_level(logging.INFO, logger="pipelines.stage_api.beam_options"):
+    with caplog.at_level(logging.INFO, logger="sbert_pipeline.stage_api.beam_options"):
         options = pipeline_options([])
     assert options.view_as(StandardOptions).runner == LOCAL_RUNNER
-    assert not [r for r in caplog.records if r.name == "pipelines.stage_api.beam_options"]
+    assert not [r for r in caplog.records if r.name == "sbert_pipeline.stage_api.beam_options"]
 
 
 def test_options_of_a_runner_registered_on_import_are_known():
@@ -135,7 +134,7 @@ def test_python_api_beam_options_are_checked_when_the_options_are_built(tmp_path
 def test_building_options_without_beam_options_loads_no_beam():
     code = (
         "import sys\n"
-        "from pipelines import pairs\n"
+        "from sbert_pipeline import pairs\n"
         "pairs.Options(embeddings=['e'], output='o', beam_options=())\n"
         "assert 'apache_beam' not in sys.modules, sorted(sys.modules)\n"
     )

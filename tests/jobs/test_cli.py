@@ -10,10 +10,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-from jobs import stage_cli
-from jobs.cli import JOB_COMMANDS, VERBOSE_FLAGS, build_parser, main, split_global_flags
-from pipelines.stage_api.model_options import COMPUTE_DTYPE_CHOICES, POOLING_CHOICES
+from sbert_pipeline.jobs import stage_cli
+from sbert_pipeline.jobs.cli import (
+    JOB_COMMANDS,
+    VERBOSE_FLAGS,
+    build_parser,
+    main,
+    split_global_flags,
+)
+from sbert_pipeline.stage_api.model_options import COMPUTE_DTYPE_CHOICES, POOLING_CHOICES
 
 
 @pytest.fixture
@@ -145,7 +150,7 @@ def test_help_loads_no_torch_and_no_beam():
     """Every --help answers from the light parsers: torch, Beam, scipy and faiss stay unloaded."""
     code = (
         "import sys\n"
-        "from jobs.cli import main\n"
+        "from sbert_pipeline.jobs.cli import main\n"
         f"for command in {HELP_COMMANDS!r}:\n"
         "    try:\n"
         "        main([*command, '--help'])\n"
@@ -190,7 +195,7 @@ def parsers() -> dict[str, argparse.ArgumentParser]:
     found = {
         name: stage_cli.build_parser(name)
         if stage_cli.is_stage_command(name)
-        else importlib.import_module(f"jobs.parsers.{name}").build_parser()
+        else importlib.import_module(f"sbert_pipeline.jobs.parsers.{name}").build_parser()
         for name in JOB_COMMANDS
     }
     top = build_parser()
@@ -238,8 +243,9 @@ def test_old_encode_spellings_still_work_with_a_warning(
 
 
 def test_light_copies_of_core_choices_agree():
-    from jobs.parsers.run import STAGE_ORDER
-    from jobs.run_table import STAGE_NAMES
+    from sbert_pipeline.jobs.parsers.run import STAGE_ORDER
+    from sbert_pipeline.jobs.run_table import STAGE_NAMES
+
     from sbert_core.inference.precision import DTYPE_NAMES
     from sbert_core.model.pooling import POOLING_MODES
 

@@ -8,15 +8,15 @@ import pytest
 from corpus_files import write_corpus
 from planted import gaussian_mixture, overlapping_groups
 from planted_vectors import write_embeddings
+from sbert_pipeline.cluster.assign import ASSIGNMENTS_SCHEMA
+from sbert_pipeline.cluster.cluster_summaries import SUMMARY_SCHEMA
+from sbert_pipeline.io.centroids import load_centroids
+from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError
+from sbert_pipeline.io.output_dir import OutputExistsError
+from sbert_pipeline.vectors.communities import detect_communities
+from sbert_pipeline.vectors.kmeans import assign
 from sklearn.metrics import adjusted_rand_score
 
-from pipelines.cluster.assign import ASSIGNMENTS_SCHEMA
-from pipelines.cluster.cluster_summaries import SUMMARY_SCHEMA
-from pipelines.io.centroids import load_centroids
-from pipelines.io.embeddings import IncompatibleEmbeddingsError
-from pipelines.io.output_dir import OutputExistsError
-from pipelines.vectors.communities import detect_communities
-from pipelines.vectors.kmeans import assign
 from tests.stage_commands import cluster as run
 from tests.stage_commands import embed
 
@@ -116,7 +116,7 @@ def test_texts_from_the_corpus_and_a_clamped_sample(embedded, caplog):
     out = embedded / "clusters_corpus_text"
     argv = ["--embeddings", str(embedded / "emb"), "--output", str(out), "--k", "2"]
     argv += ["--text-from", str(embedded / "corpus" / "*"), "--sample", "1000"]
-    with caplog.at_level(logging.WARNING, logger="pipelines.cluster.stage"):
+    with caplog.at_level(logging.WARNING, logger="sbert_pipeline.cluster.stage"):
         run(argv, test_pipeline=local())
     assert "--sample 1000 is more than the 60 embeddings" in caplog.text
     _, table, manifest = read_dir(out)

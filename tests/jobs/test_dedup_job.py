@@ -12,15 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from corpus_files import write_corpus
+from sbert_pipeline.dedup.outputs import GROUPS_SCHEMA, read_id_list
+from sbert_pipeline.io.corpus_files import open_decompressed
+from sbert_pipeline.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
+from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError
+from sbert_pipeline.io.output_dir import OutputExistsError
+from sbert_pipeline.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_table
+from sbert_pipeline.jobs.cli import main as cli_main
 from testdata import DATA_DIR, read_tsv
 
-from jobs.cli import main as cli_main
-from pipelines.dedup.outputs import GROUPS_SCHEMA, read_id_list
-from pipelines.io.corpus_files import open_decompressed
-from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
-from pipelines.io.embeddings import IncompatibleEmbeddingsError
-from pipelines.io.output_dir import OutputExistsError
-from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_table
 from tests.stage_commands import dedup as run
 
 MODEL = {
@@ -855,9 +855,9 @@ def test_rank_longest_keeps_the_longest_text_of_a_star(small):
 
 
 def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir):
-    from jobs.run_config import load_run_config
-    from jobs.run_inputs import check_inputs
-    from jobs.run_stages import plan_stages
+    from sbert_pipeline.jobs.run_config import load_run_config
+    from sbert_pipeline.jobs.run_inputs import check_inputs
+    from sbert_pipeline.jobs.run_stages import plan_stages
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": "two"}\n', encoding="utf-8")
@@ -890,9 +890,9 @@ def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir
 def test_run_config_dedup_against_and_stable_keep_become_the_commands_options(
     tmp_path, tiny_st_dir
 ):
-    from jobs.run_config import load_run_config
-    from jobs.run_inputs import check_inputs
-    from jobs.run_stages import plan_stages
+    from sbert_pipeline.jobs.run_config import load_run_config
+    from sbert_pipeline.jobs.run_inputs import check_inputs
+    from sbert_pipeline.jobs.run_stages import plan_stages
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": "two"}\n', encoding="utf-8")
@@ -927,7 +927,7 @@ def test_run_config_dedup_against_and_stable_keep_become_the_commands_options(
     ],
 )
 def test_run_config_dedup_ranges_are_checked_when_loaded(tmp_path, override, match):
-    from jobs.run_config import load_run_config
+    from sbert_pipeline.jobs.run_config import load_run_config
 
     config = tmp_path / "job.yaml"
     config.write_text(

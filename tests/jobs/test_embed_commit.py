@@ -19,13 +19,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
+from sbert_pipeline.embed import stage as embed
+from sbert_pipeline.embed.commit import CommitRefusedError
+from sbert_pipeline.io import output_dir
+from sbert_pipeline.io.schemas import ERRORS_DIR
+from sbert_pipeline.jobs import stage_cli
+from sbert_pipeline.stage_api.stops import JobFailedError
 
-from jobs import stage_cli
-from pipelines.embed import stage as embed
-from pipelines.embed.commit import CommitRefusedError
-from pipelines.io import output_dir
-from pipelines.io.schemas import ERRORS_DIR
-from pipelines.stage_api.stops import JobFailedError
 from tests.stage_commands import embed as run_embed
 
 
@@ -246,9 +246,9 @@ def test_the_local_launcher_prints_the_summary_of_its_manifest(tmp_path, tiny_st
 def test_a_retried_commit_puts_back_what_an_interrupted_one_moved(tmp_path):
     import os
 
-    from pipelines.io.output_dir import OutputLayout
-    from pipelines.io.schemas import ERRORS_SCHEMA
-    from pipelines.io.staged_output import prepare_output
+    from sbert_pipeline.io.output_dir import OutputLayout
+    from sbert_pipeline.io.schemas import ERRORS_SCHEMA
+    from sbert_pipeline.io.staged_output import prepare_output
 
     out = tmp_path / "out"
     staged = prepare_output(
@@ -281,8 +281,8 @@ def test_the_flex_template_launcher_submits_without_waiting():
     import importlib.util
     from pathlib import Path
 
-    from pipelines.stage_api.beam_options import pipeline_options
-    from pipelines.stage_api.beam_run import waits
+    from sbert_pipeline.stage_api.beam_options import pipeline_options
+    from sbert_pipeline.stage_api.beam_run import waits
 
     path = Path(__file__).parents[2] / "deploy" / "dataflow" / "flex-template" / "launch.py"
     spec = importlib.util.spec_from_file_location("flex_template_launch", path)

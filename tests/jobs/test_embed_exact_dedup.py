@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from sbert_pipeline.dedup.choices import METHODS
+from sbert_pipeline.embed.sinks import output_schema
+from sbert_pipeline.io.record_limits import COPY_OF
+from sbert_pipeline.jobs.run_config import load_run_config
+from sbert_pipeline.jobs.run_inputs import check_inputs
+from sbert_pipeline.jobs.run_stages import plan_stages
 
-from jobs.run_config import load_run_config
-from jobs.run_inputs import check_inputs
-from jobs.run_stages import plan_stages
-from pipelines.dedup.choices import METHODS
-from pipelines.embed.sinks import output_schema
-from pipelines.io.record_limits import COPY_OF
 from tests.stage_commands import dedup, embed, pairs
 
 # (id, text) in corpus order; each id's representative is the first row of its text.

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
+from sbert_pipeline.embed.read_corpus import RECORDS, REJECTED, ReadCorpus, RejectDuplicateIds
+from sbert_pipeline.io.corpus_reader import CorpusRecord, CorpusSpec
+from sbert_pipeline.io.output_dir import OutputExistsError
+from sbert_pipeline.io.schemas import ERRORS_DIR
+from sbert_pipeline.stage_api.stops import JobFailedError
 
-from pipelines.embed.read_corpus import RECORDS, REJECTED, ReadCorpus, RejectDuplicateIds
-from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec
-from pipelines.io.output_dir import OutputExistsError
-from pipelines.io.schemas import ERRORS_DIR
-from pipelines.stage_api.stops import JobFailedError
 from tests.stage_commands import embed as run
 
 

@@ -13,7 +13,7 @@ from testdata import DATA_DIR, read_tsv
 
 def _start(argv, log):
     return subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "embed", *argv],
+        [sys.executable, "-m", "sbert_pipeline.jobs.cli", "embed", *argv],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so SIGKILL reaches every worker

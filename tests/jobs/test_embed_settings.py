@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from sbert_pipeline.jobs import stage_cli
+from sbert_pipeline.jobs.cli import build_parser as cli_parser
+from sbert_pipeline.jobs.model_flags import encoder_settings
+from sbert_pipeline.jobs.run_config import load_run_config, stage_options
+from sbert_pipeline.stage_api.model_options import query_encoder_settings
 
-from jobs import stage_cli
-from jobs.cli import build_parser as cli_parser
-from jobs.model_flags import encoder_settings
-from jobs.run_config import load_run_config, stage_options
-from pipelines.stage_api.model_options import query_encoder_settings
 from sbert_core import SentenceEncoder
 from sbert_core.inference.encoder_settings import EncoderSettings
 from tests.stage_commands import embed
@@ -136,8 +136,8 @@ def test_every_command_builds_the_same_settings_from_the_same_flags():
 
 def test_sbert_run_embeds_with_the_settings_it_checked(tmp_path, tiny_st_dir):
     """``sbert run``'s embed section, its embed command line and embed's own parser agree."""
-    from jobs.run_inputs import check_inputs
-    from jobs.run_stages import plan_stages
+    from sbert_pipeline.jobs.run_inputs import check_inputs
+    from sbert_pipeline.jobs.run_stages import plan_stages
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("one\ntwo\n", encoding="utf-8")
@@ -186,8 +186,8 @@ def _run_config(tmp_path: Path, model: Path, embed_section: str):
 
 
 def test_sbert_run_takes_the_cpu_backend_as_a_typed_key(tmp_path, tiny_st_dir):
-    from jobs.run_inputs import check_inputs
-    from jobs.run_stages import plan_stages
+    from sbert_pipeline.jobs.run_inputs import check_inputs
+    from sbert_pipeline.jobs.run_stages import plan_stages
 
     config = _run_config(tmp_path, tiny_st_dir, "{cpu_backend: openvino, device: cpu}")
     assert stage_options(config, "embed").encoder_settings().backend == "openvino"
@@ -203,7 +203,7 @@ def test_sbert_run_takes_the_cpu_backend_as_a_typed_key(tmp_path, tiny_st_dir):
 def test_sbert_run_refuses_an_unknown_cpu_backend_and_reads_the_flag_spelling(
     tmp_path, tiny_st_dir
 ):
-    from jobs.run_config import stage_options
+    from sbert_pipeline.jobs.run_config import stage_options
 
     with pytest.raises(
         ValueError,

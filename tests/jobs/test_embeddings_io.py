@@ -4,12 +4,12 @@ import shutil
 import numpy as np
 import pytest
 from corpus_files import GOOD_TEXTS, write_corpus
-
-from pipelines.io.embeddings import (
+from sbert_pipeline.io.embeddings import (
     EmbeddingsDataset,
     IncompatibleEmbeddingsError,
     require_compatible,
 )
+
 from tests.stage_commands import embed as run
 
 

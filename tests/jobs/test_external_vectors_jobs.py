@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from planted_vectors import write_embeddings
+from sbert_pipeline.index.files import open_index
+from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError
+from sbert_pipeline.io.pairs_output import read_pairs
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from pipelines.index.files import open_index
-from pipelines.io.embeddings import IncompatibleEmbeddingsError
-from pipelines.io.pairs_output import read_pairs
 from tests.stage_commands import cluster, dedup, index, pairs
 
 N, DIM, TWINS, THRESHOLD = 300, 16, 30, 0.9

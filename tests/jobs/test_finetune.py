@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from sbert_pipeline.finetune import Options
+from sbert_pipeline.finetune.config import resolve_config
+from sbert_pipeline.finetune.stage import CLASSIFIER_FILE
+from sbert_pipeline.jobs import stage_cli
 from training_examples import build_trainable_model, labelled_pairs, scored_pairs, write_tsv
 
-from jobs import stage_cli
-from pipelines.finetune import Options
-from pipelines.finetune.config import resolve_config
-from pipelines.finetune.stage import CLASSIFIER_FILE
 from sbert_core import SentenceEncoder
 from sbert_core.errors import DataFileError
 from tests.stage_commands import finetune
@@ -206,7 +206,7 @@ def test_torchrun_two_processes_match_one(tmp_path, sts_files):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     ddp = tmp_path / "ddp"
-    command = ["-m", "jobs.cli", "finetune", "--output", str(ddp), *common]
+    command = ["-m", "sbert_pipeline.jobs.cli", "finetune", "--output", str(ddp), *common]
     result = subprocess.run(
         [*launcher, "--nproc_per_node=2", *command],
         capture_output=True,

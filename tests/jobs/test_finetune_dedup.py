@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from training_examples import TOPICS, build_trainable_model, sentence, write_tsv
-
-from pipelines.finetune.config import FinetuneConfig
-from pipelines.finetune.dedup_test import (
+from sbert_pipeline.finetune.config import FinetuneConfig
+from sbert_pipeline.finetune.dedup_test import (
     DedupTestConfig,
     card_lines,
     evaluate_dedup,
     load_holdout,
 )
+from training_examples import TOPICS, build_trainable_model, sentence, write_tsv
+
 from sbert_core.errors import DataFileError
 from sbert_core.training.data import DataSpec
 from tests.stage_commands import finetune

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sbert_pipeline import finetune
+from sbert_pipeline.finetune.config import resolve_config
+from sbert_pipeline.finetune.finetune_summary import FinetuneSummary, PrintedConfig
+from sbert_pipeline.stage_api.options import OptionError
 from training_examples import build_trainable_model, scored_pairs, write_tsv
-
-from pipelines import finetune
-from pipelines.finetune.config import resolve_config
-from pipelines.finetune.finetune_summary import FinetuneSummary, PrintedConfig
-from pipelines.stage_api.options import OptionError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +105,7 @@ def test_only_the_first_process_reports():
 
 def test_importing_the_package_loads_no_torch_or_beam():
     code = (
-        "import sys, pipelines.finetune\n"
+        "import sys, sbert_pipeline.finetune\n"
         "loaded = [m for m in ('torch', 'apache_beam', 'numpy') if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )

@@ -5,10 +5,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from planted_vectors import clustered_vectors, exact_top_k, recall, write_embeddings_dir
+from sbert_pipeline.index.files import CorruptIndexError, ids_schema, open_index
+from sbert_pipeline.index.planner import BudgetTooSmallError
+from sbert_pipeline.io.output_dir import OutputExistsError
 
-from pipelines.index.files import CorruptIndexError, ids_schema, open_index
-from pipelines.index.planner import BudgetTooSmallError
-from pipelines.io.output_dir import OutputExistsError
 from tests.stage_commands import index as run
 
 N, DIM, CLUSTERS, SPREAD = 8000, 32, 60, 1.0

@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from jobs.stage_cli import build_parser, is_stage_command, parse
-from pipelines.stage_api.options import OptionError
+from sbert_pipeline.jobs.stage_cli import build_parser, is_stage_command, parse
+from sbert_pipeline.stage_api.options import OptionError
 
 BEFORE = json.loads((Path(__file__).parent / "flags_before_options.json").read_text())
 STAGES = sorted(name for name in BEFORE if name not in ("run", "submit"))

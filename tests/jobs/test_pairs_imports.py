@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 from planted import unit_rows
 from planted_vectors import write_embeddings_dir
-
-from pipelines.pairs.plan import exact_worker_bytes, whole_matrix_bytes
+from sbert_pipeline.pairs.plan import exact_worker_bytes, whole_matrix_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 N, DIM, K = 300, 8, 5
@@ -32,7 +31,7 @@ def _sbert_pairs(*args: str) -> tuple[int, list[str]]:
     packages of Beam and torch it had loaded at the end."""
     code = (
         "import sys\n"
-        "from jobs.cli import main\n"
+        "from sbert_pipeline.jobs.cli import main\n"
         f"status = main(['pairs', *{list(args)!r}])\n"
         "print(status, sorted({m.split('.')[0] for m in sys.modules} & {'apache_beam', 'torch'}))"
     )
@@ -89,7 +88,7 @@ def test_the_objects_left_at_exit_are_frozen_for_the_collector():
     code = (
         "import atexit, gc\n"
         "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
-        "from jobs.cli import main\n"
+        "from sbert_pipeline.jobs.cli import main\n"
         "main(['pairs', '--help'])\n"
     )
     done = subprocess.run(

@@ -11,16 +11,16 @@ import pyarrow.parquet as pq
 import pytest
 from planted import unit_rows
 from planted_vectors import clustered_vectors, write_embeddings
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, IncompatibleEmbeddingsError, all_shards
+from sbert_pipeline.io.output_dir import OutputExistsError
+from sbert_pipeline.io.pairs_output import open_pairs_output, read_neighbors, read_pairs
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from sbert_pipeline.jobs.cli import main as cli_main
+from sbert_pipeline.pairs.exact import run_exact
+from sbert_pipeline.pairs.plan import exact_path, exact_worker_bytes, whole_matrix_bytes
+from sbert_pipeline.pairs.transforms import PairsSettings
+from sbert_pipeline.pairs.vector_reader import VectorReader, needs_normalizing
 
-from jobs.cli import main as cli_main
-from pipelines.io.embeddings import EmbeddingsDataset, IncompatibleEmbeddingsError, all_shards
-from pipelines.io.output_dir import OutputExistsError
-from pipelines.io.pairs_output import open_pairs_output, read_neighbors, read_pairs
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.exact import run_exact
-from pipelines.pairs.plan import exact_path, exact_worker_bytes, whole_matrix_bytes
-from pipelines.pairs.transforms import PairsSettings
-from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
 from tests.stage_commands import pairs as run
 
 K, THRESHOLD, DIM = 10, 0.9, 24

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 from planted import unit_rows
 from planted_vectors import write_embeddings_dir
-
-from pipelines.io.embeddings import EmbeddingsDataset, all_shards, parquet_source
-from pipelines.pairs.vector_reader import VectorReader, needs_normalizing
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, all_shards, parquet_source
+from sbert_pipeline.pairs.vector_reader import VectorReader, needs_normalizing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +30,8 @@ def _alone(code: str) -> str:
 def test_the_launcher_and_its_vector_reader_load_no_torch():
     loaded = _alone(
         "import sys\n"
-        "import pipelines.pairs.stage, pipelines.pairs.vector_reader, pipelines.io.embeddings\n"
+        "import sbert_pipeline.pairs.stage, sbert_pipeline.pairs.vector_reader\n"
+        "import sbert_pipeline.io.embeddings\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numba'}))"
     )
     assert loaded == "[]"
@@ -40,8 +40,8 @@ def test_the_launcher_and_its_vector_reader_load_no_torch():
 def test_warm_up_loads_the_scan_kernels():
     # A fresh process has loaded no compiled kernel; one warm-up loads those a search runs.
     found = _alone(
-        "from pipelines.vectors import exact_scores, tile_scan\n"
-        "from pipelines.vectors.block_search import warm_up\n"
+        "from sbert_pipeline.vectors import exact_scores, tile_scan\n"
+        "from sbert_pipeline.vectors.block_search import warm_up\n"
         "kernels = (tile_scan.scan_tile, tile_scan.start_lists, exact_scores.rescored_topk)\n"
         "before = [len(k.signatures) for k in kernels]\n"
         "warm_up(16, 5)\n"

@@ -6,9 +6,8 @@ import numpy as np
 import pyarrow as pa
 from planted import unit_rows
 from planted_vectors import write_embeddings_dir
-
-from pipelines.io.embeddings import EmbeddingsDataset, all_shards, embedding_matrix
-from pipelines.pairs.vector_reader import VectorReader, _embedding_view
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, all_shards, embedding_matrix
+from sbert_pipeline.pairs.vector_reader import VectorReader, _embedding_view
 
 DIM = 6
 

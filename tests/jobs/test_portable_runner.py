@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
+from sbert_pipeline.io.pairs_output import read_neighbors, read_pairs
 
-from pipelines.io.pairs_output import read_neighbors, read_pairs
 from tests.stage_commands import embed as run_embed
 from tests.stage_commands import pairs as run_pairs
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError, require_compatible
+from sbert_pipeline.jobs import run as run_job
+from sbert_pipeline.jobs import stage_cli
+from sbert_pipeline.jobs.cli import main as cli_main
 
-from jobs import run as run_job
-from jobs import stage_cli
-from jobs.cli import main as cli_main
-from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
 from tests.stage_commands import embed, index, pairs, search
 
 PROMPTS = {"query": "query: ", "document": "passage: "}
@@ -250,8 +250,8 @@ def test_embed_without_prompt_options_embeds_documents_like_encode_document(prom
 
 
 def test_every_command_takes_the_prompt_and_truncate_dim_flags():
-    from jobs.cli import build_parser
-    from jobs.model_flags import encoder_settings
+    from sbert_pipeline.jobs.cli import build_parser
+    from sbert_pipeline.jobs.model_flags import encoder_settings
 
     flags = ["--model", "m", "--prompt-name", "query", "--truncate-dim", "16"]
     settings = stage_cli.parse(

@@ -18,14 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from planted_vectors import write_embeddings
-
-from jobs.run import main as run_main
-from jobs.run import run
-from jobs.run_config import all_stage_options, load_run_config, stage_options
-from jobs.run_inputs import check_inputs
-from jobs.run_stages import JobState, StageResult, plan_stages
-from pipelines import pairs
-from pipelines.io.pairs_output import read_pairs
+from sbert_pipeline import pairs
+from sbert_pipeline.io.pairs_output import read_pairs
+from sbert_pipeline.jobs.run import main as run_main
+from sbert_pipeline.jobs.run import run
+from sbert_pipeline.jobs.run_config import all_stage_options, load_run_config, stage_options
+from sbert_pipeline.jobs.run_inputs import check_inputs
+from sbert_pipeline.jobs.run_stages import JobState, StageResult, plan_stages
 
 N, DIM, TWINS, THRESHOLD = 240, 16, 24, 0.9
 STAGES = ["index", "cluster", "pairs", "dedup"]

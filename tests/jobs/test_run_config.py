@@ -10,20 +10,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from jobs.run import main as run_main
-from jobs.run_config import (
+from sbert_pipeline import cluster, dedup, index
+from sbert_pipeline.jobs.run import main as run_main
+from sbert_pipeline.jobs.run_config import (
     DEFAULT_STAGES,
     STAGE_ORDER,
     config_as_dict,
     load_run_config,
     stage_options,
 )
-from jobs.run_inputs import check_inputs
-from jobs.run_stages import plan_stages
-from jobs.stage_cli import parse
-from pipelines import cluster, dedup, index
-from pipelines.stage_api.options import defaults
+from sbert_pipeline.jobs.run_inputs import check_inputs
+from sbert_pipeline.jobs.run_stages import plan_stages
+from sbert_pipeline.jobs.stage_cli import parse
+from sbert_pipeline.stage_api.options import defaults
+
 from sbert_core.errors import ModelLoadError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,8 +322,7 @@ def test_cluster_job_configs_give_options_beam_knows(monkeypatch, name, runner) 
         PortableOptions,
         StandardOptions,
     )
-
-    from jobs.run import _beam_argv
+    from sbert_pipeline.jobs.run import _beam_argv
 
     for key, value in REMOTE_ENV.items():
         monkeypatch.setenv(key, value)
@@ -344,7 +343,7 @@ def test_cluster_job_configs_give_options_beam_knows(monkeypatch, name, runner) 
 
 
 def test_the_stage_table_describes_every_stage_once() -> None:
-    from jobs.run_table import STAGES, stage_package
+    from sbert_pipeline.jobs.run_table import STAGES, stage_package
 
     assert tuple(spec.name for spec in STAGES) == STAGE_ORDER
     assert len({spec.folder for spec in STAGES}) == len(STAGES)
@@ -388,7 +387,9 @@ def test_run_modules_import_each_other_without_cycles() -> None:
                 found |= {f"{node.module}.{alias.name}" for alias in node.names}
             elif isinstance(node, ast.Import):
                 found |= {alias.name for alias in node.names}
-        edges[name] = {other for other in names if f"jobs.{other}" in found and other != name}
+        edges[name] = {
+            other for other in names if f"sbert_pipeline.jobs.{other}" in found and other != name
+        }
 
     def reaches(start: str, goal: str, seen: set[str]) -> bool:
         return any(

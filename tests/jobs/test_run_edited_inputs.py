@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
-
-from jobs.run import run
-from pipelines.io.output_dir import listed_parts, read_manifest
+from sbert_pipeline.io.output_dir import listed_parts, read_manifest
+from sbert_pipeline.jobs.run import run
 
 
 def edit_in_place(path: Path, old: str, new: str) -> None:

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-from jobs.run import run
-from pipelines import pairs
-from pipelines.io.output_dir import listed_parts, read_manifest
+from sbert_pipeline import pairs
+from sbert_pipeline.io.output_dir import listed_parts, read_manifest
+from sbert_pipeline.jobs.run import run
 
 INCREMENTAL_STAGES = ("embeddings", "index", "clusters", "pairs")
 # The tiny random model puts most texts close together; a copy scores 1.0 (to rounding), so

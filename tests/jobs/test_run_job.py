@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-from jobs.cli import main as cli_main
-from jobs.run import StageFailedError, run
-from jobs.run_config import DEFAULT_STAGES
+from sbert_pipeline.jobs.cli import main as cli_main
+from sbert_pipeline.jobs.run import StageFailedError, run
+from sbert_pipeline.jobs.run_config import DEFAULT_STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"

@@ -15,9 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from jobs.run import run
-from pipelines.io.output_dir import OutputLockedError
+from sbert_pipeline.io.output_dir import OutputLockedError
+from sbert_pipeline.jobs.run import run
 
 JOB_FILES = ("job.yaml", "_job_state.json", "report.html")
 

@@ -10,9 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from jobs.run import run
-from jobs.run_paths import refuse_job_dir_overlaps
+from sbert_pipeline.jobs.run import run
+from sbert_pipeline.jobs.run_paths import refuse_job_dir_overlaps
 
 
 def write_job(tmp_path: Path, job_dir: Path, corpus: str, model: Path, extra: str = "") -> Path:

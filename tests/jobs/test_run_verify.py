@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sbert_pipeline.jobs.run import run
+from sbert_pipeline.jobs.run_config import load_run_config
 
-from jobs.run import run
-from jobs.run_config import load_run_config
 from tests.pipelines.verify.verify_data import TEXTS, build_cross_encoder, write_corpus
 
 STAGES = ["embed", "pairs", "verify", "dedup"]
@@ -129,8 +129,8 @@ def test_verify_needs_its_model_and_pairs(tmp_path, tiny_st_dir, cross_encoders)
 def test_the_job_digest_check_is_verify_inputs_beside_a_verify_section(
     tmp_path, tiny_st_dir, cross_encoders, capsys
 ):
-    from jobs.run import main as run_main
-    from jobs.run_config import config_as_dict
+    from sbert_pipeline.jobs.run import main as run_main
+    from sbert_pipeline.jobs.run_config import config_as_dict
 
     config = write_job(tmp_path, tiny_st_dir, cross_encoders[0], keep_text=True)
     text = config.read_text()
@@ -166,7 +166,7 @@ def test_model_finetune_is_refused_when_the_finetune_stage_trains_a_cross_encode
 ):
     """A cross-encoder makes no vectors: ``model: finetune`` with a ``kind: cross_encoder``
     recipe is refused before anything runs, not when embed fails after the training."""
-    from jobs.cli import main as cli_main
+    from sbert_pipeline.jobs.cli import main as cli_main
 
     train = tmp_path / "train.tsv"
     train.write_text("sentence1\tsentence2\tlabel\na b\ta c\t1\nd e\tf g\t0\n", encoding="utf-8")
@@ -200,7 +200,7 @@ def test_a_verify_model_it_cannot_use_stops_the_job_before_any_stage(
 ):
     """An NLI cross-encoder (three scores per pair) or a bi-encoder in verify.model is refused
     from its config files before embed runs: nothing is written."""
-    from jobs.cli import main as cli_main
+    from sbert_pipeline.jobs.cli import main as cli_main
 
     model = (
         build_cross_encoder(tmp_path / "nli", num_labels=3)

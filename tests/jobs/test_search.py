@@ -3,10 +3,10 @@ import json
 import numpy as np
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError
+from sbert_pipeline.jobs import stage_cli
 from testdata import build_st_dir, build_tiny_bert
 
-from jobs import stage_cli
-from pipelines.io.embeddings import IncompatibleEmbeddingsError
 from sbert_core.errors import DataFileError
 from tests.stage_commands import embed, index
 from tests.stage_commands import search as run

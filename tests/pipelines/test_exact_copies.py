@@ -17,20 +17,25 @@ from apache_beam.io.textio import WriteToText
 from apache_beam.ml.inference.base import PredictionResult
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-
-from pipelines.embed.exact_copies import (
+from sbert_pipeline.embed.exact_copies import (
     CopiedEmbedding,
     EmbedDistinctTexts,
     count_copies,
 )
-from pipelines.embed.model_handler import Embedding, InferenceFailure, SbertModelHandler
-from pipelines.embed.read_corpus import REJECTED
-from pipelines.embed.sinks import WriteEmbeddings, output_schema
-from pipelines.embed.transform import EMBEDDED, Embed, _failed, _failure_to_rejection, _succeeded
-from pipelines.io.corpus_reader import CorpusRecord
-from pipelines.io.embeddings import shard_paths
-from pipelines.io.record_limits import COPY_OF
-from pipelines.io.schemas import embeddings_schema
+from sbert_pipeline.embed.model_handler import Embedding, InferenceFailure, SbertModelHandler
+from sbert_pipeline.embed.read_corpus import REJECTED
+from sbert_pipeline.embed.sinks import WriteEmbeddings, output_schema
+from sbert_pipeline.embed.transform import (
+    EMBEDDED,
+    Embed,
+    _failed,
+    _failure_to_rejection,
+    _succeeded,
+)
+from sbert_pipeline.io.corpus_reader import CorpusRecord
+from sbert_pipeline.io.embeddings import shard_paths
+from sbert_pipeline.io.record_limits import COPY_OF
+from sbert_pipeline.io.schemas import embeddings_schema
 
 # Texts with planted copies: each line is one normalised text, written several ways (case,
 # spacing, punctuation, NFKC compatibility forms: full-width letters, the "fi" ligature, a

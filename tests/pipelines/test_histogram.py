@@ -12,15 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from pipelines.cluster.cluster_summaries import ClusterProfile
-from pipelines.cluster.cluster_summaries import report_html as cluster_report
-from pipelines.cluster.report_section import _cluster_sizes
-from pipelines.dedup.groups import similarity_histogram
-from pipelines.dedup.report import report_html as dedup_report
-from pipelines.io.html import SIMILARITY_AXIS, SIZE_AXIS, Bins, histogram_svg
-from pipelines.io.ticks import FONT_PX, text_px
-from pipelines.pairs.report_section import _similarity
+from sbert_pipeline.cluster.cluster_summaries import ClusterProfile
+from sbert_pipeline.cluster.cluster_summaries import report_html as cluster_report
+from sbert_pipeline.cluster.report_section import _cluster_sizes
+from sbert_pipeline.dedup.groups import similarity_histogram
+from sbert_pipeline.dedup.report import report_html as dedup_report
+from sbert_pipeline.io.html import SIMILARITY_AXIS, SIZE_AXIS, Bins, histogram_svg
+from sbert_pipeline.io.ticks import FONT_PX, text_px
+from sbert_pipeline.pairs.report_section import _similarity
 
 SVG = "{http://www.w3.org/2000/svg}"
 

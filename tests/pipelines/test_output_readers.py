@@ -24,13 +24,12 @@ import polars as pl
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-
-from jobs.run import run
-from pipelines.embed.read_corpus import READ_LEDGER
-from pipelines.index import sharded
-from pipelines.io.output_dir import ATTEMPTS, MANIFEST, PREVIOUS, STARTED
-from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
-from pipelines.pairs import transforms as pairs_transforms
+from sbert_pipeline.embed.read_corpus import READ_LEDGER
+from sbert_pipeline.index import sharded
+from sbert_pipeline.io.output_dir import ATTEMPTS, MANIFEST, PREVIOUS, STARTED
+from sbert_pipeline.io.schemas import ERRORS_DIR, ERRORS_SCHEMA
+from sbert_pipeline.jobs.run import run
+from sbert_pipeline.pairs import transforms as pairs_transforms
 
 _WORDS = "man woman dog cat guitar music road rain sky sun house tree car food question".split()
 GOOD = 36

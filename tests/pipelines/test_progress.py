@@ -18,9 +18,8 @@ import pyarrow as pa
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from corpus_files import GOOD_TEXTS, write_corpus
-
-from pipelines.stage_api.beam_run import show_progress
-from pipelines.vectors.progress import (
+from sbert_pipeline.stage_api.beam_run import show_progress
+from sbert_pipeline.vectors.progress import (
     EMBED_PROGRESS,
     Progress,
     close_shared_progress,
@@ -144,7 +143,7 @@ def test_off_in_another_process(monkeypatch):
 @pytest.fixture
 def root_level():
     """Sets the root log level (as -v/--quiet do); restores it and the stages' logger after."""
-    root, stages = logging.getLogger(), logging.getLogger("pipelines")
+    root, stages = logging.getLogger(), logging.getLogger("sbert_pipeline")
     before = root.level, stages.level
     yield root.setLevel
     root.setLevel(before[0])
@@ -199,7 +198,7 @@ def _counts(shown: list[str], description: str) -> list[str]:
 
 
 def test_kmeans_reports_its_iterations(lines):
-    from pipelines.vectors.kmeans import fit_spherical_kmeans
+    from sbert_pipeline.vectors.kmeans import fit_spherical_kmeans
 
     fit = fit_spherical_kmeans(_planted(), 4, iterations=6, tolerance=0.0)
     counts = _counts(lines(), "k-means:")
@@ -207,7 +206,7 @@ def test_kmeans_reports_its_iterations(lines):
 
 
 def test_exact_pairs_scan_reports_its_tiles(lines):
-    from pipelines.vectors.allpairs import self_topk
+    from sbert_pipeline.vectors.allpairs import self_topk
 
     self_topk(_planted(), 5, block_size=64)
     counts = _counts(lines(), "pairs:")
@@ -216,8 +215,8 @@ def test_exact_pairs_scan_reports_its_tiles(lines):
 
 
 def test_exact_pairs_ranges_report_on_one_bar(lines, tmp_path):
-    from pipelines.pairs.exact_transforms import _SearchRangeFn, plan_ranges
-    from pipelines.pairs.transforms import PairsSettings
+    from sbert_pipeline.pairs.exact_transforms import _SearchRangeFn, plan_ranges
+    from sbert_pipeline.pairs.transforms import PairsSettings
 
     vectors = _planted(120)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -237,7 +236,7 @@ def test_exact_pairs_ranges_report_on_one_bar(lines, tmp_path):
 
 
 def test_index_build_reports_vectors_added(lines):
-    from pipelines.index.build import ArraySource, BuildSettings, build_index
+    from sbert_pipeline.index.build import ArraySource, BuildSettings, build_index
 
     vectors = _planted(2000)
     built = build_index(ArraySource(vectors), BuildSettings("Flat", batch_size=500, n_queries=100))
@@ -247,9 +246,10 @@ def test_index_build_reports_vectors_added(lines):
 
 
 def test_embed_handler_counts_texts_and_the_reader_the_total(lines, tmp_path, tiny_st_dir):
-    from pipelines.embed.model_handler import SbertModelHandler
-    from pipelines.embed.read_corpus import _ReadFileFn
-    from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec
+    from sbert_pipeline.embed.model_handler import SbertModelHandler
+    from sbert_pipeline.embed.read_corpus import _ReadFileFn
+    from sbert_pipeline.io.corpus_reader import CorpusRecord, CorpusSpec
+
     from sbert_core.inference.encoder_settings import EncoderSettings
 
     path = write_corpus(tmp_path, "txt", GOOD_TEXTS[:5])
@@ -266,7 +266,7 @@ def test_embed_handler_counts_texts_and_the_reader_the_total(lines, tmp_path, ti
 def test_embed_handler_counts_a_batch_whose_model_ran_elsewhere(lines, tiny_encoder):
     """A model shared by a GPU worker's processes runs in another one: no forward pass is seen
     here, so the finished batch is counted whole."""
-    from pipelines.embed.model_handler import SbertModelHandler
+    from sbert_pipeline.embed.model_handler import SbertModelHandler
 
     handler = SbertModelHandler("unused")
     handler.run_inference(GOOD_TEXTS[:4], tiny_encoder)  # loaded elsewhere: no forward hook
@@ -289,8 +289,8 @@ def test_embed_job_draws_the_bar_to_its_end(tmp_path, tiny_st_dir, monkeypatch, 
 
 @pytest.mark.parametrize("method", ["star", "average"])
 def test_dedup_sweep_reports_each_threshold(lines, method):
-    from pipelines.dedup.groups import IndexedPairs
-    from pipelines.dedup.methods import sweep_groupings
+    from sbert_pipeline.dedup.groups import IndexedPairs
+    from sbert_pipeline.dedup.methods import sweep_groupings
 
     pairs = IndexedPairs(
         np.array([0, 1, 3], np.int64), np.array([1, 2, 4], np.int64), np.float32([0.9, 0.8, 0.95])

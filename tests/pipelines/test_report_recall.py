@@ -12,11 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from sbert_pipeline.dedup.known import known_found, read_known_duplicates
+from sbert_pipeline.dedup.report_section import _duplicate_groups, _known_duplicates
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_table
 
-from pipelines.dedup.known import known_found, read_known_duplicates
-from pipelines.dedup.report_section import _duplicate_groups, _known_duplicates
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_table
 from tests.stage_commands import dedup as run
 
 MODEL = {

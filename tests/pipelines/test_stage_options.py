@@ -9,10 +9,9 @@ import re
 from typing import get_origin
 
 import pytest
-
-from jobs.cli import main
-from pipelines import cluster, dedup, embed, finetune, index, pairs, search, verify
-from pipelines.stage_api.options import (
+from sbert_pipeline import cluster, dedup, embed, finetune, index, pairs, search, verify
+from sbert_pipeline.jobs.cli import main
+from sbert_pipeline.stage_api.options import (
     OptionError,
     defaults,
     field_types,

@@ -46,8 +46,7 @@ def write_embeddings(directory: Path, vectors, *, shards: int = 2) -> Path:
 
     import numpy as np
     import pyarrow.parquet as pq
-
-    from pipelines.io.schemas import embeddings_table
+    from sbert_pipeline.io.schemas import embeddings_table
 
     directory.mkdir(parents=True)
     n, dim = vectors.shape

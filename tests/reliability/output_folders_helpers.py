@@ -42,10 +42,11 @@ def snapshot(directory: Path) -> dict[str, str]:
 
 
 def start_cli(args: list[str], log: Path) -> subprocess.Popen:
-    """``python -m jobs.cli ARGS`` in its own process group (so SIGKILL reaches its workers)."""
+    """``python -m sbert_pipeline.jobs.cli ARGS`` in its own process group (so SIGKILL reaches
+    its workers)."""
     with open(log, "w") as stream:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "jobs.cli", *args],
+            [sys.executable, "-m", "sbert_pipeline.jobs.cli", *args],
             stdout=stream,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -15,8 +15,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 from output_folders_helpers import embed_argv, texts
-
-from pipelines.io.corpus_reader import (
+from sbert_pipeline.io.corpus_reader import (
     EXCERPT_CHARS,
     MAX_JSON_DEPTH,
     CorpusRecord,
@@ -24,9 +23,10 @@ from pipelines.io.corpus_reader import (
     RejectedRow,
     read_corpus_file,
 )
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.output_dir import read_manifest
-from pipelines.io.schemas import ERRORS_DIR
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.output_dir import read_manifest
+from sbert_pipeline.io.schemas import ERRORS_DIR
+
 from tests.stage_commands import embed
 
 DEEP = 2000

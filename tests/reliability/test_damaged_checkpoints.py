@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from sbert_pipeline.jobs.cli import main as sbert
 from training_examples import build_trainable_model, labelled_pairs, scored_pairs, write_tsv
 
-from jobs.cli import main as sbert
 from sbert_core import SentenceEncoder
 from sbert_core.training.checkpoint import latest_checkpoint
 from sbert_core.training.config import TrainingConfig

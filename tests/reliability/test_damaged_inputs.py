@@ -22,9 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from jobs.cli import main as sbert
-from pipelines.io.corpus_reader import (
+from sbert_pipeline.io.corpus_reader import (
     CorpusRecord,
     CorpusSpec,
     DamagedFileError,
@@ -32,7 +30,9 @@ from pipelines.io.corpus_reader import (
     raw_rows,
     read_corpus_file,
 )
-from pipelines.io.schemas import ERRORS_DIR
+from sbert_pipeline.io.schemas import ERRORS_DIR
+from sbert_pipeline.jobs.cli import main as sbert
+
 from sbert_core.errors import DataFileError
 from sbert_core.inference.tokenizing import CUT_CHARS_PER_TOKEN
 from sbert_core.tabular import read_table
@@ -112,7 +112,12 @@ def test_a_damaged_file_prints_one_line_and_no_traceback(tmp_path, tiny_st_dir):
     corpus = tmp_path / name
     corpus.write_bytes(data)
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", *_embed(corpus, tmp_path / "out", tiny_st_dir)],
+        [
+            sys.executable,
+            "-m",
+            "sbert_pipeline.jobs.cli",
+            *_embed(corpus, tmp_path / "out", tiny_st_dir),
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,

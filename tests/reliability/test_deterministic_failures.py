@@ -13,9 +13,7 @@ import json
 import numpy as np
 import pytest
 from garbage_helpers import embed_argv, texts, write_txt
-
-from jobs.cli import main as cli
-from pipelines.embed.model_handler import (
+from sbert_pipeline.embed.model_handler import (
     DETERMINISTIC_ROWS,
     DeterministicInferenceError,
     Embedding,
@@ -23,8 +21,10 @@ from pipelines.embed.model_handler import (
     InferenceFailure,
     SbertModelHandler,
 )
-from pipelines.io.corpus_reader import CorpusRecord
-from pipelines.stage_api.stops import JobFailedError
+from sbert_pipeline.io.corpus_reader import CorpusRecord
+from sbert_pipeline.jobs.cli import main as cli
+from sbert_pipeline.stage_api.stops import JobFailedError
+
 from sbert_core import SentenceEncoder
 from sbert_core.inference.encode_result import EncodeResult
 from tests.stage_commands import embed

@@ -10,15 +10,15 @@ from dataclasses import replace
 
 import pytest
 from output_folders_helpers import embed_argv, texts, write_txt
-
-from jobs.cli import main as sbert
-from pipelines.embed.memory import (
+from sbert_pipeline.embed.memory import (
     BYTES_PER_CORPUS_BYTE,
     COMPRESSION_RATIO,
     RUNTIME,
     embed_memory,
 )
-from pipelines.io.resources import MemoryBudget
+from sbert_pipeline.io.resources import MemoryBudget
+from sbert_pipeline.jobs.cli import main as sbert
+
 from sbert_core.inference.encoder_settings import EncoderSettings
 
 BUDGET = MemoryBudget(8 << 30, "--memory-budget 8GiB")

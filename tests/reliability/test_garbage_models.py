@@ -16,9 +16,9 @@ import pytest
 import torch
 from garbage_helpers import embed_argv, texts, write_txt
 from safetensors.torch import load_file, save_file
+from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError, require_compatible
+from sbert_pipeline.jobs.cli import main as cli
 
-from jobs.cli import main as cli
-from pipelines.io.embeddings import IncompatibleEmbeddingsError, require_compatible
 from sbert_core import ModelLoadError, SentenceEncoder, inspect_model
 from tests.stage_commands import embed, index, search
 

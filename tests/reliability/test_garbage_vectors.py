@@ -14,17 +14,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from garbage_helpers import clustered_vectors, embed_argv, texts, write_embeddings, write_txt
+from sbert_pipeline.dedup.groups import index_pairs
+from sbert_pipeline.embed.model_handler import NON_FINITE_REASON
+from sbert_pipeline.index.build import ArraySource
+from sbert_pipeline.index.sharded import ShardTask, read_row_range
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.schemas import ERRORS_DIR
+from sbert_pipeline.jobs.cli import main as cli
+from sbert_pipeline.vectors.checks import NonFiniteEmbeddingError, require_finite
+from sbert_pipeline.vectors.communities import detect_communities
+from sbert_pipeline.vectors.kmeans import fit_spherical_kmeans
 
-from jobs.cli import main as cli
-from pipelines.dedup.groups import index_pairs
-from pipelines.embed.model_handler import NON_FINITE_REASON
-from pipelines.index.build import ArraySource
-from pipelines.index.sharded import ShardTask, read_row_range
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.schemas import ERRORS_DIR
-from pipelines.vectors.checks import NonFiniteEmbeddingError, require_finite
-from pipelines.vectors.communities import detect_communities
-from pipelines.vectors.kmeans import fit_spherical_kmeans
 from sbert_core import SentenceEncoder
 from sbert_core.inference.encode_result import EncodeResult
 from tests.stage_commands import cluster, embed, index, pairs

@@ -19,8 +19,8 @@ import pytest
 import torch
 from garbage_helpers import embed_argv, texts, write_txt
 from safetensors.torch import load_file
+from sbert_pipeline.jobs.cli import main as cli
 
-from jobs.cli import main as cli
 from sbert_core import ModelLoadError, SentenceEncoder, inspect_model
 from sbert_core.model.config_bounds import (
     FAMILIES,

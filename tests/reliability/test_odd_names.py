@@ -13,14 +13,14 @@ import os
 import pytest
 from apache_beam.io.filesystem import BeamIOError
 from output_folders_helpers import embed_argv, snapshot, texts
+from sbert_pipeline.io.corpus_files import refuse_unrecordable_names
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import OutputExistsError
+from sbert_pipeline.io.staged_output import StagedOutput
+from sbert_pipeline.jobs.cli import main as cli
+from sbert_pipeline.jobs.run import run as run_job
 
-from jobs.cli import main as cli
-from jobs.run import run as run_job
-from pipelines.io.corpus_files import refuse_unrecordable_names
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import OutputExistsError
-from pipelines.io.staged_output import StagedOutput
 from sbert_core.errors import DataFileError
 from tests.stage_commands import embed
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 from output_folders_helpers import embed_argv, start_cli, texts, write_txt
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.output_dir import OutputLayout, OutputLockedError
+from sbert_pipeline.io.staged_output import prepare_output
 
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.output_dir import OutputLayout, OutputLockedError
-from pipelines.io.staged_output import prepare_output
 from tests.stage_commands import embed
 
 

@@ -11,9 +11,9 @@ import logging
 
 import pytest
 from output_folders_helpers import CORPUS_TEXTS, embed_argv, snapshot
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.output_dir import OutputExistsError
 
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.output_dir import OutputExistsError
 from tests.stage_commands import embed, index
 
 
@@ -47,7 +47,7 @@ def test_overwrite_writes_next_to_foreign_files_and_never_deletes_them(
 ):
     folder = tmp_path / "D"
     _user_folder(folder)
-    with caplog.at_level(logging.WARNING, logger="pipelines.io.output_dir"):
+    with caplog.at_level(logging.WARNING, logger="sbert_pipeline.io.output_dir"):
         embed(embed_argv(corpus, folder, tiny_st_dir, "--overwrite"))
     assert "did not write" in caplog.text and "left as they are" in caplog.text
     first_parts = sorted(p.name for p in folder.glob("part-*.parquet"))

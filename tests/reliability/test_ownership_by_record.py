@@ -15,13 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from output_folders_helpers import CORPUS_TEXTS, embed_argv, snapshot
+from sbert_pipeline.index.files import open_index
+from sbert_pipeline.io import staged_output
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.io.output_dir import OutputExistsError
+from sbert_pipeline.jobs.cli import main as cli
 
-from jobs.cli import main as cli
-from pipelines.index.files import open_index
-from pipelines.io import staged_output
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.filesystems import FileSystems
-from pipelines.io.output_dir import OutputExistsError
 from tests.stage_commands import embed, index
 
 OTHER_RUN = "fedcba987654"
@@ -249,7 +249,7 @@ def test_a_killed_commits_backup_goes_back_when_it_is_the_listed_file(tmp_path, 
 
 
 def _index_layout():
-    from pipelines.index.stage import LAYOUT
+    from sbert_pipeline.index.stage import LAYOUT
 
     return LAYOUT
 

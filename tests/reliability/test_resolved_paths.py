@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from output_folders_helpers import embed_argv, snapshot, texts
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.jobs.run import run as run_job
 
-from jobs.run import run as run_job
-from pipelines.io.embeddings import EmbeddingsDataset
 from tests.stage_commands import embed
 
 

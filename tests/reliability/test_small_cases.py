@@ -7,12 +7,11 @@ import io
 from pathlib import Path
 
 import pytest
-
-from jobs.run_config import load_run_config
-from pipelines.dedup.groups import sweep_thresholds
-from pipelines.io.corpus_reader import CorpusSpec
-from pipelines.search.hits import Hit, QueryHits, SearchSummary, spreadsheet_safe
-from pipelines.stage_api.options import in_range
+from sbert_pipeline.dedup.groups import sweep_thresholds
+from sbert_pipeline.io.corpus_reader import CorpusSpec
+from sbert_pipeline.jobs.run_config import load_run_config
+from sbert_pipeline.search.hits import Hit, QueryHits, SearchSummary, spreadsheet_safe
+from sbert_pipeline.stage_api.options import in_range
 
 FLOAT_RANGES = [
     "embed.max_error_rate",

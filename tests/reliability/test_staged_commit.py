@@ -14,15 +14,15 @@ import signal
 import time
 
 import pytest
+import sbert_pipeline.io.atomic as atomic
+import sbert_pipeline.io.output_dir as output_dir
 import xxhash
 from output_folders_helpers import embed_argv, snapshot, start_cli, texts, write_txt
+from sbert_pipeline.index.files import open_index
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.output_dir import CorruptOutputError
+from sbert_pipeline.stage_api.stops import JobFailedError
 
-import pipelines.io.atomic as atomic
-import pipelines.io.output_dir as output_dir
-from pipelines.index.files import open_index
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.output_dir import CorruptOutputError
-from pipelines.stage_api.stops import JobFailedError
 from tests.stage_commands import embed, index
 
 

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from output_folders_helpers import embed_argv, texts, write_txt
-
-from jobs.user_stops import STOP_DEADLINE_S
+from sbert_pipeline.jobs.user_stops import STOP_DEADLINE_S
 
 # The promise (issue 29): from the signal to the end of the process.
 MAX_STOP_S = 5.0
@@ -31,7 +30,7 @@ CHILD = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 {patch}
-from jobs.cli import main
+from sbert_pipeline.jobs.cli import main
 sys.exit(main())
 """
 # The encoder's batch call never returns and no signal reaches the main thread inside it.
@@ -149,7 +148,14 @@ def test_a_stop_ends_an_embed_whose_main_thread_is_stuck_in_a_call(tmp_path, tin
     assert not (out / "_manifest.json").exists()
     # The attempt area is left for the next run, which clears it and completes.
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "-q", "embed", *embed_argv(corpus, out, tiny_st_dir)],
+        [
+            sys.executable,
+            "-m",
+            "sbert_pipeline.jobs.cli",
+            "-q",
+            "embed",
+            *embed_argv(corpus, out, tiny_st_dir),
+        ],
         capture_output=True,
         text=True,
         timeout=240,

@@ -23,16 +23,15 @@ from pathlib import Path
 
 import apache_beam as beam
 import pytest
+import sbert_pipeline.io.output_dir as output_dir
 from apache_beam.io.localfilesystem import LocalFileSystem
 from output_folders_helpers import embed_argv, snapshot, start_cli, texts, write_txt
-
-import pipelines.io.output_dir as output_dir
-from jobs.cli import main as sbert
-from jobs.cli import stops_raise
-from jobs.user_stops import user_stop
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.stage_api.beam_run import run_pipeline
-from pipelines.stage_api.stops import Terminated
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.jobs.cli import main as sbert
+from sbert_pipeline.jobs.cli import stops_raise
+from sbert_pipeline.jobs.user_stops import user_stop
+from sbert_pipeline.stage_api.beam_run import run_pipeline
+from sbert_pipeline.stage_api.stops import Terminated
 
 UNCHANGED = "the running stage published nothing and its previous output is unchanged"
 

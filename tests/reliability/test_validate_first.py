@@ -13,11 +13,11 @@ import json
 import pytest
 import torch
 from output_folders_helpers import embed_argv, snapshot, texts, write_txt
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.jobs.run import StageFailedError
+from sbert_pipeline.jobs.run import run as sbert_run
+from sbert_pipeline.stage_api.stops import JobFailedError
 
-from jobs.run import StageFailedError
-from jobs.run import run as sbert_run
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.stage_api.stops import JobFailedError
 from tests.stage_commands import cluster, embed, index
 
 BAD_ENCODER_VALUES = [

@@ -17,15 +17,15 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from output_folders_helpers import embed_argv, texts, write_txt
+from sbert_pipeline.io import content_checks
+from sbert_pipeline.io.content_checks import ListedFile, changed_files
+from sbert_pipeline.io.output_dir import MANIFEST, CorruptOutputError, read_manifest
+from sbert_pipeline.jobs.cli import main as cli
+from sbert_pipeline.jobs.run import main as run_main
+from sbert_pipeline.jobs.run_config import load_run_config
+from sbert_pipeline.jobs.run_inputs import check_inputs
+from sbert_pipeline.jobs.run_stages import plan_stages
 
-from jobs.cli import main as cli
-from jobs.run import main as run_main
-from jobs.run_config import load_run_config
-from jobs.run_inputs import check_inputs
-from jobs.run_stages import plan_stages
-from pipelines.io import content_checks
-from pipelines.io.content_checks import ListedFile, changed_files
-from pipelines.io.output_dir import MANIFEST, CorruptOutputError, read_manifest
 from tests.stage_commands import embed, pairs
 
 # Each stage reading the embeddings, with options that let it run on 40 tiny vectors.

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from sbert_pipeline.finetune.config import FinetuneConfig
 
-from pipelines.finetune.config import FinetuneConfig
 from sbert_core.config import load_config, override_value, parse_override
 
 

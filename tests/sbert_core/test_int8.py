@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
+from sbert_pipeline.stage_api.model_options import COMPUTE_DTYPE_CHOICES
 
-from pipelines.stage_api.model_options import COMPUTE_DTYPE_CHOICES
 from sbert_core import SentenceEncoder
 from sbert_core.inference.compute_paths import INT8_QUANTIZER, int8_engine, resolve_compute_path
 from sbert_core.inference.cpu_features import CpuFeatures, detect_cpu_features, parse_cpu_flags

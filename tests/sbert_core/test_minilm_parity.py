@@ -39,7 +39,7 @@ def test_batch_invariance(minilm, stsb_test_sentences):
 def test_stsb_test_spearman_via_cli(capsys):
     import json
 
-    from jobs.cli import main
+    from sbert_pipeline.jobs.cli import main
 
     status = main(
         [
@@ -92,11 +92,10 @@ def test_bfloat16_keeps_sts_quality():
 def test_eval_pairs_matches_sentence_transformers_on_stsb(minilm, st_minilm, capsys):
     import json
 
+    from sbert_pipeline.jobs.cli import main
     from sentence_transformers.sentence_transformer.evaluation import (
         BinaryClassificationEvaluator,
     )
-
-    from jobs.cli import main
 
     data = str(DATA_DIR / "stsb" / "test.tsv.gz")
     argv = [

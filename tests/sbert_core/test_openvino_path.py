@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 import torch
+from sbert_pipeline.jobs.model_flags import add_model_arguments, encoder_settings
+from sbert_pipeline.stage_api.model_options import CPU_BACKEND_CHOICES
 
-from jobs.model_flags import add_model_arguments, encoder_settings
-from pipelines.stage_api.model_options import CPU_BACKEND_CHOICES
 from sbert_core import SentenceEncoder
 from sbert_core.inference.calibration_texts import CALIBRATION_TEXTS
 from sbert_core.inference.compute_paths import (

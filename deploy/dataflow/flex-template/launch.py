@@ -18,8 +18,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from jobs import stage_cli
-from jobs.options_cli import switch_flags
+from sbert_pipeline.jobs import stage_cli
+from sbert_pipeline.jobs.options_cli import switch_flags
 
 NO_WAIT = "--no_wait_until_finish"
 

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from planted import gaussian_mixture
 from planted_vectors import write_embeddings
+from sbert_pipeline.cluster import stage as cluster_stage
+from sbert_pipeline.cluster.assign import sample_embeddings
+from sbert_pipeline.cluster.memory import kmeans_parts
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.resources import ResourceError
+from sbert_pipeline.vectors.progress import enable_progress
+from sbert_pipeline.vectors.sampling import sample_rows
 
-from pipelines.cluster import stage as cluster_stage
-from pipelines.cluster.assign import sample_embeddings
-from pipelines.cluster.memory import kmeans_parts
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.resources import ResourceError
-from pipelines.vectors.progress import enable_progress
-from pipelines.vectors.sampling import sample_rows
 from tests.stage_commands import cluster as run
 
 N, K, DIM = 600, 4, 16

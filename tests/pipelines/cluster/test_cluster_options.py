@@ -10,9 +10,8 @@ import sys
 import pytest
 from planted import gaussian_mixture
 from planted_vectors import write_embeddings
-
-from pipelines import cluster
-from pipelines.stage_api.options import OptionError, options_from_mapping
+from sbert_pipeline import cluster
+from sbert_pipeline.stage_api.options import OptionError, options_from_mapping
 
 INPUTS = {"embeddings": ["e"], "output": "o"}
 
@@ -64,7 +63,7 @@ def test_a_config_section_names_its_key():
 
 def test_importing_the_package_loads_no_beam_and_no_numpy():
     code = (
-        "import sys; import pipelines.cluster; "
+        "import sys; import sbert_pipeline.cluster; "
         "print(sorted({'apache_beam', 'numpy', 'torch', 'faiss'} & set(sys.modules)))"
     )
     loaded = subprocess.run(

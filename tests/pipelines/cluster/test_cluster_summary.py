@@ -3,8 +3,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-
-from pipelines.cluster.cluster_summaries import (
+from sbert_pipeline.cluster.cluster_summaries import (
     SUMMARY_SCHEMA,
     distinctive_terms,
     nearest_members,
@@ -13,7 +12,7 @@ from pipelines.cluster.cluster_summaries import (
     summary_table,
     text_sample,
 )
-from pipelines.io.html import SIZE_AXIS, Bins, histogram_svg
+from sbert_pipeline.io.html import SIZE_AXIS, Bins, histogram_svg
 
 
 def test_class_based_tf_idf_known_values():

@@ -8,13 +8,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from planted_vectors import clustered_vectors, write_embeddings_version
+from sbert_pipeline.cluster import Options
+from sbert_pipeline.cluster.cluster_summaries import nearest_members
+from sbert_pipeline.io.centroids import load_centroids
+from sbert_pipeline.io.output_dir import OutputExistsError
+from sbert_pipeline.stage_api.options import OptionError
+from sbert_pipeline.vectors.kmeans import assign
 
-from pipelines.cluster import Options
-from pipelines.cluster.cluster_summaries import nearest_members
-from pipelines.io.centroids import load_centroids
-from pipelines.io.output_dir import OutputExistsError
-from pipelines.stage_api.options import OptionError
-from pipelines.vectors.kmeans import assign
 from tests.stage_commands import cluster as run
 
 DIM, K = 32, 6

@@ -9,11 +9,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from dedup_reference import UnionFind
+from sbert_pipeline.dedup.against import cross_pairs, reference_identity
+from sbert_pipeline.dedup.outputs import read_id_list
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, IncompatibleEmbeddingsError
+from sbert_pipeline.stage_api.options import OptionError
 
-from pipelines.dedup.against import cross_pairs, reference_identity
-from pipelines.dedup.outputs import read_id_list
-from pipelines.io.embeddings import EmbeddingsDataset, IncompatibleEmbeddingsError
-from pipelines.stage_api.options import OptionError
 from tests.jobs.test_dedup_job import write_pairs
 from tests.planted_vectors import write_embeddings, write_embeddings_version
 from tests.stage_commands import dedup as run
@@ -187,8 +187,8 @@ def test_incompatible_reference_and_bad_inputs_are_refused(tmp_path):
 
 
 def test_the_reference_identity_follows_its_versions_and_the_job_checks_it(tmp_path):
-    from pipelines.dedup.job_stage import JOB_STAGE
-    from pipelines.dedup.options import Options
+    from sbert_pipeline.dedup.job_stage import JOB_STAGE
+    from sbert_pipeline.dedup.options import Options
 
     _, reference = _planted(1, n=20, m=8)
     folder = tmp_path / "ref"

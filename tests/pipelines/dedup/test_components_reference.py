@@ -14,9 +14,9 @@ from dedup_reference import (
 from dedup_reference import (
     threshold_sweep as reference_sweep,
 )
+from sbert_pipeline.dedup.groups import IndexedPairs, connected_components, threshold_sweep
+from sbert_pipeline.vectors.components import component_labels, merge_counts
 
-from pipelines.dedup.groups import IndexedPairs, connected_components, threshold_sweep
-from pipelines.vectors.components import component_labels, merge_counts
 from sbert_core.training.duplicate_pairs import smallest_node_labels
 
 

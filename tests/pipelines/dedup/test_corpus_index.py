@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from sbert_pipeline.dedup.corpus import scan_corpus
+from sbert_pipeline.dedup.corpus_index import INDEX_FILE, embedded_texts, previous_index
+from sbert_pipeline.io.corpus_files import open_decompressed
+from sbert_pipeline.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
 
-from pipelines.dedup.corpus import scan_corpus
-from pipelines.dedup.corpus_index import INDEX_FILE, embedded_texts, previous_index
-from pipelines.io.corpus_files import open_decompressed
-from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
-from pipelines.io.embeddings import EmbeddingsDataset
 from tests.jobs.test_dedup_job import write_embeddings, write_pairs
 from tests.stage_commands import dedup as run
 

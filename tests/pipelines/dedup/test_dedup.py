@@ -9,9 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from dedup_reference import UnionFind
-
-from pipelines.dedup.deduplicate import deduplicate
-from pipelines.dedup.groups import (
+from sbert_pipeline.dedup.deduplicate import deduplicate
+from sbert_pipeline.dedup.groups import (
     IndexedPairs,
     SweepPoint,
     connected_components,
@@ -23,9 +22,9 @@ from pipelines.dedup.groups import (
     sweep_thresholds,
     threshold_sweep,
 )
-from pipelines.dedup.outputs import decode_id, encode_id, read_id_list, write_id_list
-from pipelines.dedup.report import GroupView, Member, report_html
-from pipelines.dedup.terms import CHAINED
+from sbert_pipeline.dedup.outputs import decode_id, encode_id, read_id_list, write_id_list
+from sbert_pipeline.dedup.report import GroupView, Member, report_html
+from sbert_pipeline.dedup.terms import CHAINED
 
 
 def _pairs(edges: list[tuple[int, int, float]]) -> IndexedPairs:

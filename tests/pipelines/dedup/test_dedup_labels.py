@@ -6,9 +6,8 @@ import gzip
 
 import numpy as np
 import pytest
-
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.labels import (
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.labels import (
     LabelColumns,
     LabelledPairs,
     best_f1_point,
@@ -19,8 +18,9 @@ from pipelines.dedup.labels import (
     pr_curve,
     read_labelled_pairs,
 )
-from pipelines.dedup.methods import group_items, sweep_groupings
-from pipelines.dedup.ranking import rank_items
+from sbert_pipeline.dedup.methods import group_items, sweep_groupings
+from sbert_pipeline.dedup.ranking import rank_items
+
 from sbert_core.errors import DataFileError
 
 IDS = ["q0", "q1", "q2", "q3", "q4", "q5"]

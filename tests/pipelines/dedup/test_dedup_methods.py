@@ -6,13 +6,13 @@ import itertools
 
 import numpy as np
 import pytest
+from sbert_pipeline.dedup.deduplicate import deduplicate
+from sbert_pipeline.dedup.grouping import NEAR_REPRESENTATIVE, REASONS, THROUGH_MEMBERS
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.linkage import average_linkage
+from sbert_pipeline.dedup.methods import METHODS, group_items, sweep_groupings
+from sbert_pipeline.dedup.ranking import rank_items
 
-from pipelines.dedup.deduplicate import deduplicate
-from pipelines.dedup.grouping import NEAR_REPRESENTATIVE, REASONS, THROUGH_MEMBERS
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.linkage import average_linkage
-from pipelines.dedup.methods import METHODS, group_items, sweep_groupings
-from pipelines.dedup.ranking import rank_items
 from tests.planted import unit_rows
 
 FLOOR = 0.5

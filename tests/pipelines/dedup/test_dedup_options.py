@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from jobs.stage_cli import parse
-from pipelines import dedup
-from pipelines.stage_api.options import OptionError
+from sbert_pipeline import dedup
+from sbert_pipeline.jobs.stage_cli import parse
+from sbert_pipeline.stage_api.options import OptionError
 
 BASE = {"pairs": "p", "output": "o", "threshold": 0.9}
 ARGV = ["--pairs", "p", "--output", "o", "--threshold", "0.9"]

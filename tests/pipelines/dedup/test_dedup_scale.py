@@ -12,10 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from dedup_reference import connected_components as reference_components
 from dedup_reference import smallest_member
-
-from jobs.cli import main as cli_main
-from pipelines.dedup.adjacency import PairGraph
-from pipelines.dedup.budget import (
+from sbert_pipeline.dedup.adjacency import PairGraph
+from sbert_pipeline.dedup.budget import (
     BASE_BYTES,
     BYTES_PER_PAIR,
     BYTES_PER_PREVIOUS_GROUPED_ROW,
@@ -23,17 +21,19 @@ from pipelines.dedup.budget import (
     dedup_memory,
     pairs_to_load,
 )
-from pipelines.dedup.choices import METHODS
-from pipelines.dedup.grouping import dense_labels, from_labels
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.methods import group_items, sweep_groupings
-from pipelines.dedup.ranking import rank_items
-from pipelines.dedup.sweep import NOT_COMPARED, MethodSettings, Ranker, sweep_methods
-from pipelines.io.pairs_output import PairsOutput
-from pipelines.io.resources import ResourceError
-from pipelines.stage_api.options import OptionError
-from pipelines.vectors.components import component_labels
-from pipelines.vectors.progress import enable_progress
+from sbert_pipeline.dedup.choices import METHODS
+from sbert_pipeline.dedup.grouping import dense_labels, from_labels
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.methods import group_items, sweep_groupings
+from sbert_pipeline.dedup.ranking import rank_items
+from sbert_pipeline.dedup.sweep import NOT_COMPARED, MethodSettings, Ranker, sweep_methods
+from sbert_pipeline.io.pairs_output import PairsOutput
+from sbert_pipeline.io.resources import ResourceError
+from sbert_pipeline.jobs.cli import main as cli_main
+from sbert_pipeline.stage_api.options import OptionError
+from sbert_pipeline.vectors.components import component_labels
+from sbert_pipeline.vectors.progress import enable_progress
+
 from tests.jobs.test_dedup_job import CHAIN, write_embeddings, write_pairs
 from tests.stage_commands import dedup as run
 

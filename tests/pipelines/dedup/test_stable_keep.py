@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from sbert_pipeline.dedup.deduplicate import deduplicate
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.outputs import read_id_list
+from sbert_pipeline.dedup.pinning import pin
+from sbert_pipeline.dedup.run_settings import deciding_settings, settings_changed
 
-from pipelines.dedup.deduplicate import deduplicate
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.outputs import read_id_list
-from pipelines.dedup.pinning import pin
-from pipelines.dedup.run_settings import deciding_settings, settings_changed
 from tests.jobs.test_dedup_job import write_embeddings, write_pairs
 from tests.stage_commands import dedup as run
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from sbert_pipeline.dedup.copies import TextCopies, reason_column
+from sbert_pipeline.dedup.deduplicate import deduplicate
+from sbert_pipeline.dedup.grouping import REASONS, SAME_TEXT
+from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.dedup.methods import METHODS, group_items
+from sbert_pipeline.dedup.outputs import groups_table
+from sbert_pipeline.dedup.sweep import MethodSettings, Ranker, sweep_methods, sweep_point
 
-from pipelines.dedup.copies import TextCopies, reason_column
-from pipelines.dedup.deduplicate import deduplicate
-from pipelines.dedup.grouping import REASONS, SAME_TEXT
-from pipelines.dedup.groups import IndexedPairs
-from pipelines.dedup.methods import METHODS, group_items
-from pipelines.dedup.outputs import groups_table
-from pipelines.dedup.sweep import MethodSettings, Ranker, sweep_methods, sweep_point
 from tests.planted import unit_rows
 
 FLOOR = 0.5

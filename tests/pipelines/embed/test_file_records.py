@@ -8,9 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from pipelines import embed
-from pipelines.embed.file_records import (
+from sbert_pipeline import embed
+from sbert_pipeline.embed.file_records import (
     InputFile,
     adoptable,
     hash_inputs,
@@ -18,7 +17,7 @@ from pipelines.embed.file_records import (
     plan_version,
     settings_of,
 )
-from pipelines.stage_api.options import OptionError
+from sbert_pipeline.stage_api.options import OptionError
 
 LAUNCH = {
     "kind": "embeddings",

@@ -12,12 +12,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from corpus_files import GOOD_TEXTS
+from sbert_pipeline.io.embeddings_versions import compare_versions
+from sbert_pipeline.io.output_dir import OutputExistsError, read_manifest
+from sbert_pipeline.io.previous_output import NOT_ASKED
+from sbert_pipeline.io.schemas import ERRORS_DIR
+from sbert_pipeline.stage_api.options import OptionError
 
-from pipelines.io.embeddings_versions import compare_versions
-from pipelines.io.output_dir import OutputExistsError, read_manifest
-from pipelines.io.previous_output import NOT_ASKED
-from pipelines.io.schemas import ERRORS_DIR
-from pipelines.stage_api.options import OptionError
 from tests.stage_commands import embed
 
 TEXTS = [f"{text} number {i}" for i, text in enumerate(GOOD_TEXTS * 3)]

@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 from corpus_files import GOOD_TEXTS
-
-from pipelines.io.output_dir import read_manifest
+from sbert_pipeline.io.output_dir import read_manifest
 
 N_FILES = 6
 
@@ -53,7 +52,7 @@ def _argv(corpus: Path, out: Path, model: Path) -> list[str]:
 
 def _start(argv: list[str], log) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", *argv],
+        [sys.executable, "-m", "sbert_pipeline.jobs.cli", *argv],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so SIGKILL reaches every worker

@@ -8,8 +8,7 @@ from apache_beam import Create, Map
 from apache_beam.ml.inference.base import KeyedModelHandler, PredictionResult, RunInference
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-
-from pipelines.embed.model_handler import Embedding, SbertModelHandler, example_text
+from sbert_pipeline.embed.model_handler import Embedding, SbertModelHandler, example_text
 
 
 def close_to(expected: dict, key_of):

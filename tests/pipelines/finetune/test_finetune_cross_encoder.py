@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from sbert_pipeline.finetune import Options, run
+from sbert_pipeline.finetune.config import resolve_config
 from training_examples import build_trainable_model, write_tsv
 
-from pipelines.finetune import Options, run
-from pipelines.finetune.config import resolve_config
 from sbert_core import CrossEncoder
 from sbert_core.errors import DataFileError
 from tests.sbert_core.test_cross_encoder_training import toy_rows
@@ -111,7 +111,7 @@ def test_the_manifest_and_card_hold_ap_and_best_f1_before_and_after(trained):
 
 
 def test_a_killed_run_resumes_from_its_checkpoint(model_dir, data, tmp_path, monkeypatch):
-    from pipelines.finetune import cross_encoder_run
+    from sbert_pipeline.finetune import cross_encoder_run
 
     class Killed(RuntimeError):
         pass
@@ -216,7 +216,7 @@ def test_an_existing_output_is_not_replaced_without_overwrite(model_dir, data, t
 
 
 def test_print_config_of_the_example_trains_nothing(monkeypatch, capsys):
-    from jobs import stage_cli
+    from sbert_pipeline.jobs import stage_cli
 
     monkeypatch.chdir(ROOT)
     assert stage_cli.main(

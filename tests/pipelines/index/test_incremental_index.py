@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from planted_vectors import clustered_vectors, exact_top_k, write_embeddings_version
+from sbert_pipeline.index.files import open_index
+from sbert_pipeline.index.incremental import remove_positions, stored_vectors
+from sbert_pipeline.io.output_dir import OutputExistsError
+from sbert_pipeline.io.previous_output import NOT_ASKED
 
-from pipelines.index.files import open_index
-from pipelines.index.incremental import remove_positions, stored_vectors
-from pipelines.io.output_dir import OutputExistsError
-from pipelines.io.previous_output import NOT_ASKED
 from tests.stage_commands import index as run
 
 DIM = 32

@@ -11,8 +11,7 @@ import faiss
 import numpy as np
 import pytest
 from planted_vectors import clustered_vectors, write_embeddings_dir
-
-from pipelines.index.build import (
+from sbert_pipeline.index.build import (
     ArraySource,
     BuildSettings,
     build_index,
@@ -21,8 +20,8 @@ from pipelines.index.build import (
     take_rows,
     train_on_sample,
 )
-from pipelines.index.faiss_ops import default_train_sample, new_index, prepare_vectors
-from pipelines.index.planner import (
+from sbert_pipeline.index.faiss_ops import default_train_sample, new_index, prepare_vectors
+from sbert_pipeline.index.planner import (
     BATCH_COPIES,
     READER_BYTES,
     BudgetTooSmallError,
@@ -34,11 +33,12 @@ from pipelines.index.planner import (
     ivf_nlist,
     plan_index,
 )
-from pipelines.index.trial import choose_by_trial, trial_bytes, trial_size
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.resources import ResourceError
-from pipelines.io.sizes import parse_size
-from pipelines.vectors.progress import enable_progress
+from sbert_pipeline.index.trial import choose_by_trial, trial_bytes, trial_size
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.resources import ResourceError
+from sbert_pipeline.io.sizes import parse_size
+from sbert_pipeline.vectors.progress import enable_progress
+
 from tests.stage_commands import index as run
 
 N, DIM = 3000, 16

@@ -2,8 +2,7 @@ import faiss
 import numpy as np
 import pytest
 from planted_vectors import clustered_vectors, exact_top_k, recall
-
-from pipelines.index.build import (
+from sbert_pipeline.index.build import (
     ArraySource,
     BuildSettings,
     build_index,
@@ -12,7 +11,7 @@ from pipelines.index.build import (
     sample_positions,
     skip_rows,
 )
-from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
+from sbert_pipeline.vectors.exact_truth import ExactTopK, recall_at_k
 
 # Reached at nprobe 5 on this data: doubling tries 1, 2, 4, 8, then bisection tries 6 and 5.
 TARGET = 0.98

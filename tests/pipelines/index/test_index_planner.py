@@ -1,10 +1,14 @@
 import faiss
 import numpy as np
 import pytest
-
-from pipelines.index.faiss_ops import new_index
-from pipelines.index.planner import BudgetTooSmallError, estimate_for_factory, ivf_nlist, plan_index
-from pipelines.io.sizes import format_size, parse_size
+from sbert_pipeline.index.faiss_ops import new_index
+from sbert_pipeline.index.planner import (
+    BudgetTooSmallError,
+    estimate_for_factory,
+    ivf_nlist,
+    plan_index,
+)
+from sbert_pipeline.io.sizes import format_size, parse_size
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,12 @@ import math
 import numpy as np
 import pytest
 from planted_vectors import clustered_vectors, write_embeddings_dir
+from sbert_pipeline.index.build import ArraySource
+from sbert_pipeline.index.planner import ivf_nlist, plan_index
+from sbert_pipeline.index.trial import choose_by_trial, trial_candidates, trial_size
+from sbert_pipeline.io.resources import resident_bytes
+from sbert_pipeline.io.sizes import parse_size
 
-from pipelines.index.build import ArraySource
-from pipelines.index.planner import ivf_nlist, plan_index
-from pipelines.index.trial import choose_by_trial, trial_candidates, trial_size
-from pipelines.io.resources import resident_bytes
-from pipelines.io.sizes import parse_size
 from tests.stage_commands import index as run
 
 # N·d above the planner's Flat limit, so HNSW32 and IVF-Flat are both candidates.

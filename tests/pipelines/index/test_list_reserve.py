@@ -5,10 +5,9 @@ from __future__ import annotations
 import faiss
 import numpy as np
 import pytest
-
-from pipelines.index.build import ArraySource, BuildSettings, build_index
-from pipelines.index.faiss_ops import prepare_vectors
-from pipelines.index.list_reserve import reserve_inverted_lists
+from sbert_pipeline.index.build import ArraySource, BuildSettings, build_index
+from sbert_pipeline.index.faiss_ops import prepare_vectors
+from sbert_pipeline.index.list_reserve import reserve_inverted_lists
 
 
 def _rows(n: int, dim: int, seed: int = 0) -> np.ndarray:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-
-from pipelines.index.tuning import PROBE_QUERIES, queries_per_second
+from sbert_pipeline.index.tuning import PROBE_QUERIES, queries_per_second
 
 
 class SlowIndex:
@@ -40,9 +39,8 @@ def test_fast_searches_time_every_query():
 
 def test_tuning_stops_where_recall_plateaus_below_the_target(caplog):
     import faiss
-
-    from pipelines.index.tuning import PLATEAU_GAIN, tune_search_parameter
-    from pipelines.vectors.exact_truth import recall_at_k
+    from sbert_pipeline.index.tuning import PLATEAU_GAIN, tune_search_parameter
+    from sbert_pipeline.vectors.exact_truth import recall_at_k
 
     rng = np.random.default_rng(0)
     base = rng.standard_normal((20_000, 32)).astype(np.float32)

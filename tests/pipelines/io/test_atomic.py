@@ -8,9 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from pipelines.io import atomic
-from pipelines.io.atomic import (
+from sbert_pipeline.io import atomic
+from sbert_pipeline.io.atomic import (
     StagedFiles,
     local_replacing,
     replace,
@@ -20,7 +19,7 @@ from pipelines.io.atomic import (
     write_parquet_replacing,
     write_text_replacing,
 )
-from pipelines.io.output_dir import MANIFEST, OutputLayout
+from sbert_pipeline.io.output_dir import MANIFEST, OutputLayout
 
 SCHEMA = pa.schema([("id", pa.string())])
 

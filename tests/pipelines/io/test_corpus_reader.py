@@ -3,8 +3,7 @@ import io
 
 import pytest
 from corpus_files import GOOD_TEXTS, write_bad_jsonl, write_corpus
-
-from pipelines.io.corpus_reader import CorpusRecord, CorpusSpec, RejectedRow, read_corpus_file
+from sbert_pipeline.io.corpus_reader import CorpusRecord, CorpusSpec, RejectedRow, read_corpus_file
 
 
 def _read(path, spec, id_prefix="corpus"):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from sbert_pipeline.io.embeddings import EmbeddingsDataset
+from sbert_pipeline.io.embeddings_versions import compare_versions, part_digests, unchanged_row_mask
 
-from pipelines.io.embeddings import EmbeddingsDataset
-from pipelines.io.embeddings_versions import compare_versions, part_digests, unchanged_row_mask
 from tests.planted_vectors import write_embeddings_version
 
 

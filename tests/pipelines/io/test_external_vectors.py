@@ -9,9 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from planted_vectors import write_embeddings
-
-from pipelines.io.embeddings import IncompatibleEmbeddingsError
-from pipelines.io.external_vectors import (
+from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError
+from sbert_pipeline.io.external_vectors import (
     ExternalColumns,
     ExternalVectorsError,
     external_files,

@@ -7,9 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from jobs.stage_cli import run_command
-from pipelines.io.external_vectors import ExternalColumns, ExternalVectorsError, open_external
+from sbert_pipeline.io.external_vectors import ExternalColumns, ExternalVectorsError, open_external
+from sbert_pipeline.jobs.stage_cli import run_command
 
 COLUMNS = ExternalColumns("vec", "doc_id")
 

@@ -1,4 +1,4 @@
-"""``pipelines.io.filesystems.FileSystems`` answers as Beam's ``FileSystems`` does, locally
+"""``sbert_pipeline.io.filesystems.FileSystems`` answers as Beam's ``FileSystems`` does, locally
 without importing Beam, and hands every other path (and every error) to Beam."""
 
 import gzip
@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems as BeamFileSystems
-
-from pipelines.io.filesystems import CompressionTypes, FileSystems
+from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -87,7 +86,7 @@ def test_other_schemes_go_to_beam():
 def test_local_paths_load_no_beam(tmp_path):
     code = (
         "import sys\n"
-        "from pipelines.io.filesystems import FileSystems as F\n"
+        "from sbert_pipeline.io.filesystems import FileSystems as F\n"
         f"root = {str(tmp_path)!r}\n"
         "with F.create(F.join(root, 'd', 'f.txt')) as h:\n"
         "    h.write(b'x')\n"

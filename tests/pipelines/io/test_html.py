@@ -6,9 +6,8 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-
-from pipelines.io.html import Bins, Series, histogram_svg, line_chart_svg, lines_svg
-from pipelines.io.ticks import axis_ticks
+from sbert_pipeline.io.html import Bins, Series, histogram_svg, line_chart_svg, lines_svg
+from sbert_pipeline.io.ticks import axis_ticks
 
 SVG = "{http://www.w3.org/2000/svg}"
 

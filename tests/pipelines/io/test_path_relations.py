@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from pipelines.io.path_relations import overlap_error, relation
+from sbert_pipeline.io.path_relations import overlap_error, relation
 
 
 @pytest.mark.parametrize(

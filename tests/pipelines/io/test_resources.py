@@ -5,9 +5,8 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-
-from pipelines.io import resources
-from pipelines.io.resources import (
+from sbert_pipeline.io import resources
+from sbert_pipeline.io.resources import (
     MemoryBudget,
     ResourceError,
     release_free_memory,
@@ -16,8 +15,8 @@ from pipelines.io.resources import (
     resident_bytes,
     resolve_budget,
 )
-from pipelines.stage_api.options import OptionError
-from pipelines.stage_api.shared_options import checked_memory_budget
+from sbert_pipeline.stage_api.options import OptionError
+from sbert_pipeline.stage_api.shared_options import checked_memory_budget
 
 
 def test_auto_is_a_share_of_the_available_memory(monkeypatch):
@@ -92,7 +91,7 @@ def test_release_free_memory_hands_freed_heap_blocks_back():
 
 READ_AND_MEASURE = """
 import sys
-from pipelines.io.resources import return_freed_arrow_memory_at_once, resident_bytes
+from sbert_pipeline.io.resources import return_freed_arrow_memory_at_once, resident_bytes
 if sys.argv[2] == "on":
     assert return_freed_arrow_memory_at_once()
 import pyarrow.parquet as pq

@@ -9,14 +9,13 @@ import json
 import os
 
 import pytest
-
-from pipelines.io.output_dir import (
+from sbert_pipeline.io.output_dir import (
     CorruptOutputError,
     OutputExistsError,
     OutputLayout,
     read_manifest,
 )
-from pipelines.io.staged_output import prepare_output
+from sbert_pipeline.io.staged_output import prepare_output
 
 LAYOUT = OutputLayout(datasets=("", "_errors"))
 

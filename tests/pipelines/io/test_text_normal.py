@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from pipelines.io.text_normal import first_copies, normalize_text, text_key
+from sbert_pipeline.io.text_normal import first_copies, normalize_text, text_key
 
 
 @pytest.mark.parametrize(

@@ -16,18 +16,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from planted_vectors import clustered_vectors, write_embeddings
+from sbert_pipeline.io.centroids import load_centroids
+from sbert_pipeline.io.pairs_output import read_neighbors, read_pairs
+from sbert_pipeline.io.resources import ResourceError
+from sbert_pipeline.pairs import transforms
+from sbert_pipeline.pairs.group_progress import DESCRIPTION
+from sbert_pipeline.pairs.merge import merge_neighbors, merge_pairs
+from sbert_pipeline.pairs.output_tables import neighbors_table, pairs_table
+from sbert_pipeline.pairs.row_store import gather_rows, write_rows
+from sbert_pipeline.vectors.block_plan import nearest_centroids
+from sbert_pipeline.vectors.block_search import search_block
+from sbert_pipeline.vectors.progress import enable_progress
 
-from pipelines.io.centroids import load_centroids
-from pipelines.io.pairs_output import read_neighbors, read_pairs
-from pipelines.io.resources import ResourceError
-from pipelines.pairs import transforms
-from pipelines.pairs.group_progress import DESCRIPTION
-from pipelines.pairs.merge import merge_neighbors, merge_pairs
-from pipelines.pairs.output_tables import neighbors_table, pairs_table
-from pipelines.pairs.row_store import gather_rows, write_rows
-from pipelines.vectors.block_plan import nearest_centroids
-from pipelines.vectors.block_search import search_block
-from pipelines.vectors.progress import enable_progress
 from tests.stage_commands import pairs as run
 
 K, THRESHOLD, NPROBE = 5, 0.9, 3
@@ -147,7 +147,7 @@ def test_temporary_disk_holds_each_vector_once(data, clustered):
 
 
 def test_too_little_free_disk_is_refused_before_anything_is_written(data, tmp_path, monkeypatch):
-    monkeypatch.setattr("pipelines.io.resources.free_disk", lambda path: 1000)
+    monkeypatch.setattr("sbert_pipeline.io.resources.free_disk", lambda path: 1000)
     output = tmp_path / "pairs"
     with pytest.raises(ResourceError, match=r"temporary disk under .*_work.*--nprobe 1"):
         run(args(data, output), test_pipeline=local())
@@ -158,7 +158,7 @@ def test_too_little_free_disk_is_refused_before_anything_is_written(data, tmp_pa
 def test_progress_counts_the_searched_block_groups(data, tmp_path, monkeypatch):
     stream = io.StringIO()
     monkeypatch.setattr(
-        "pipelines.pairs.stage.show_progress_unless_quiet",
+        "sbert_pipeline.pairs.stage.show_progress_unless_quiet",
         lambda here=True: enable_progress(stream=stream, interval=0),
     )
     try:

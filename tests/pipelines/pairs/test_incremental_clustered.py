@@ -9,13 +9,12 @@ import pyarrow as pa
 import pytest
 from planted import unit_rows
 from planted_vectors import clustered_vectors, write_embeddings_version
-
-from pipelines import pairs
-from pipelines.io.centroids import load_centroids, save_centroids
-from pipelines.io.pairs_output import read_neighbors, read_pairs
-from pipelines.pairs.clustered_incremental import assign_blocks
-from pipelines.vectors.block_plan import nearest_centroids
-from pipelines.vectors.tile_topk import final_scores
+from sbert_pipeline import pairs
+from sbert_pipeline.io.centroids import load_centroids, save_centroids
+from sbert_pipeline.io.pairs_output import read_neighbors, read_pairs
+from sbert_pipeline.pairs.clustered_incremental import assign_blocks
+from sbert_pipeline.vectors.block_plan import nearest_centroids
+from sbert_pipeline.vectors.tile_topk import final_scores
 
 K, DIM, THRESHOLD = 5, 16, 0.95
 

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from planted import unit_rows
 from planted_vectors import clustered_vectors, write_embeddings_version
+from sbert_pipeline import pairs
+from sbert_pipeline.io.output_dir import OutputExistsError
+from sbert_pipeline.io.pairs_output import read_neighbors, read_pairs
+from sbert_pipeline.io.previous_output import NOT_ASKED
+from sbert_pipeline.vectors.tile_topk import final_scores
 
-from pipelines import pairs
-from pipelines.io.output_dir import OutputExistsError
-from pipelines.io.pairs_output import read_neighbors, read_pairs
-from pipelines.io.previous_output import NOT_ASKED
-from pipelines.vectors.tile_topk import final_scores
 from tests.stage_commands import pairs as run_pairs
 
 K, DIM = 6, 16
@@ -184,7 +184,7 @@ def test_a_changed_model_or_setting_is_a_full_run(corpus, threshold, tmp_path, c
     out = tmp_path / "pairs"
     pairs.run(options([emb], out, threshold))
     publish(emb, {n: corpus.part(n) for n in ("a", "b", "d")}, weights_sha256="1" * 64)
-    with caplog.at_level("INFO", logger="pipelines.io.previous_output"):
+    with caplog.at_level("INFO", logger="sbert_pipeline.io.previous_output"):
         result = pairs.run(options([emb], out, threshold, incremental=True))
     section = result.manifest["incremental"]
     assert section["mode"] == "full"

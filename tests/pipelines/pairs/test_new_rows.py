@@ -1,4 +1,4 @@
-"""The search of new rows against all rows (pipelines.vectors.new_rows.search_rows) against
+"""The search of new rows against all rows (sbert_pipeline.vectors.new_rows.search_rows) against
 brute force: top-k lists with ties by position (more exact copies than the candidates a row
 keeps), every pair of a new row at or above the threshold once, and the insertions into old
 rows' lists."""
@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 from planted import unit_rows
 from planted_vectors import clustered_vectors
-
-from pipelines.vectors.new_rows import search_rows
-from pipelines.vectors.tile_topk import final_scores
+from sbert_pipeline.vectors.new_rows import search_rows
+from sbert_pipeline.vectors.tile_topk import final_scores
 
 K, DIM, N = 5, 12, 400
 

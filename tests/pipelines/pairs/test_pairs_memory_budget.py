@@ -10,14 +10,14 @@ import tracemalloc
 import numpy as np
 import pytest
 from planted_vectors import clustered_vectors, write_embeddings
+from sbert_pipeline import pairs
+from sbert_pipeline.io.embeddings import EmbeddingsDataset, all_shards
+from sbert_pipeline.io.resources import MemoryBudget, ResourceError
+from sbert_pipeline.pairs.memory import check_memory
+from sbert_pipeline.pairs.plan import BlockingRequest, block_worker_bytes, plan_blocking
+from sbert_pipeline.pairs.vector_reader import VectorReader
+from sbert_pipeline.stage_api.options import OptionError
 
-from pipelines import pairs
-from pipelines.io.embeddings import EmbeddingsDataset, all_shards
-from pipelines.io.resources import MemoryBudget, ResourceError
-from pipelines.pairs.memory import check_memory
-from pipelines.pairs.plan import BlockingRequest, block_worker_bytes, plan_blocking
-from pipelines.pairs.vector_reader import VectorReader
-from pipelines.stage_api.options import OptionError
 from tests.stage_commands import pairs as run
 
 GiB = 1024**3

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from jobs.stage_cli import parse
-from pipelines import pairs
-from pipelines.stage_api.options import OptionError, options_from_mapping
+from sbert_pipeline import pairs
+from sbert_pipeline.jobs.stage_cli import parse
+from sbert_pipeline.stage_api.options import OptionError, options_from_mapping
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = {"embeddings": ("e",), "output": "o"}
@@ -69,7 +68,7 @@ def test_a_config_section_is_checked_naming_its_key():
 def test_the_options_load_no_beam_torch_or_numpy():
     code = (
         "import sys\n"
-        "import pipelines.pairs\n"
+        "import sbert_pipeline.pairs\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'apache_beam', 'torch', 'numpy'}))"
     )
     done = subprocess.run(

@@ -3,13 +3,13 @@ import threading
 import numpy as np
 import pytest
 import torch
-
-from pipelines.vectors.allpairs import (
+from sbert_pipeline.vectors.allpairs import (
     SelfTopkStats,
     candidate_error_bound,
     self_topk,
 )
-from pipelines.vectors.pairs_above import pairs_above, self_pairs_above
+from sbert_pipeline.vectors.pairs_above import pairs_above, self_pairs_above
+
 from sbert_core.inference.precision import cpu_has_fast_bf16
 
 PRECISIONS = ["float32", "bfloat16"]
@@ -274,7 +274,7 @@ def test_self_pairs_above_row_ranges_partition_the_pairs():
 
 def test_a_failing_worker_raises_instead_of_leaving_the_others_waiting(monkeypatch):
     """A worker that fails on a diagonal tile must not leave another waiting for that block."""
-    from pipelines.vectors import allpairs
+    from sbert_pipeline.vectors import allpairs
 
     original = allpairs._CandidateLists.scan
 

@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 import pytest
-
-from pipelines.vectors.checks import check_cosine
+from sbert_pipeline.vectors.checks import check_cosine
 
 
 @pytest.mark.parametrize("value", [-1, -1.0, 0, 0.5, 1.0, np.float32(0.9), np.float64(-0.25)])

@@ -4,11 +4,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from planted import gaussian_mixture, unit_rows
-
-from pipelines.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
-from pipelines.pairs.merge import merge_neighbors, merge_pairs
-from pipelines.pairs.output_tables import neighbors_table, pairs_table
-from pipelines.vectors.block_plan import (
+from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
+from sbert_pipeline.pairs.merge import merge_neighbors, merge_pairs
+from sbert_pipeline.pairs.output_tables import neighbors_table, pairs_table
+from sbert_pipeline.vectors.block_plan import (
     ProbeTuning,
     choose_nprobe,
     default_clusters,
@@ -17,9 +16,9 @@ from pipelines.vectors.block_plan import (
     plan_blocks,
     shared_probe_recall,
 )
-from pipelines.vectors.block_search import search_block
-from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
-from pipelines.vectors.kmeans import fit_spherical_kmeans
+from sbert_pipeline.vectors.block_search import search_block
+from sbert_pipeline.vectors.exact_truth import ExactTopK, recall_at_k
+from sbert_pipeline.vectors.kmeans import fit_spherical_kmeans
 
 
 def exact_scores(vectors: np.ndarray) -> np.ndarray:

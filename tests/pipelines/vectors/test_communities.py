@@ -2,14 +2,13 @@ import numpy as np
 import pytest
 import torch
 from planted import overlapping_groups
-from sentence_transformers.util import community_detection
-
-from pipelines.vectors.communities import (
+from sbert_pipeline.vectors.communities import (
     TruncatedNeighborsError,
     communities_from_neighbors,
     detect_communities,
 )
-from pipelines.vectors.topk import topk_neighbors
+from sbert_pipeline.vectors.topk import topk_neighbors
+from sentence_transformers.util import community_detection
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines.cluster.assign import assignments_table
-from pipelines.dedup.outputs import groups_table
-from pipelines.pairs.output_tables import neighbors_table, pairs_table
-from pipelines.vectors.cosine_range import clamp_cosines
+from sbert_pipeline.cluster.assign import assignments_table
+from sbert_pipeline.dedup.outputs import groups_table
+from sbert_pipeline.pairs.output_tables import neighbors_table, pairs_table
+from sbert_pipeline.vectors.cosine_range import clamp_cosines
 
 
 def unit_vector_whose_self_product_exceeds_one(dim: int = 24) -> np.ndarray:
@@ -48,7 +47,7 @@ def test_every_table_stores_a_self_score_as_at_most_one():
 
 
 def test_cluster_summaries_store_clamped_scores():
-    from pipelines.cluster.cluster_summaries import summarize
+    from sbert_pipeline.cluster.cluster_summaries import summarize
 
     v = unit_vector_whose_self_product_exceeds_one()
     over = np.float32(np.dot(v, v))

@@ -3,8 +3,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from planted import unit_rows
-
-from pipelines.vectors.exact_truth import ExactTopK, recall_at_k
+from sbert_pipeline.vectors.exact_truth import ExactTopK, recall_at_k
 
 
 def test_both_kernels_give_the_exact_answer_where_there_are_no_ties():

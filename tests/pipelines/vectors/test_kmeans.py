@@ -4,10 +4,7 @@ import faiss
 import numpy as np
 import pytest
 from planted import gaussian_mixture, unit_rows
-from sklearn.cluster import MiniBatchKMeans
-from sklearn.metrics import adjusted_rand_score
-
-from pipelines.vectors.kmeans import (
+from sbert_pipeline.vectors.kmeans import (
     CentroidSums,
     assign,
     centroid_sums,
@@ -16,6 +13,8 @@ from pipelines.vectors.kmeans import (
     lloyd_pass,
     reseed_empty,
 )
+from sklearn.cluster import MiniBatchKMeans
+from sklearn.metrics import adjusted_rand_score
 
 MIXTURES = {"40 clusters": (8000, 40, 64, 1.0), "100 clusters": (12000, 100, 64, 1.2)}
 
@@ -161,7 +160,7 @@ def test_reseed_moves_the_farthest_vectors_of_clusters_that_can_spare_them():
 def test_duplicates_leave_clusters_empty_and_say_so(caplog):
     distinct = unit_rows(np.random.default_rng(2).standard_normal((25, 16)))
     vectors = np.repeat(distinct, 8, axis=0)
-    with caplog.at_level(logging.WARNING, logger="pipelines.vectors.kmeans"):
+    with caplog.at_level(logging.WARNING, logger="sbert_pipeline.vectors.kmeans"):
         fit = fit_spherical_kmeans(vectors, 30, seed=0)
     assert fit.empty_clusters == 5 and fit.reseeded == 0  # nothing distinct left to move
     assert "5 of 30 clusters empty" in caplog.text

@@ -3,9 +3,8 @@
 import numpy as np
 import pytest
 import torch
-
-from pipelines.vectors.exact_scores import pair_scores_into, rescored_topk
-from pipelines.vectors.tile_scan import admission_key, scan_tile, start_lists
+from sbert_pipeline.vectors.exact_scores import pair_scores_into, rescored_topk
+from sbert_pipeline.vectors.tile_scan import admission_key, scan_tile, start_lists
 
 WIDTH, K = 12, 3
 BF16, FP32 = 16, 0

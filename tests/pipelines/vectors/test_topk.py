@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
-
-from pipelines.vectors.topk import neighbors_above, topk_neighbors
+from sbert_pipeline.vectors.topk import neighbors_above, topk_neighbors
 
 
 def brute_force(queries, corpus, k, excluded=None):

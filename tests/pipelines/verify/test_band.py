@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from pipelines.verify.band import score_movement, split_band, verified_scores
+from sbert_pipeline.verify.band import score_movement, split_band, verified_scores
 
 
 def test_the_band_is_low_inclusive_high_exclusive_in_float32():

@@ -7,9 +7,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 from apache_beam.testing.util import assert_that
+from sbert_pipeline.verify.model_handler import CrossEncoderModelHandler, CrossEncoderSettings
 from verify_data import TEXTS, local_runner
 
-from pipelines.verify.model_handler import CrossEncoderModelHandler, CrossEncoderSettings
 from sbert_core import CrossEncoder
 
 PAIRS = [(TEXTS[i], TEXTS[(i * 7 + 3) % len(TEXTS)]) for i in range(len(TEXTS))]

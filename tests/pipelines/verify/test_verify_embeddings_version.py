@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from sbert_pipeline.io.embeddings import SHOWN_DIGEST, version_digest
+from sbert_pipeline.io.pairs_output import VERSION_DIGEST, PairsOutput, StaleEmbeddingsError
+from sbert_pipeline.jobs.stage_cli import run_command
 from verify_data import TEXTS, embed_and_pair, local_runner, write_corpus
-
-from jobs.stage_cli import run_command
-from pipelines.io.embeddings import SHOWN_DIGEST, version_digest
-from pipelines.io.pairs_output import VERSION_DIGEST, PairsOutput, StaleEmbeddingsError
 
 
 def reembed_other_texts(root: Path, model: Path) -> dict:

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from jobs.stage_cli import parse, stage_commands
-from pipelines import verify
-from pipelines.stage_api.options import OptionError, options_from_mapping
+from sbert_pipeline import verify
+from sbert_pipeline.jobs.stage_cli import parse, stage_commands
+from sbert_pipeline.stage_api.options import OptionError, options_from_mapping
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = {"pairs": "p", "model": "m", "output": "o"}
@@ -78,8 +77,8 @@ def test_sbert_help_lists_the_command():
 def test_the_options_load_no_beam_torch_or_numpy():
     code = (
         "import sys\n"
-        "import pipelines.verify\n"
-        "from jobs.stage_cli import build_parser\n"
+        "import sbert_pipeline.verify\n"
+        "from sbert_pipeline.jobs.stage_cli import build_parser\n"
         "build_parser('verify').format_help()\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'apache_beam', 'torch', 'numpy'}))"
     )

@@ -11,10 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from sbert_pipeline.io.pairs_output import read_pairs
+from sbert_pipeline.jobs.stage_cli import run_command
 from verify_data import PAIRS_THRESHOLD, TEXTS, local_runner, write_corpus
-
-from jobs.stage_cli import run_command
-from pipelines.io.pairs_output import read_pairs
 
 OWN = ["--embedding-column", "vec", "--id-column", "doc_id"]
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from sbert_pipeline.io.pairs_output import PairsOutput, read_pairs
+from sbert_pipeline.jobs.stage_cli import run_command
+from sbert_pipeline.stage_api.options import OptionError
 from verify_data import TEXTS, build_cross_encoder, embed_and_pair, local_runner, write_corpus
 
-from jobs.stage_cli import run_command
-from pipelines.io.pairs_output import PairsOutput, read_pairs
-from pipelines.stage_api.options import OptionError
 from sbert_core.errors import ModelLoadError
 
 TOL = 1e-5
@@ -302,9 +302,8 @@ def test_scores_outside_a_cosines_range_publish_nothing_and_a_rerun_completes(
     pairs_dir, cross_encoder_dir, tmp_path, monkeypatch
 ):
     from apache_beam.ml.inference.base import PredictionResult
-
-    from pipelines.stage_api.stops import JobFailedError
-    from pipelines.verify.model_handler import CrossEncoderModelHandler
+    from sbert_pipeline.stage_api.stops import JobFailedError
+    from sbert_pipeline.verify.model_handler import CrossEncoderModelHandler
 
     out = tmp_path / "out"
     argv = args(pairs_dir, cross_encoder_dir, out)

@@ -12,9 +12,8 @@ import json
 from pathlib import Path
 
 from apache_beam.testing.test_pipeline import TestPipeline
+from sbert_pipeline.jobs.stage_cli import run_command
 from testdata import SAMPLE_TEXTS, build_tiny_bert
-
-from jobs.stage_cli import run_command
 
 # 24 texts: the sample texts and a near copy of each of the first eight.
 TEXTS = [*SAMPLE_TEXTS[:16], *(text.upper() + " !" for text in SAMPLE_TEXTS[:8])]
