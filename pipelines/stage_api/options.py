@@ -86,6 +86,7 @@ def option(
     aliases: tuple[str, ...] = (),
     cli: Mapping[str, Any] | None = None,
     in_cli: bool = True,
+    advanced: bool = False,
 ) -> Any:
     """A field of a stage's ``Options``.
 
@@ -101,6 +102,8 @@ def option(
             ``{"nargs": "+", "action": "extend"}`` for ``--embeddings A B``, or ``{"type":
             parse_list}`` for a comma-separated value.
         in_cli: false for a field only the Python API and ``sbert run`` set.
+        advanced: a setting users seldom change: ``--help`` leaves it out, ``--help-all``
+            lists it.
     """
     metadata = {
         "help": help,
@@ -111,6 +114,7 @@ def option(
         "aliases": tuple(aliases),
         "cli": dict(cli or {}),
         "in_cli": in_cli,
+        "advanced": advanced,
     }
     return dataclasses.field(default=default, metadata=metadata)
 
