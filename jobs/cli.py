@@ -139,8 +139,12 @@ def _configure_logging(level: int) -> None:
 
 
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    """The ``--long`` flags of a command's parser, hidden (deprecated) spellings left out."""
-    return sorted(set(getattr(parser, "flags", [])))
+    """The ``--long`` flags of a command's parser, hidden (old) spellings and the ``--no-``
+    forms of switches left out (a close match names the switch once)."""
+    flags = set(getattr(parser, "flags", []))
+    return sorted(
+        flag for flag in flags if not (flag.startswith("--no-") and f"--{flag[5:]}" in flags)
+    )
 
 
 def check_command_args(command: str, argv: list[str]) -> None:

@@ -121,7 +121,9 @@ def test_every_command_builds_the_same_settings_from_the_same_flags():
     # eval has no --normalize: the model's own normalisation.
     for command in (["eval", "sts"], ["eval", "pairs"]):
         argv = [*command, "--data", "pairs.tsv", *ENCODER_FLAGS, "--dtype", "bfloat16"]
-        assert settings_from_flags(cli_parser().parse_args(argv)) == replace(EXPECTED, normalize=None)
+        assert settings_from_flags(cli_parser().parse_args(argv)) == replace(
+            EXPECTED, normalize=None
+        )
     # search: where the model runs from its flags, how the vectors are made from the index.
     manifest = {"model_id": "indexed/model", "pooling": "cls", "normalized": False}
     manifest["max_seq_length"] = 16
