@@ -47,10 +47,7 @@ JOB_COMMANDS = dict(
     sorted(
         {
             **stage_cli.stage_commands(),
-            "run": (
-                "run a whole job (finetune, embed, index, cluster, pairs, verify, dedup) "
-                "from a config"
-            ),
+            "run": "run a whole job from a config: its stages, then a report",
             "submit": "run a job from a YAML config on Dataflow, Spark or Flink",
         }.items()
     )
@@ -87,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Its sub-command parsers (encode, eval) are CommandParsers too: defaults shown.
     parser = CommandParser(
         prog="sbert",
-        description="Sentence-BERT batch jobs. 'sbert COMMAND --help' shows a command's options.",
+        description="Sentence-BERT batch jobs. 'sbert COMMAND --help' shows a command's "
+        "options. More: docs/commands.md",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"sbert-pipeline {__version__}")
@@ -102,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
         commands.add_parser(name, help=summary, add_help=False)
     encode_file.add_parser(commands)
     evaluate = commands.add_parser(
-        "eval", help="evaluate a model", formatter_class=HelpFormatter
+        "eval",
+        help="evaluate a model",
+        description="Evaluate a model on a file of sentence pairs. More: docs/commands.md#eval",
+        formatter_class=HelpFormatter,
     ).add_subparsers(dest="evaluation", required=True, metavar="EVALUATION")
     eval_sts.add_parser(evaluate)
     eval_pairs.add_parser(evaluate)
@@ -138,8 +139,12 @@ def _configure_logging(level: int) -> None:
 
 
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    """The ``--long`` flags of a command's parser, hidden (deprecated) spellings left out."""
-    return sorted(set(getattr(parser, "flags", [])))
+    """The ``--long`` flags of a command's parser, hidden (old) spellings and the ``--no-``
+    forms of switches left out (a close match names the switch once)."""
+    flags = set(getattr(parser, "flags", []))
+    return sorted(
+        flag for flag in flags if not (flag.startswith("--no-") and f"--{flag[5:]}" in flags)
+    )
 
 
 def check_command_args(command: str, argv: list[str]) -> None:

@@ -9,12 +9,21 @@ import argparse
 import time
 from pathlib import Path
 
-from sbert_pipeline.jobs.model_flags import DeprecatedAlias, add_model_arguments, encoder_settings
-from sbert_pipeline.jobs.parsers import HelpFormatter, plain_text
+from sbert_pipeline.jobs.model_flags import (
+    DeprecatedAlias,
+    add_model_arguments,
+    settings_from_flags,
+)
+from sbert_pipeline.jobs.parsers import HelpFormatter
+from sbert_pipeline.jobs.parsers.stage_help import Switch
 
 from sbert_core.tabular import read_table, text_column
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
+DESCRIPTION = """Embed one file on this machine into FILE.npy or FILE.parquet. For corpora that
+need sharding, rejected rows and manifests, use sbert embed.
+
+More: docs/commands.md#encode, docs/models.md"""
 
 
 def add_parser(subparsers) -> None:
@@ -22,17 +31,26 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "encode",
         help="embed one file locally",
-        description=plain_text(__doc__),
+        description=DESCRIPTION,
+        usage="sbert encode --input FILE --output FILE [options]",
         formatter_class=HelpFormatter,
     )
     add_model_arguments(parser, old_dtype_flag=True, normalize=True)
     parser.add_argument(
-        "--input", required=True, help="TXT/TSV/CSV/JSONL/Parquet file, gzip allowed"
+        "--input",
+        required=True,
+        metavar="FILE",
+        help="TXT/TSV/CSV/JSONL/Parquet file, gzip allowed",
     )
-    parser.add_argument("--output", required=True, help="FILE.npy or FILE.parquet")
-    parser.add_argument("--text-field", default="text", help="column holding the text")
+    parser.add_argument("--output", required=True, metavar="FILE", help="FILE.npy or FILE.parquet")
     parser.add_argument(
-        "--id-field", default=None, help="column holding ids (default: the row number)"
+        "--text-field", default="text", metavar="FIELD", help="column holding the text"
+    )
+    parser.add_argument(
+        "--id-field",
+        default=None,
+        metavar="FIELD",
+        help="column holding ids (default: the row number)",
     )
     # The names before the options were spelled as in sbert embed.
     parser.add_argument("--text-col", dest="text_field", action=DeprecatedAlias, new="--text-field")
@@ -41,9 +59,11 @@ def add_parser(subparsers) -> None:
         "--format", default=None, help="input format if the extension does not tell"
     )
     parser.add_argument(
-        "--keep-text", action="store_true", help="store the text in the Parquet output"
+        "--keep-text", action=Switch, default=False, help="store the text in the Parquet output"
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument(
+        "--overwrite", action=Switch, default=False, help="replace an existing output file"
+    )
     parser.set_defaults(handler=main)
 
 
@@ -62,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
         else [str(i) for i in range(len(texts))]
     )
 
-    settings = encoder_settings(args)
+    settings = settings_from_flags(args)
     encoder = settings.load()
     start = time.perf_counter()
     result = encoder.encode_detailed(texts, show_progress=True, **settings.encode_kwargs())

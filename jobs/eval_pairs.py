@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import argparse
 
-from sbert_pipeline.jobs.parsers.eval import eval_parser, evaluate, pair_file
+from sbert_pipeline.jobs.parsers.eval import add_field, eval_parser, evaluate, pair_file
 
 
 def add_parser(subparsers) -> None:
     """Register ``eval pairs`` on the ``eval`` sub-command's subparsers."""
     summary = "average precision / best F1 on labelled pairs"
-    parser = eval_parser(subparsers, "pairs", summary, __doc__, main)
-    parser.add_argument("--label-col", default="label", help="0/1 labels, or scores (see below)")
+    description = (
+        "Average precision and best F1 (with its threshold) of a model's similarities on a "
+        "file of labelled sentence pairs, for cosine, Manhattan, Euclidean and dot product."
+    )
+    parser = eval_parser(subparsers, "pairs", summary, description, main)
+    add_field(parser, "label", "label", "0/1 labels, or scores (see --positive-min)")
     parser.add_argument(
         "--positive-min",
         type=float,
         default=None,
-        help="read --label-col as a score: pairs scoring at least this are positives "
+        metavar="X",
+        help="read --label-field as a score: pairs scoring at least this are positives "
         "(e.g. 4 for STSb)",
     )
 
@@ -29,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     )  # loads torch: only when run
 
     evaluator = SimilarityClassificationEvaluator.from_file(
-        args.data, label_col=args.label_col, positive_min=args.positive_min, **pair_file(args)
+        args.data, label_col=args.label_field, positive_min=args.positive_min, **pair_file(args)
     )
     result = evaluate(evaluator, args)
     if result is None:  # printed as JSON

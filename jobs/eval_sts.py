@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from sbert_pipeline.jobs.parsers.eval import eval_parser, evaluate, pair_file
+from sbert_pipeline.jobs.parsers.eval import add_field, eval_parser, evaluate, pair_file
 
 
 def add_parser(subparsers) -> None:
     """Register ``eval sts`` on the ``eval`` sub-command's subparsers."""
     summary = "Spearman/Pearson x100 of similarity vs gold scores"
-    parser = eval_parser(subparsers, "sts", summary, __doc__, main)
-    parser.add_argument("--score-col", default="score", help="column with the gold score")
+    description = (
+        "Spearman and Pearson correlations (x 100) between a model's similarities and the gold "
+        "scores of a file of sentence pairs, for cosine, Manhattan, Euclidean and dot product."
+    )
+    parser = eval_parser(subparsers, "sts", summary, description, main)
+    add_field(parser, "score", "score", "column with the gold score")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -21,7 +25,7 @@ def main(args: argparse.Namespace) -> int:
         STSEvaluator,
     )
 
-    evaluator = STSEvaluator.from_file(args.data, score_col=args.score_col, **pair_file(args))
+    evaluator = STSEvaluator.from_file(args.data, score_col=args.score_field, **pair_file(args))
     result = evaluate(evaluator, args)
     if result is None:  # printed as JSON
         return 0

@@ -2,9 +2,10 @@
 :class:`~sbert_pipeline.stage_api.model_options.ModelOptions`, where each is declared once (the
 stage commands, ``sbert embed`` and ``sbert search``, get them from their ``Options``).
 
-:func:`add_model_arguments` adds the flags to a command's parser and :func:`encoder_settings`
-turns the parsed values into one :class:`~sbert_core.inference.encoder_settings.EncoderSettings`,
-checked as the stages check them.
+:func:`add_model_arguments` adds the flags to a command's parser and
+:func:`settings_from_flags` turns the parsed values into one
+:class:`~sbert_core.inference.encoder_settings.EncoderSettings`, checked as the stages check them
+(``model_options.encoder_settings`` does the same from a stage's options).
 
 This module imports no torch: ``sbert CMD --help`` builds the parsers from it.
 """
@@ -12,13 +13,13 @@ This module imports no torch: ``sbert CMD --help`` builds the parsers from it.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sbert_pipeline.jobs.options_cli import argparse_settings, cli_fields, flag_of
 from sbert_pipeline.stage_api import model_options
 from sbert_pipeline.stage_api.model_options import COMPUTE_DTYPE_CHOICES, MODEL_GROUP, ModelOptions
+from sbert_pipeline.stage_api.old_spellings import say_once
 from sbert_pipeline.stage_api.options import field_types
 
 # The fields of which one at most may be given.
@@ -30,16 +31,15 @@ if TYPE_CHECKING:
 
 class DeprecatedAlias(argparse.Action):
     """An old spelling of an option: stores into the new option's destination, hidden from
-    ``--help``, with a one-line warning on stderr naming the new spelling."""
+    ``--help``, with a deprecation line naming the new spelling."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kwargs) -> None:
         self.new = new
         super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        print(
-            f"{parser.prog}: warning: {option_string} is deprecated; use {self.new}",
-            file=sys.stderr,
+        say_once(
+            f"{option_string} is the old name of {self.new}; it will be removed in the next version"
         )
         setattr(namespace, self.dest, values)
 
@@ -76,7 +76,7 @@ def add_model_arguments(
         )
 
 
-def encoder_settings(args: argparse.Namespace) -> EncoderSettings:
+def settings_from_flags(args: argparse.Namespace) -> EncoderSettings:
     """The encoder settings of the flags :func:`add_model_arguments` added.
 
     Options a command does not have (``--normalize`` on ``sbert eval``) keep their defaults.

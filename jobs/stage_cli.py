@@ -53,10 +53,9 @@ def stage_package(stage: str) -> ModuleType:
 
 
 def build_parser(stage: str) -> CommandParser:
-    """The parser of ``sbert <stage>``, its description the stage module's docstring."""
-    return build_options_parser(
-        stage_package(stage).Options, f"sbert {stage}", f"sbert_pipeline.{stage}.stage"
-    )
+    """The parser of ``sbert <stage>``, its description the docstring of the stage's
+    ``Options``."""
+    return build_options_parser(stage_package(stage).Options, f"sbert {stage}")
 
 
 def parse(stage: str, argv: Sequence[str] | None) -> Any:
@@ -67,7 +66,7 @@ def parse(stage: str, argv: Sequence[str] | None) -> Any:
         OptionError: a value the stage refuses, naming the flag.
     """
     options_type = stage_package(stage).Options
-    return parse_options(options_type, argv, f"sbert {stage}", f"sbert_pipeline.{stage}.stage")
+    return parse_options(options_type, argv, f"sbert {stage}")
 
 
 def run_command(stage: str, argv: Sequence[str] | None, *, pipeline: Any = None) -> Any:

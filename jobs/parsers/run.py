@@ -5,16 +5,26 @@ from __future__ import annotations
 import argparse
 
 from sbert_pipeline.jobs.parsers import config_parser
+from sbert_pipeline.jobs.parsers.stage_help import Switch
 from sbert_pipeline.jobs.run_table import (
     STAGE_NAMES as STAGE_ORDER,  # the stage table loads no Beam or torch
 )
+
+DESCRIPTION = """Run a whole job from one config: the stages it lists, one after the other, each
+writing its folder in the job directory, then report.html. The config is checked whole before
+anything is written. A rerun skips every stage whose inputs and settings did not change; a
+failed stage leaves its previous output as it was.
+
+    sbert run examples/quickstart.yaml
+
+More: docs/commands.md#run, docs/incremental.md, docs/troubleshooting.md"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``sbert run``."""
     parser = config_parser(
         "sbert run",
-        "sbert_pipeline.jobs.run",
+        DESCRIPTION,
         "job config YAML (see examples/quickstart.yaml)",
         "KEY=VALUE",
         "override a config value, e.g. --set dedup.threshold=0.95 (repeatable)",
@@ -35,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--print-config",
-        action="store_true",
+        action=Switch,
+        default=False,
         help="print the effective config (after --set) as YAML and exit",
     )
     return parser

@@ -33,13 +33,17 @@ MIN_SAMPLE = 20_000
 
 @dataclass(frozen=True)
 class Options(ExternalVectorOptions):
-    """How to cluster embeddings folders (see ``pipelines/cluster/stage.py``)."""
+    """Group embeddings into topics: spherical k-means into --k clusters, or communities of
+    items close to a centre item. Each cluster is summarised by its most central texts and its
+    distinctive terms, in a report."""
 
     INPUT_OPTIONS = ("embeddings", "text_from")
+    DOCS = ("docs/incremental.md", "docs/memory-and-disk.md")
 
     embeddings: tuple[str, ...] = option(
         help="embeddings output directories (one model; several are clustered together)",
         required=True,
+        metavar="DIR",
     )
     output: str = output_option()
     method: Literal["kmeans", "communities"] = option(
@@ -51,16 +55,20 @@ class Options(ExternalVectorOptions):
     sample: int | None = kmeans_sample_option("", SAMPLE_PER_CLUSTER, MIN_SAMPLE)
     iterations: int = kmeans_iterations_option()
     refine_passes: int = option(
-        0, "Lloyd passes over all rows after the sample fit (each reads the input once)"
+        0,
+        "Lloyd passes over all rows after the sample fit (each reads the input once)",
+        advanced=True,
     )
     seed: int = seed_option("random seed (sample and seeding)")
     precision: Literal["auto", "bfloat16", "float32"] = option(
-        "auto", "candidate search of the assignment; labels are the fp32 nearest centroid anyway"
+        "auto",
+        "candidate search of the assignment; labels are the fp32 nearest centroid anyway",
+        advanced=True,
     )
     text_from: str | None = option(
-        help="where texts for the summaries come from: an embeddings directory written with "
-        "--keep-text, or the corpus glob the embeddings were made from (default: the inputs' "
-        "text column when they have one)"
+        help="texts for the summaries: an embeddings directory written with --keep-text, or the "
+        "corpus glob (default: the inputs' text column when they have one)",
+        metavar="PATH",
     )
     threshold: float = option(0.75, "communities: minimum cosine to the centre")
     min_size: int = option(10, "communities: smallest community (with centre)")
@@ -68,10 +76,11 @@ class Options(ExternalVectorOptions):
         64,
         "communities: neighbour-list length (larger communities are completed by a threshold "
         "search)",
+        advanced=True,
     )
-    block_size: int = option(1024, "communities: query rows per similarity block")
-    representatives: int = option(5, "members nearest the centre listed")
-    terms: int = option(8, "distinctive terms per cluster")
+    block_size: int = option(1024, "communities: query rows per similarity block", advanced=True)
+    representatives: int = option(5, "members nearest the centre listed", advanced=True)
+    terms: int = option(8, "distinctive terms per cluster", advanced=True)
     incremental: bool = option(
         False,
         "kmeans: reuse the previous clustering in --output (its centroids and the assignments "

@@ -1,6 +1,7 @@
 """Options of the embed stage (``sbert embed``, ``sbert run``'s ``embed:``, ``embed.Options``).
 
-Beam-free: the command line is generated from these fields (``jobs/options_cli.py``).
+Beam-free: the command line is generated from these fields (``jobs/options_cli.py``); the class
+docstring is the command's description in ``--help``.
 """
 
 from __future__ import annotations
@@ -42,73 +43,86 @@ def field_names(value: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Options(ModelOptions):
-    """How to embed a corpus (see ``pipelines/embed/stage.py``); the model options are
-    :class:`~sbert_pipeline.stage_api.model_options.ModelOptions`'."""
+    """Embed a corpus (text, JSONL, CSV, TSV or Parquet files, gzip allowed) into Parquet files
+    of vectors with a Beam pipeline. Rows that cannot be read are set aside in _errors/ and
+    counted; the output is published with its manifest only when the run succeeds."""
 
     INPUT_OPTIONS = ("input", "model")
+    DOCS = ("docs/models.md", "docs/incremental.md", "docs/distributed.md")
 
-    input: str = option(help="glob of corpus files on any Beam filesystem", required=True)
+    input: str = option(
+        help="glob of corpus files on any Beam filesystem", required=True, metavar="GLOB"
+    )
     output: str = output_option()
     format: Literal["txt", "jsonl", "csv", "tsv", "parquet"] | None = option(
         help="input format (default: from the file names)"
     )
-    text_field: str = option("text", "field/column with the text (default: text)")
-    id_field: str | None = option(help="field with ids (default: derived from file:row)")
+    text_field: str = option("text", "field/column with the text (default: text)", metavar="FIELD")
+    id_field: str | None = option(
+        help="field with ids (default: derived from file:row)", metavar="FIELD"
+    )
     keep_fields: tuple[str, ...] = option(
-        (), "comma-separated fields copied to the output", cli={"type": field_names}
+        (),
+        "comma-separated fields copied to the output",
+        cli={"type": field_names},
+        metavar="FIELDS",
     )
     keep_text: bool = option(False, "store the text next to the vector")
     dtype: Literal["float32", "float16"] = option("float32", "stored dtype")
     max_error_rate: float = option(
-        1.0, "fail (no manifest) if a larger fraction of rows is rejected (default 1.0: never)"
+        1.0,
+        "fail (no manifest) if a larger fraction of rows is rejected (default 1.0: never)",
+        advanced=True,
     )
     max_record_bytes: int = option(
         DEFAULT_MAX_RECORD_BYTES,
         "bytes of one row at most (the raw line(s)); longer rows are rejected",
+        advanced=True,
     )
     max_record_lines: int = option(
         DEFAULT_MAX_RECORD_LINES,
         "lines one quoted CSV field may span; past it the quote is taken for a stray one and "
         "only its first line is rejected",
+        advanced=True,
     )
     on_bad_file: Literal["fail", "skip"] = option(
         "fail",
         "a damaged input file (truncated or corrupt .gz/.bz2/.parquet): fail the job, naming "
         "it (default), or skip it as one rejected row after the rows read before the damage",
+        advanced=True,
     )
     # Large batches let the encoder sort by token length across many texts: at 256 the
     # pipeline ran at 0.82x the raw encoder on 20k texts, at 4096-8192 at 0.97x.
-    min_batch_size: int = option(4096, "records per inference call, min")
-    max_batch_size: int = option(8192, "records per inference call, max")
+    min_batch_size: int = option(4096, "records per inference call, min", advanced=True)
+    max_batch_size: int = option(8192, "records per inference call, max", advanced=True)
     batching: Literal["auto", "bundle", "grouped"] = option(
         "auto",
         "bundle: Beam's BatchElements; grouped: GroupByKey buckets and sharded writes (auto: "
         "grouped on the Dask runner, which drops finish_bundle output)",
+        advanced=True,
     )
     exact_dedup: bool = option(
         False,
-        "embed each distinct normalised text once (NFKC, casefold, whitespace and punctuation "
-        "collapsed); the other rows with that text get its vector and its id in a copy_of "
-        "column, and dedup puts them in its group",
+        "embed each distinct normalised text once; the other rows with that text get its vector "
+        "and its id in a copy_of column, and dedup puts them in its group",
     )
     allow_all_rejected: bool = option(
-        False, "publish a run in which every row was rejected (default: such a run fails)"
+        False,
+        "publish a run in which every row was rejected (default: such a run fails)",
+        advanced=True,
     )
     accelerator: str | None = option(
         help="GPUs for the embed step only, as Beam's accelerator resource hint (Dataflow right "
         "fitting: the other steps keep the job's machine type), e.g. "
         "'type:nvidia-l4;count:1;machine_type:g2-standard-8;install-nvidia-driver:5xx' "
-        "(default: none; local runners ignore it)"
+        "(default: none; local runners ignore it)",
+        metavar="HINT",
+        advanced=True,
     )
     incremental: bool = option(
         False,
-        "reuse the previous version of --output: rows of input files whose bytes did not change "
-        "(same path and sha256) are kept as they are, only new and changed files are embedded, "
-        "and rows of files no longer matched are dropped; replaces our own previous output "
-        "without --overwrite. A changed model, prompt, dtype or reading option embeds everything "
-        "again. Work is committed per input file, so a killed run, rerun with the same "
-        "settings, embeds only the files it had not finished. The launcher waits for the job "
-        "(not with --no_wait_until_finish, and not with --exact-dedup)",
+        "reuse the previous version of --output: only new and changed input files are embedded, "
+        "rows of removed files dropped (not with --exact-dedup)",
     )
     memory_budget: str = memory_budget_option()
     overwrite: bool = overwrite_option()

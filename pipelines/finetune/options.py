@@ -18,24 +18,27 @@ from sbert_core.config import parse_override
 
 @dataclass(frozen=True)
 class Options(StageOptions):
-    """How to fine-tune a model (see ``pipelines/finetune/stage.py``).
+    """Fine-tune a Sentence-BERT model (or train a cross-encoder) as a config file describes,
+    and save it for the pipeline with a manifest and a model card. Under torchrun it trains on
+    several processes (DDP); a killed run started again resumes from its last checkpoint."""
 
-    ``model``, ``output``, ``overwrite`` and ``resume`` left at None leave the value to the
-    config; given, they override it (after the ``overrides``).
-    """
+    # model, output, overwrite and resume left at None leave the value to the config; given,
+    # they override it (after the overrides).
 
     INPUT_OPTIONS = ("config", "model")
+    DOCS = ("docs/models.md", "docs/distributed.md")
 
-    config: str | None = option(help="YAML or JSON config (FinetuneConfig)")
+    config: str | None = option(help="YAML or JSON config", metavar="FILE")
     overrides: tuple[str, ...] = option(
         (),
-        "override config values, e.g. training.epochs=4 train.limit=500",
-        cli={"positional": True, "nargs": "*", "metavar": "KEY=VALUE"},
+        "override a config value, e.g. --set training.epochs=4 (repeatable)",
+        flag="--set",
+        cli={"action": "append", "nargs": None, "metavar": "KEY=VALUE"},
+        old_positional=True,
     )
     model: str | None = option(help="base model (overrides the config)")
-    output: str | None = option(help="output directory (overrides the config)")
-    # A switch that only turns overwriting on, as before: without it the config decides.
-    overwrite: bool | None = option(help="replace OUTPUT", cli={"action": "store_true"})
+    output: str | None = option(help="output directory (overrides the config)", metavar="DIR")
+    overwrite: bool | None = option(help="replace OUTPUT (default: as the config says)")
     resume: bool | None = option(
         help="continue from the newest checkpoint in OUTPUT.checkpoints (default: yes)"
     )

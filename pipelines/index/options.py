@@ -24,17 +24,22 @@ from sbert_pipeline.stage_api.shared_options import (
 
 @dataclass(frozen=True)
 class Options(ExternalVectorOptions):
-    """How to build an index from an embeddings folder (see ``pipelines/index/stage.py``)."""
+    """Build a FAISS index of an embeddings folder for sbert search: the index type is chosen to
+    fit --memory-budget, and its search parameter tuned to reach --target-recall."""
 
     INPUT_OPTIONS = ("embeddings",)
+    DOCS = ("docs/memory-and-disk.md", "docs/incremental.md")
 
     embeddings: str = option(
-        help="an sbert embed output directory (or, with --embedding-column, a Parquet dataset)",
+        help="an sbert embed output directory (or, with --embedding-field, a Parquet dataset)",
         required=True,
+        metavar="DIR",
     )
     output: str = output_option("index output directory")
     factory: str = option(
-        "auto", "'auto' (choose under --memory-budget) or a FAISS index_factory string"
+        "auto",
+        "'auto' (choose under --memory-budget) or a FAISS index_factory string",
+        metavar="SPEC",
     )
     # The whole process: the index, its training sample, the trial, the queries, the batches.
     memory_budget: str = memory_budget_option()
@@ -44,26 +49,26 @@ class Options(ExternalVectorOptions):
     metric: Literal["ip", "l2"] = option(
         "ip", "ip: cosine (vectors are L2-normalised), l2: Euclidean (default ip)"
     )
-    train_sample: int | None = option(help="training vectors (default: by index)")
+    train_sample: int | None = option(help="training vectors (default: by index)", advanced=True)
     trial_sample: int | None = option(
         help="with --factory auto, when both HNSW and IVF-Flat fit the budget, build both on "
         "this many vectors and keep the faster at the target recall (default: N/4, at least "
-        "100k, at most 1M; 0: take the planner's first choice)"
+        "100k, at most 1M; 0: take the planner's first choice)",
+        advanced=True,
     )
     queries: int = option(
-        1000, "held-out vectors for tuning and the recall estimate (default 1000)"
+        1000, "held-out vectors for tuning and the recall estimate (default 1000)", advanced=True
     )
     # 16k rows: adding is as fast as with 64k, and the fill holds 0.3 GiB less (2M x 384).
-    batch_size: int = option(16384, "vectors read and added per step")
+    batch_size: int = option(16384, "vectors read and added per step", advanced=True)
     seed: int = seed_option("for the training and query sample")
     shards: int | None = option(
         help="fill S shards in a Beam pipeline and merge them (default: one process, no Beam)"
     )
     incremental: bool = option(
         False,
-        "reuse the previous index in --output (its trained index and tuned search parameters): "
-        "remove the rows of changed or removed embeddings parts, add the new rows, and retrain "
-        "only when recall@10 on held-out new rows falls below --target-recall",
+        "reuse the previous index in --output: update its rows, and retrain only when recall@10 "
+        "on held-out new rows falls below --target-recall",
     )
     overwrite: bool = overwrite_option()
     verify: bool = verify_option()

@@ -1,7 +1,8 @@
 """Options of the pairs stage (``sbert pairs``, ``sbert run``'s ``pairs:``, ``pairs.Options``).
 
 Beam-free and numpy-free: the command line is generated from these fields
-(``jobs/options_cli.py``), and ``--help`` loads none of the search.
+(``jobs/options_cli.py``), and ``--help`` loads none of the search; the class docstring is the
+command's description.
 """
 
 from __future__ import annotations
@@ -41,66 +42,84 @@ EXACT_ONLY = ("ranges",)
 
 @dataclass(frozen=True)
 class Options(ExternalVectorOptions):
-    """How to find the neighbours and similar pairs of embeddings (``pipelines/pairs/stage.py``)."""
+    """Find each item's k most similar items and, with --threshold, every pair at or above a
+    cosine, in embeddings folders (or Parquet datasets of your own vectors). Exact search up to
+    200,000 vectors, a clustered search (SemDeDup-style, its recall measured) above."""
 
     INPUT_OPTIONS = ("embeddings", "known_pairs")
+    DOCS = ("docs/memory-and-disk.md", "docs/incremental.md")
 
     embeddings: tuple[str, ...] = option(
         help="embeddings output directories (one model; several are searched together)",
         required=True,
+        metavar="DIR",
     )
     output: str = output_option()
     k: int = option(10, "neighbours per item (default 10)")
     threshold: float | None = option(
-        help="also write every pair with cosine >= T to pairs/ (a cosine, in [-1, 1])"
+        help="also write every pair with cosine >= T to pairs/ (a cosine, in [-1, 1])",
+        metavar="T",
     )
-    method: Literal["auto", "exact", "clustered"] = option("auto")
+    method: Literal["auto", "exact", "clustered"] = option(
+        "auto", "auto: exact up to 200,000 vectors (when it fits --worker-memory), clustered above"
+    )
     clusters: int | None = option(
-        help="clustered: k-means centroids (default about sqrt(N), at least 4k items each)"
+        help="clustered: k-means centroids (default about sqrt(N), at least 4k items each)",
+        advanced=True,
     )
     nprobe: int | None = option(
-        help="clustered: blocks each vector joins (default: the fewest that reach --target-recall)"
+        help="clustered: blocks each vector joins (default: the fewest that reach --target-recall)",
+        advanced=True,
     )
     target_recall: float = option(0.95, "clustered: recall@k that chooses --nprobe (default 0.95)")
     tune_sample: int = option(
-        TUNE_SAMPLE, f"clustered: queries that choose --nprobe (default {TUNE_SAMPLE})"
+        TUNE_SAMPLE,
+        f"clustered: queries that choose --nprobe (default {TUNE_SAMPLE})",
+        advanced=True,
     )
     max_block: int | None = option(
         help="clustered: clusters whose block would hold more vectors are split (default "
-        f"{DEFAULT_MAX_BLOCK:,}, less if --worker-memory needs it)"
+        f"{DEFAULT_MAX_BLOCK:,}, less if --worker-memory needs it)",
+        advanced=True,
     )
     sample: int | None = kmeans_sample_option("clustered: ", SAMPLE_PER_CLUSTER, MIN_SAMPLE)
     iterations: int = kmeans_iterations_option()
     recall_sample: int = option(
-        1000, "clustered: queries whose lists are checked against exact search (0: none)"
+        1000,
+        "clustered: queries whose lists are checked against exact search (0: none)",
+        advanced=True,
     )
     known_pairs: str | None = option(
         help="Parquet file with id_a, id_b columns (e.g. known duplicates): the manifest "
-        "records how many of them the output found"
+        "records how many of them the output found",
+        metavar="FILE",
     )
     worker_memory: str = option(
         "4GB",
-        "memory one worker may use, e.g. 4GB, 16GiB (default 4GB): exact mode needs all "
-        "vectors in each worker",
+        "memory one worker may use, e.g. 16GiB (default 4GB): exact mode needs all vectors in "
+        "each worker",
+        metavar="SIZE",
     )
     memory_budget: str = memory_budget_option()
     ranges: int | None = option(
-        help=f"exact: query ranges, one Beam element each (default one per {ROWS_PER_RANGE:,})"
+        help=f"exact: query ranges, one Beam element each (default one per {ROWS_PER_RANGE:,})",
+        advanced=True,
     )
     shards: int | None = option(
-        help=f"clustered: output shards (default one per {ROWS_PER_SHARD:,} items)"
+        help=f"clustered: output shards (default one per {ROWS_PER_SHARD:,} items)",
+        advanced=True,
     )
     seed: int = seed_option("k-means and recall sample seed")
     precision: Literal["auto", "bfloat16", "float32"] = option(
-        "auto", "candidate pass of the exact search; results are the fp32 answer either way"
+        "auto",
+        "candidate pass of the exact search; results are the fp32 answer either way",
+        advanced=True,
     )
     overwrite: bool = overwrite_option()
     incremental: bool = option(
         False,
-        "reuse this output folder's previous pairs: only rows of new or changed embeddings "
-        "parts are searched (against all rows), old rows' lists and pairs are kept and "
-        "updated; a full run when the settings or the model changed. Replaces the folder's own "
-        "previous output without --overwrite",
+        "reuse this folder's previous pairs: only rows of new or changed embeddings parts are "
+        "searched (a full run when the settings or the model changed)",
     )
     verify: bool = verify_option()
     beam_options: Any = beam_options_option()

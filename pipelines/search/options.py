@@ -18,20 +18,22 @@ OUTPUT_SUFFIXES = (".jsonl", ".tsv")
 
 @dataclass(frozen=True)
 class Options(QueryModelOptions):
-    """Which index to search, for which queries, and where the hits go (see
-    ``pipelines/search/stage.py``); the query model options are
-    :class:`~sbert_pipeline.stage_api.model_options.QueryModelOptions`'."""
+    """Search an index built by sbert index: each query text is encoded as the corpus was,
+    and its k nearest items are printed (or written to a file)."""
 
     INPUT_OPTIONS = ("index", "queries", "model")
+    DOCS = ("docs/models.md",)
 
     query: tuple[str, ...] = option(
-        (), "query texts (or use --queries FILE)", cli={"positional": True, "nargs": "*"}
+        (),
+        "query texts (or use --queries FILE)",
+        cli={"positional": True, "nargs": "*", "metavar": "QUERY"},
     )
-    index: str = option(help="an sbert index output directory", required=True)
+    index: str = option(help="an sbert index output directory", required=True, metavar="DIR")
     queries: str | None = option(
-        help="UTF-8 file with one query per line (blank lines are skipped)"
+        help="UTF-8 file with one query per line (blank lines are skipped)", metavar="FILE"
     )
-    output: str | None = option(help="write hits to FILE.jsonl or FILE.tsv")
+    output: str | None = option(help="write hits to FILE.jsonl or FILE.tsv", metavar="FILE")
     k: int = option(10, "neighbours per query (default 10)")
     json: bool = option(False, "print JSON lines instead of text")
     verify: bool = verify_option("the index files")

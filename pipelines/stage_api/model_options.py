@@ -4,7 +4,8 @@ Two mixins of stage ``Options``:
 
 - :class:`ModelOptions`: how a command that makes vectors loads and runs its model (``sbert
   embed``; ``sbert encode`` and ``sbert eval`` build their flags from the same fields, in
-  ``jobs/model_flags.py``);
+  ``jobs/model_flags.py``, whose ``settings_from_flags`` is this module's
+  :func:`encoder_settings` for parsed flags);
 - :class:`QueryModelOptions`: a command that encodes queries against an existing index
   (``sbert search``): how the vectors are made is the index's, where the model runs and the
   query prompt are the command's.
@@ -83,12 +84,15 @@ def _prompt_option() -> Any:
         help="a prompt text to prepend instead of a named one ('' for none)",
         metavar="TEXT",
         group=MODEL_GROUP,
+        advanced=True,
     )
 
 
 def _threads_option() -> Any:
     return option(
-        help="torch threads for this process (default: torch's choice)", group=MODEL_GROUP
+        help="torch threads for this process (default: torch's choice)",
+        group=MODEL_GROUP,
+        advanced=True,
     )
 
 
@@ -97,6 +101,7 @@ def _allow_pickle_option() -> Any:
         False,
         "accept pytorch_model.bin weights (unpickling can run code: trusted sources only)",
         group=MODEL_GROUP,
+        advanced=True,
     )
 
 
@@ -130,15 +135,16 @@ class ModelOptions(StageOptions):
         "what runs the transformer on CPU: torch, or openvino (pip install "
         "'sbert-pipeline[openvino]'; faster bfloat16 and int8, inference only)",
         group=MODEL_GROUP,
+        advanced=True,
     )
     pooling: PoolingChoice | None = option(
-        help="pooling mode (default: the model's)", group=MODEL_GROUP
+        help="pooling mode (default: the model's)", group=MODEL_GROUP, advanced=True
     )
     normalize: bool | None = option(
-        help="L2-normalise (default: as the model does)", group=MODEL_GROUP
+        help="L2-normalise (default: as the model does)", group=MODEL_GROUP, advanced=True
     )
     max_seq_length: int | None = option(
-        help="tokens per text at most (default: the model's)", group=MODEL_GROUP
+        help="tokens per text at most (default: the model's)", group=MODEL_GROUP, advanced=True
     )
     prompt_name: str | None = option(
         help="the model's prompt to prepend to every text, e.g. query or document (default: "
@@ -153,10 +159,10 @@ class ModelOptions(StageOptions):
         group=MODEL_GROUP,
     )
     batch_size: int | None = option(
-        help="texts per forward pass (default: by token budget)", group=MODEL_GROUP
+        help="texts per forward pass (default: by token budget)", group=MODEL_GROUP, advanced=True
     )
     token_budget: int | None = option(
-        help="padded tokens per forward pass (default by device)", group=MODEL_GROUP
+        help="padded tokens per forward pass (default by device)", group=MODEL_GROUP, advanced=True
     )
     threads: int | None = _threads_option()
     allow_pickle: bool = _allow_pickle_option()

@@ -27,6 +27,11 @@ own :meth:`StageOptions.check`, that ``output`` is apart from every input the cl
 one error naming the option, before the stage reads or writes anything. Argparse-free, and
 ``--help`` and the ``sbert run`` checks load no Beam, torch or FAISS: Beam is loaded only to
 check Beam options that are given.
+
+Values are converted before the frozen dataclass is built (its metaclass, :class:`OptionsType`,
+does it): old names and values the class lists in ``RENAMED`` and ``OLD_VALUES`` become the new
+ones (``old_spellings.py``), then each value is conformed to its field's type. Nothing is written
+into an ``Options`` after ``__init__``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ from functools import cache
 from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from sbert_pipeline.io.path_relations import overlap_error
+from sbert_pipeline.stage_api.old_spellings import (
+    PYTHON,
+    BothSpellingsError,
+    Spelling,
+    upgraded,
+    yaml_spelling,
+)
 
 from sbert_core.config import coerce_value
 from sbert_core.model.source import DEFAULT_MODEL
@@ -87,6 +99,8 @@ def option(
     cli: Mapping[str, Any] | None = None,
     in_cli: bool = True,
     advanced: bool = False,
+    flag: str | None = None,
+    old_positional: bool = False,
 ) -> Any:
     """A field of a stage's ``Options``.
 
@@ -104,6 +118,9 @@ def option(
         in_cli: false for a field only the Python API and ``sbert run`` set.
         advanced: a setting users seldom change: ``--help`` leaves it out, ``--help-all``
             lists it.
+        flag: the flag, where it is not the name with dashes (``"--set"`` for ``overrides``).
+        old_positional: the command line still takes its values as bare arguments, as it once
+            did, with a deprecation line.
     """
     metadata = {
         "help": help,
@@ -115,33 +132,109 @@ def option(
         "cli": dict(cli or {}),
         "in_cli": in_cli,
         "advanced": advanced,
+        "flag": flag,
+        "old_positional": old_positional,
     }
     return dataclasses.field(default=default, metadata=metadata)
 
 
+class OptionsType(type):
+    """The metaclass of :class:`StageOptions`: converts what a call gives before the dataclass's
+    ``__init__`` stores it (old spellings, types, required fields, a list of Beam flags), so a
+    frozen ``Options`` is never written to after it is built."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        values = _keywords(cls, args, kwargs)
+        values = upgraded_values(cls, values, PYTHON)
+        return super().__call__(**conformed_values(cls, values))
+
+
+def _keywords(cls: type, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Positional arguments as the keywords of the fields they fill, in declaration order."""
+    if not args:
+        return kwargs
+    names = [item.name for item in dataclasses.fields(cls) if item.init]
+    if len(args) > len(names):
+        raise TypeError(f"{cls.__name__}() takes {len(names)} positional arguments at most")
+    values = dict(zip(names, args, strict=False))  # fewer arguments than fields
+    for name in kwargs:
+        if name in values:
+            raise TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
+    return {**values, **kwargs}
+
+
+def upgraded_values(
+    cls: type[StageOptions], values: Mapping[str, Any], spelling: Spelling
+) -> dict[str, Any]:
+    """``values`` with ``cls``'s old option names and values replaced by the new ones, one
+    deprecation line for each (spelled as ``spelling`` says).
+
+    Raises:
+        OptionError: an old name and its new name both given, with different values.
+    """
+    try:
+        return upgraded(cls.RENAMED, cls.OLD_VALUES, values, spelling)
+    except BothSpellingsError as err:
+        raise OptionError(err.name, err.message) from None
+
+
+def conformed_values(cls: type[StageOptions], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Every field's value (given or default) conformed to its type: a list for a tuple, an int
+    for a float, a list of Beam flags as a tuple; keywords that are no field are left to
+    ``__init__`` to refuse.
+
+    Raises:
+        OptionError: a required field is None, or a value is not of its field's type.
+    """
+    hints = field_types(cls)
+    result = dict(values)
+    for item in dataclasses.fields(cls):
+        if item.name in values:
+            value = values[item.name]
+        elif item.default is not dataclasses.MISSING:
+            value = item.default
+        else:
+            continue  # no default: __init__ names it
+        if value is None:
+            if item.metadata.get("required"):
+                raise OptionError(item.name, "required")
+        elif item.name == BEAM_FIELD and isinstance(value, list):
+            value = tuple(value)  # checked, flag by flag, after the stage's own checks
+        else:
+            value = conform(value, hints[item.name], item.name)
+        result[item.name] = value
+    return result
+
+
 @dataclass(frozen=True)
-class StageOptions:
+class StageOptions(metaclass=OptionsType):
     """Base of every stage's ``Options``: type and required-field checks, then :meth:`check`,
     then the output against the inputs and the Beam options."""
 
     # The fields that name what the stage reads (folders, files or globs, one or a list): its
     # ``output`` may not be one, hold one or lie inside one.
     INPUT_OPTIONS: ClassVar[tuple[str, ...]] = ()
+    # Old option names still accepted (old name -> new name), in Python, YAML and on the
+    # command line, each with a deprecation line; the old name is no field.
+    RENAMED: ClassVar[Mapping[str, str]] = {}
+    # Old values still accepted: field -> {old value: new value, or Sets(field=value, ...)}.
+    OLD_VALUES: ClassVar[Mapping[str, Mapping[Any, Any]]] = {}
+    # The docs/ pages about the stage, named after "More:" in its --help.
+    DOCS: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        hints = field_types(type(self))
-        for item in dataclasses.fields(self):
-            value = getattr(self, item.name)
-            if value is None:
-                if item.metadata.get("required"):
-                    raise OptionError(item.name, "required")
-                continue
-            converted = conform(value, hints[item.name], item.name)
-            if converted is not value:
-                object.__setattr__(self, item.name, converted)
         self.check()
         self._check_output_apart()
         self._check_beam_options()
+
+    def __getattr__(self, name: str) -> Any:
+        """An old option name read (``options.id_column``): the new field's value, for code
+        written against the old names, for one version. Called only for names that are not
+        attributes."""
+        new = type(self).RENAMED.get(name)
+        if new is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self, new)
 
     def _check_output_apart(self) -> None:
         """Refuse an output equal to, inside or above an input: written, it would replace the
@@ -164,10 +257,9 @@ class StageOptions:
         from sbert_pipeline.stage_api.beam_options import check_beam_options
 
         try:
-            checked = check_beam_options(value)
+            check_beam_options(value)
         except TypeError as err:
             raise OptionError(BEAM_FIELD, str(err)) from None
-        object.__setattr__(self, BEAM_FIELD, checked)  # a list kept as a tuple
 
     def check(self) -> None:
         """The stage's own checks of values and their combinations (raise :class:`OptionError`)."""
@@ -237,15 +329,26 @@ def options_from_mapping(
         ValueError: an unknown key (with the closest name), an owned key, a wrong type or a
             value the stage refuses, each naming ``where.key``.
     """
-    owned = dict(owned or {})
+    # The caller's own keys: an old name there is the caller's to update, not the user's.
+    owned = {cls.RENAMED.get(name, name): value for name, value in (owned or {}).items()}
     names = [item.name for item in dataclasses.fields(cls)]
-    given: dict[str, Any] = {}
+    spelled: dict[str, Any] = {}
+    keys: dict[str, Any] = {}  # name -> the key as written, for messages
     for key, value in values.items():
         name = str(key).replace("-", "_")
-        if name not in names:
+        if name not in names and name not in cls.RENAMED:
             close = difflib.get_close_matches(name, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(f"{where}.{key}: not an option of {where}{hint}")
+        spelled[name] = value
+        keys[cls.RENAMED.get(name, name)] = key
+    try:
+        spelled = upgraded_values(cls, spelled, yaml_spelling(where))
+    except OptionError as err:
+        raise err.at(where) from None
+    given: dict[str, Any] = {}
+    for name, value in spelled.items():
+        key = keys.get(name, name)
         if name in owned:
             raise ValueError(f"{where}.{key}: set by {owner}, not by the config")
         # Config text read as its field's type, as every other config of the project is read.

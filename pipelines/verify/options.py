@@ -26,18 +26,22 @@ DEFAULT_BATCH_SIZE = 32
 
 @dataclass(frozen=True)
 class Options(StageOptions):
-    """How to verify the pairs of a pairs folder with a cross-encoder
-    (``pipelines/verify/stage.py``)."""
+    """Score the candidate pairs of sbert pairs with a cross-encoder, so that sbert dedup
+    groups them by the verified score (retrieve, then verify). The output is a pairs folder."""
 
     INPUT_OPTIONS = ("pairs", "corpus", "model")
+    DOCS = ("docs/verify.md",)
 
     pairs: str = option(
-        help="an sbert pairs output directory (written with --threshold)", required=True
+        help="an sbert pairs output directory (written with --threshold)",
+        required=True,
+        metavar="DIR",
     )
     model: str = option(
         help="a cross-encoder folder (sentence-transformers CrossEncoder, or sbert finetune "
         "with kind: cross_encoder)",
         required=True,
+        metavar="DIR",
         group=MODEL_GROUP,
     )
     output: str = output_option("verified pairs output directory (a pairs folder)")
@@ -49,13 +53,17 @@ class Options(StageOptions):
     )
     corpus: str | None = option(
         help="the corpus files (a glob, read as the embed job read them) to take the texts "
-        "from, by id (default: the texts the embeddings kept with --keep-text, or the "
-        "--text-column of own vectors)"
+        "from, by id (default: the texts the embeddings hold: kept with --keep-text, or the "
+        "text field of own vectors)",
+        metavar="GLOB",
     )
     id_field: str | None = option(
-        help="corpus id field (default: as the embed job read it; needed for pairs of own vectors)"
+        help="corpus id field (default: as the embed job read it; needed for pairs of own vectors)",
+        metavar="FIELD",
     )
-    text_field: str | None = option(help="corpus text field (default: as the embed job)")
+    text_field: str | None = option(
+        help="corpus text field (default: as the embed job)", metavar="FIELD"
+    )
     format: str | None = option(
         help="corpus format (default: as the embed job)", cli={"choices": FORMATS}
     )
@@ -66,9 +74,13 @@ class Options(StageOptions):
         "float32",
         "dtype the cross-encoder computes in; float32 matches sentence-transformers",
         group=MODEL_GROUP,
+        advanced=True,
     )
     cpu_backend: CpuBackend = option(
-        "torch", "what runs the cross-encoder on CPU: torch or openvino", group=MODEL_GROUP
+        "torch",
+        "what runs the cross-encoder on CPU: torch or openvino",
+        group=MODEL_GROUP,
+        advanced=True,
     )
     batch_size: int = option(
         DEFAULT_BATCH_SIZE,
@@ -76,16 +88,20 @@ class Options(StageOptions):
         group=MODEL_GROUP,
     )
     threads: int | None = option(
-        help="torch threads per worker process (default: torch's choice)", group=MODEL_GROUP
+        help="torch threads per worker process (default: torch's choice)",
+        group=MODEL_GROUP,
+        advanced=True,
     )
     allow_pickle: bool = option(
         False,
         "accept pytorch_model.bin weights (unpickling can run code: trusted sources only)",
         group=MODEL_GROUP,
+        advanced=True,
     )
     max_length: int | None = option(
         help="tokens per pair at most, special tokens included (default: the model's)",
         group=MODEL_GROUP,
+        advanced=True,
     )
     overwrite: bool = overwrite_option()
     verify: bool = verify_option()

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from sbert_pipeline.jobs import stage_cli
 from sbert_pipeline.jobs.cli import build_parser as cli_parser
-from sbert_pipeline.jobs.model_flags import encoder_settings
+from sbert_pipeline.jobs.model_flags import settings_from_flags
 from sbert_pipeline.jobs.run_config import load_run_config, stage_options
 from sbert_pipeline.stage_api.model_options import query_encoder_settings
 
@@ -117,11 +117,13 @@ def test_every_command_builds_the_same_settings_from_the_same_flags():
     # embed adds only the task: a corpus is embedded as documents (encode_document)
     assert _embed_settings(argv) == replace(EXPECTED, task="document")
     argv = ["encode", *io[:3], "out.npy", *ENCODER_FLAGS, "--dtype", "bfloat16", "--no-normalize"]
-    assert encoder_settings(cli_parser().parse_args(argv)) == EXPECTED
+    assert settings_from_flags(cli_parser().parse_args(argv)) == EXPECTED
     # eval has no --normalize: the model's own normalisation.
     for command in (["eval", "sts"], ["eval", "pairs"]):
         argv = [*command, "--data", "pairs.tsv", *ENCODER_FLAGS, "--dtype", "bfloat16"]
-        assert encoder_settings(cli_parser().parse_args(argv)) == replace(EXPECTED, normalize=None)
+        assert settings_from_flags(cli_parser().parse_args(argv)) == replace(
+            EXPECTED, normalize=None
+        )
     # search: where the model runs from its flags, how the vectors are made from the index.
     manifest = {"model_id": "indexed/model", "pooling": "cls", "normalized": False}
     manifest["max_seq_length"] = 16

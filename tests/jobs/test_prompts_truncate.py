@@ -251,7 +251,7 @@ def test_embed_without_prompt_options_embeds_documents_like_encode_document(prom
 
 def test_every_command_takes_the_prompt_and_truncate_dim_flags():
     from sbert_pipeline.jobs.cli import build_parser
-    from sbert_pipeline.jobs.model_flags import encoder_settings
+    from sbert_pipeline.jobs.model_flags import settings_from_flags
 
     flags = ["--model", "m", "--prompt-name", "query", "--truncate-dim", "16"]
     settings = stage_cli.parse(
@@ -263,9 +263,9 @@ def test_every_command_takes_the_prompt_and_truncate_dim_flags():
     commands = [["encode", "--input", "c", "--output", "o.npy"]]
     commands += [["eval", name, "--data", "d.tsv"] for name in ("sts", "pairs")]
     for command in commands:
-        parsed = encoder_settings(build_parser().parse_args([*command, *flags]))
+        parsed = settings_from_flags(build_parser().parse_args([*command, *flags]))
         assert parsed == replace(settings, task=None)
-    text = encoder_settings(build_parser().parse_args([*commands[1], "--prompt", "q: "]))
+    text = settings_from_flags(build_parser().parse_args([*commands[1], "--prompt", "q: "]))
     assert text.encode_kwargs() == {"prompt": "q: "}
     with pytest.raises(SystemExit):  # argparse: not allowed with --prompt-name
         build_parser().parse_args([*commands[0], *flags, "--prompt", "q: "])

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from sbert_pipeline.jobs.model_flags import add_model_arguments, encoder_settings
+from sbert_pipeline.jobs.model_flags import add_model_arguments, settings_from_flags
 from sbert_pipeline.stage_api.model_options import CPU_BACKEND_CHOICES
 
 from sbert_core import SentenceEncoder
@@ -163,7 +163,7 @@ def test_the_option_reaches_the_settings_and_the_loaded_encoder(tiny_st_dir, sam
     args = parser.parse_args(
         ["--model", str(tiny_st_dir), "--device", "cpu", "--cpu-backend", "openvino"]
     )
-    settings = encoder_settings(args)
+    settings = settings_from_flags(args)
     assert settings.backend == "openvino"
     settings.validate()
     assert settings.describe(settings.inspect())["compute"]["backend"] == "openvino"
