@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sbert_pipeline.dedup.groups import IndexedPairs
-from sbert_pipeline.dedup.inputs import embedding_ids
+from sbert_pipeline.dedup.sources import embedding_ids
+from sbert_pipeline.grouping.pairs import IndexedPairs
 from sbert_pipeline.io.embeddings import EmbeddingsDataset, require_compatible
 from sbert_pipeline.io.filesystems import FileSystems
 from sbert_pipeline.io.output_dir import MANIFEST, join

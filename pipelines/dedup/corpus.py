@@ -35,7 +35,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sbert_pipeline.dedup.corpus_index import FileKey, FileRows
+from sbert_pipeline.dedup.versions import FileKey, FileRows
 from sbert_pipeline.io.corpus_files import files_sha256, match_corpus, open_decompressed
 from sbert_pipeline.io.corpus_reader import (
     CorpusRecord,

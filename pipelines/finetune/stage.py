@@ -43,8 +43,8 @@ from sbert_pipeline.finetune.data_records import (
     training_summary,
     warn_single_target,
 )
-from sbert_pipeline.finetune.holdout_grouping import dedup_metrics, evaluate_dedup, load_holdout
 from sbert_pipeline.finetune.finetune_summary import FinetuneSummary, PrintedConfig
+from sbert_pipeline.finetune.holdout_grouping import dedup_metrics, evaluate_dedup, load_holdout
 from sbert_pipeline.finetune.model_card import model_card
 from sbert_pipeline.finetune.options import Options
 from sbert_pipeline.io.text_normal import text_key

@@ -1,33 +1,121 @@
-"""Pinned rows: rows a dedup run must keep whatever the keep rule says (Beam-free).
+"""The final decisions of a dedup run: the method's groups with the reference rows added and the
+pinned rows kept (Beam-free).
 
-Two kinds of rows are pinned: rows a previous dedup version kept (``--stable-keep``,
-:mod:`sbert_pipeline.dedup.previous`) and the rows of a reference corpus (``--against``,
-:mod:`sbert_pipeline.dedup.against`). The method groups the rows as usual; then every group that
-holds pinned rows is split around them (:func:`pin`):
-
-* every pinned row is kept;
-* every other member is removed and joins the pinned row of its group it is most similar to:
-  the highest score of a loaded pair at or above ``radius`` (the threshold, or the star/split
-  radius), ties to the better-ranked pinned row; a member with no such pair to any pinned row
-  (chained through other members) joins the best-ranked pinned row of its group, with no
-  score (reason "chained");
-* each pinned row that some member joined is the representative of the group they form; a
-  pinned row nobody joined is in no group.
-
-So a group with several pinned rows becomes one group per pinned row that has members, and
-the representative of a group with pinned rows is always a pinned row. Groups without pinned
-rows are left as the method made them. :func:`merge_groups` first joins groups linked by extra
-pairs (the corpus x reference pairs) into one, so a corpus group that holds a row matching a
-reference row is removed whole.
+:func:`decide` joins what :mod:`sbert_pipeline.dedup.against` (reference rows, pinned) and
+:mod:`sbert_pipeline.dedup.versions` (rows the previous version kept, pinned by ``--stable-keep``)
+add to the method's grouping, through :mod:`sbert_pipeline.dedup.pinning`. A previously kept row
+that matches a reference row is not pinned: the reference wins, so decontamination holds.
+:func:`changes_html` is the report's "Since the last run" section.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
-from sbert_pipeline.dedup.grouping import KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS, Grouping
-from sbert_pipeline.dedup.groups import IndexedPairs, connected_components
+import pyarrow as pa
+from sbert_pipeline.dedup.against import Reference
+from sbert_pipeline.dedup.inputs import DedupInputs
+from sbert_pipeline.dedup.versions import changes, pinned_rows, stable_group_ids
+from sbert_pipeline.grouping.compare import MethodSweep
+from sbert_pipeline.grouping.item_ids import ItemIds
+from sbert_pipeline.grouping.model import KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS, Grouping
+from sbert_pipeline.grouping.pairs import IndexedPairs
+from sbert_pipeline.io.texts import texts_from_embeddings
+
+from sbert_core.graph import smallest_node_labels
+
+REFERENCE_MARK = " (reference)"  # after a reference id in the report
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """The final grouping over the corpus rows ``0 .. n-1`` and the reference rows after them.
+
+    ``rank`` orders them all (reference rows last); ``pinned`` flags the rows kept whatever
+    the keep rule (reference rows and the previous kept rows).
+    """
+
+    grouping: Grouping
+    rank: np.ndarray
+    pairs: IndexedPairs
+    pinned: np.ndarray
+    n: int  # corpus rows
+
+    @property
+    def corpus_kept(self) -> np.ndarray:
+        """``(n,)`` bool: the corpus rows kept (what ``kept_ids.txt`` lists)."""
+        return self.grouping.kept[: self.n]
+
+    def reference_column(self) -> np.ndarray:
+        """``(rows,)`` bool: the reference rows."""
+        out = np.zeros(self.grouping.n, bool)
+        out[self.n :] = True
+        return out
+
+
+def decide_groups(
+    grouping: Grouping,
+    rank: np.ndarray,
+    pairs: IndexedPairs,
+    radius: float,
+    previous_kept: np.ndarray,
+    reference: Reference | None,
+) -> Decisions:
+    """The method's ``grouping`` of the corpus with the reference rows and the pins applied.
+
+    Args:
+        grouping: the chosen method's groups over the ``n`` corpus rows.
+        rank: ``(n,)`` the corpus order rank (ties, and which pinned row a chained member
+            joins).
+        pairs: the loaded corpus pairs.
+        radius: the least score by which a member joins a pinned row (the threshold, or the
+            star/split radius).
+        previous_kept: ``(n,)`` bool, the corpus rows to pin (the previous version kept them).
+        reference: the reference corpus and its pairs with the corpus, if any.
+    """
+    n = grouping.n
+    pinned = np.asarray(previous_kept, bool).copy()
+    if reference is not None:
+        m = reference.m
+        pinned &= ~reference.matched  # a kept row that duplicates a reference row goes
+        pinned = np.concatenate([pinned, np.ones(m, bool)])
+        rank = np.concatenate([np.asarray(rank, np.int64), n + np.arange(m, dtype=np.int64)])
+        pairs = IndexedPairs(
+            np.concatenate([pairs.a, reference.pairs.a]),
+            np.concatenate([pairs.b, reference.pairs.b]),
+            np.concatenate([pairs.scores, reference.pairs.scores]),
+        )
+        grouping = merge_groups(extend(grouping, n + m), reference.pairs, rank)
+    final = pin(grouping, pinned, rank, pairs, radius)
+    return Decisions(final, np.asarray(rank, np.int64), pairs, pinned, n)
+
+
+def shown_ids(ids: pa.Array, reference: Reference | None) -> tuple[pa.Array, Sequence[str]]:
+    """Every row's id (corpus, then reference) and its id as the report shows it (a
+    reference row marked)."""
+    if reference is None:
+        return ids, ItemIds(ids)
+    corpus = ids.to_pylist()
+    every = pa.array(corpus + reference.ids, pa.string())
+    return every, corpus + [item + REFERENCE_MARK for item in reference.ids]
+
+
+def reference_texts(reference: Reference, decided: Decisions, shown: list[str]) -> dict:
+    """``{shown id: text}`` of the grouped reference rows, from reference embeddings written
+    with ``--keep-text`` (none without)."""
+    with_text = [dataset for dataset in reference.datasets if dataset.has_text]
+    rows = np.flatnonzero(decided.grouping.group[decided.n :] >= 0).tolist()
+    if not with_text or not rows:
+        return {}
+    found = texts_from_embeddings(with_text, {reference.ids[row] for row in rows})
+    return {
+        shown[decided.n + row]: found[reference.ids[row]]
+        for row in rows
+        if reference.ids[row] in found
+    }
 
 
 def extend(grouping: Grouping, n: int) -> Grouping:
@@ -66,7 +154,7 @@ def merge_groups(grouping: Grouping, links: IndexedPairs, rank: np.ndarray) -> G
         np.concatenate([np.maximum(heads[rows], rows), links.b]),
         np.concatenate([np.ones(len(rows), np.float32), links.scores]),
     )
-    roots = connected_components(n, edges)
+    roots = smallest_node_labels(n, edges.a, edges.b)
     touched = np.zeros(n, bool)
     touched[roots[np.concatenate([links.a, links.b])]] = True
     size = np.bincount(roots, minlength=n)
@@ -187,4 +275,64 @@ def _renumbered(
         matched=np.where(alone, -1, grouping.matched),
         matched_score=np.where(alone, np.nan, grouping.matched_score).astype(np.float32),
         reason=np.where(alone, KEPT, grouping.reason).astype(np.int8),
+    )
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """The chosen method's groups at the threshold and every swept method's counts."""
+
+    groups: Grouping  # with the exact copies joined
+    sweeps: list[MethodSweep]  # the chosen method first
+    radius: float | None  # star, split: the radius at the threshold
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The final decisions and what the writers show of them."""
+
+    decisions: Decisions
+    every_id: pa.Array  # corpus ids, then reference ids: as groups.parquet lists them
+    shown: Sequence[str]  # every id as the report shows it (a reference row marked)
+    all_ids: ItemIds
+    texts: dict[str, str]
+    group_ids: np.ndarray  # (G,) each group's published id (stable across versions)
+    changes: dict | None  # what changed since the previous version (None: none)
+
+    @property
+    def grouping(self) -> Grouping:
+        """The final grouping (corpus rows, then reference rows)."""
+        return self.decisions.grouping
+
+
+def decide(inputs: DedupInputs, grouped: Grouped) -> Decided:
+    """The chosen method's ``groups`` with the pins applied (the third phase).
+
+    Args:
+        inputs: the run's inputs (order rank, pairs, previous version, reference).
+        grouped: the chosen method's groups at the threshold, copies joined.
+    """
+    options, n, groups, radius = inputs.options, inputs.n, grouped.groups, grouped.radius
+    decisions = decide_groups(
+        groups,
+        inputs.corpus.rank,
+        inputs.source.pairs,
+        options.threshold if radius is None else radius,
+        pinned_rows(inputs.stability, inputs.ids, n),
+        inputs.reference,
+    )
+    reference, texts = inputs.reference, inputs.corpus.texts
+    every_id, shown = shown_ids(inputs.ids.array, reference)
+    all_ids = inputs.ids if reference is None else ItemIds(every_id)
+    if reference is not None:
+        texts = {**texts, **reference_texts(reference, decisions, shown)}
+    final, previous = decisions.grouping, inputs.stability.previous
+    return Decided(
+        decisions,
+        every_id,
+        shown,
+        all_ids,
+        texts,
+        stable_group_ids(final, all_ids, previous),
+        changes(final, all_ids, decisions.corpus_kept, previous),
     )
