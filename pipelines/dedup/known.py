@@ -342,3 +342,11 @@ def known_view(
         for a, b in missed
     ]
     return KnownView(known, known_found(group, known), method, precision, shown, low)
+
+
+def known_fact(view: KnownView) -> str:
+    """The one-line fact for the top of the report: ``"150 of 150 pairs (recall 1.000)"``."""
+    text = f"{view.found.found} of {view.found.known} pairs (recall {view.found.recall:.3f})"
+    if view.precision is not None:
+        text += f"; precision on the labelled pairs {view.precision:.3f}"
+    return text

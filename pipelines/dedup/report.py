@@ -1,21 +1,16 @@
-"""``report.html`` of the dedup stage: one self-contained page (no network, no scripts).
-
-It shows the key counts, a histogram of the pair similarities with the threshold marked, the
-threshold sweep (how many rows each threshold would remove) as a plot and a table, and the
-largest groups side by side: the kept representative next to the removed members with their
-similarity to it. Plots are inline SVG; every id and text is HTML-escaped.
-"""
+"""``report.html`` of the dedup stage, all of it: one self-contained page (inline SVG, no
+network, no scripts; every id and text HTML-escaped): the counts, the similarity histogram, the
+sweep, every method's sweep, the labelled-pairs calibration, the known duplicates found, what
+changed since the last version and the largest groups side by side."""
 
 from __future__ import annotations
 
 import html
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from sbert_pipeline.dedup.known import KnownView
+from sbert_pipeline.dedup.known import KnownView, known_fact
 from sbert_pipeline.dedup.summary import NOT_COMPARED, DedupSummary, Histogram
 from sbert_pipeline.dedup.versions import REPORT_FILE
 from sbert_pipeline.grouping.compare import MethodSweep
@@ -215,39 +210,8 @@ def _text(value) -> str:
     return html.escape(str(value))
 
 
-def group_views(
-    ids: Sequence[str] | np.ndarray,
-    members: Sequence[np.ndarray],
-    kept: np.ndarray,
-    scores: np.ndarray,
-    texts: dict[str, str],
-    group_numbers: Sequence[int],
-    sizes: Sequence[int],
-) -> list[GroupView]:
-    """Views of some groups.
-
-    Args:
-        ids: item ids (indexable by row).
-        members: per shown group, the rows to show (representative first).
-        kept: ``(n,)`` bool.
-        scores: ``(n,)`` similarity to the representative (NaN: unknown or itself).
-        texts: ``{id: text}`` where known.
-        group_numbers, sizes: the shown groups' numbers and full sizes.
-    """
-    views = []
-    for rows, number, size in zip(members, group_numbers, sizes, strict=True):
-        shown = []
-        for row in rows.tolist():
-            item = str(ids[row])
-            score = float(scores[row])
-            shown.append(
-                Member(item, texts.get(item), bool(kept[row]), None if math.isnan(score) else score)
-            )
-        views.append(GroupView(int(number), int(size), shown))
-    return views
-
-
-_WIDTH, _HEIGHT = 420, 360
+# The precision-recall chart is square-ish.
+_PR_WIDTH, _PR_HEIGHT = 420, 360
 # One colour per method, in METHODS order (the chosen one is drawn thicker).
 _COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#9d755d", "#e45756")
 
@@ -360,17 +324,9 @@ def pr_curve_svg(sweeps: Sequence[MethodSweep], threshold: float) -> str:
         y_range=(0.0, 1.0),
         legend=True,
         aria_label="precision-recall curve",
-        width=_WIDTH,
-        height=_HEIGHT,
+        width=_PR_WIDTH,
+        height=_PR_HEIGHT,
     )
-
-
-def known_fact(view: KnownView) -> str:
-    """The one-line fact for the top of the report: ``"150 of 150 pairs (recall 1.000)"``."""
-    text = f"{view.found.found} of {view.found.known} pairs (recall {view.found.recall:.3f})"
-    if view.precision is not None:
-        text += f"; precision on the labelled pairs {view.precision:.3f}"
-    return text
 
 
 def known_section(view: KnownView, sweeps: Sequence[MethodSweep], threshold: float) -> str:

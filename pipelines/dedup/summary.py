@@ -310,7 +310,7 @@ def _labels(options: Options, summary: DedupSummary, labelled: LabelledPairs | N
         "columns": {
             "id_a": options.label_id_a,
             "id_b": options.label_id_b,
-            "label": options.label_column,
+            "label": options.label_field,
         },
         **labelled.to_json(),
         "method": chosen.method,

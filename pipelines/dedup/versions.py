@@ -286,8 +286,6 @@ def changes(
     }
 
 
-logger = logging.getLogger(__name__)
-
 INDEX_FILE = "corpus_index.parquet"
 INDEX_SCHEMA = pa.schema(
     [("file", pa.int32(), False), ("row", pa.int64(), False), ("id", pa.string(), False)]

@@ -9,6 +9,7 @@ with :func:`read_id_list` (split on LF only, then unescape).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,8 +24,8 @@ from sbert_pipeline.dedup.inputs import DedupInputs
 from sbert_pipeline.dedup.known import KnownView, known_found, known_view
 from sbert_pipeline.dedup.report import (
     GroupView,
+    Member,
     changes_html,
-    group_views,
     write_report_html,
 )
 from sbert_pipeline.dedup.summary import DedupSummary, dedup_manifest, similarity_histogram
@@ -360,3 +361,35 @@ def _known_view(inputs: DedupInputs, decided: Decided, summary: DedupSummary) ->
         inputs.known, decided.grouping.group, summary.method, precision, source.pairs,
         inputs.ids, decided.texts, source.low,
     )  # fmt: skip
+
+
+def group_views(
+    ids: Sequence[str] | np.ndarray,
+    members: Sequence[np.ndarray],
+    kept: np.ndarray,
+    scores: np.ndarray,
+    texts: dict[str, str],
+    group_numbers: Sequence[int],
+    sizes: Sequence[int],
+) -> list[GroupView]:
+    """Views of some groups.
+
+    Args:
+        ids: item ids (indexable by row).
+        members: per shown group, the rows to show (representative first).
+        kept: ``(n,)`` bool.
+        scores: ``(n,)`` similarity to the representative (NaN: unknown or itself).
+        texts: ``{id: text}`` where known.
+        group_numbers, sizes: the shown groups' numbers and full sizes.
+    """
+    views = []
+    for rows, number, size in zip(members, group_numbers, sizes, strict=True):
+        shown = []
+        for row in rows.tolist():
+            item = str(ids[row])
+            score = float(scores[row])
+            shown.append(
+                Member(item, texts.get(item), bool(kept[row]), None if math.isnan(score) else score)
+            )
+        views.append(GroupView(int(number), int(size), shown))
+    return views

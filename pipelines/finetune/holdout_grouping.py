@@ -9,8 +9,8 @@ holdout was trained on). For the base model and again for the fine-tuned one:
    (:func:`sbert_pipeline.vectors.pairs_above.self_pairs_above`);
 3. group them with each of ``methods`` over the threshold sweep, with the settings ``sbert
    dedup`` uses by default (:class:`sbert_pipeline.grouping.compare.MethodSettings`: central
-   ranking, star radius ``T - 0.10``), and score "both questions end in one group" on the holdout's labelled
-   pairs (:mod:`sbert_pipeline.grouping.labels`);
+   ranking, star radius ``T - 0.10``), and score "both questions end in one group" on the
+   holdout's labelled pairs (:mod:`sbert_pipeline.grouping.labels`);
 4. report, per method, the best-F1 threshold with its precision, recall, F1 and largest group.
 
 The numbers go into the model's manifest (``metrics.dedup``) and its model card.

@@ -122,7 +122,7 @@ def group_items(
         ValueError: an unknown method, a bad threshold, rank, ``rep_threshold`` or ``k``.
     """
     if method not in METHOD_TABLE:
-        raise ValueError(f"unknown grouping method {method!r}; choose one of {', '.join(METHODS)}")
+        raise ValueError(f"unknown dedup method {method!r}; choose one of {', '.join(METHODS)}")
     check_grouping_inputs(n, pairs, threshold, rank)
     params = MethodParams(rep_threshold, k, missing_score, order_rank, graph)
     return METHOD_TABLE[method](n, pairs, threshold, rank, params)
@@ -209,6 +209,8 @@ def components_by_keep(
             "give the ranking of another (preference)"
         )
     order = np.arange(n, dtype=np.int64) if order_rank is None else np.asarray(order_rank, np.int64)
+    if keep == "longest":
+        _check_lengths(n, pairs.above(threshold), text_lengths)
     if keep in KEEP_POLICIES:
         preference = rank_items(
             keep,  # type: ignore[arg-type]
@@ -219,6 +221,19 @@ def components_by_keep(
             threshold=threshold,
         )
     return group_items("components", n, pairs, threshold, preference, order_rank=order)
+
+
+def _check_lengths(n: int, used: IndexedPairs, text_lengths: np.ndarray | None) -> None:
+    """Refuse ``longest`` without the text length of every grouped item."""
+    grouped = np.zeros(n, bool)
+    grouped[used.a] = grouped[used.b] = True
+    lengths = None if text_lengths is None else np.asarray(text_lengths, np.int64)
+    unknown = int(grouped.sum()) if lengths is None else int(np.sum(grouped & (lengths < 0)))
+    if unknown:
+        raise ValueError(
+            f"the longest keep policy needs the texts of all grouped items; {unknown} of "
+            f"{int(grouped.sum())} are unknown"
+        )
 
 
 def components(

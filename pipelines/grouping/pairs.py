@@ -16,6 +16,8 @@ import pyarrow.compute as pc
 from sbert_pipeline.grouping.item_ids import string_array
 from sbert_pipeline.vectors.checks import check_cosine
 
+from sbert_core.graph import smallest_node_labels
+
 
 @dataclass(frozen=True)
 class IndexedPairs:
@@ -92,6 +94,11 @@ def index_pairs(
     first_of_pair[1:] = key[order][1:] != key[order][:-1]
     keep = order[first_of_pair]
     return IndexedPairs(a[keep], b[keep], scores[keep])
+
+
+def pair_components(n: int, pairs: IndexedPairs) -> np.ndarray:
+    """``(n,)`` int64: for every row, the smallest row of its component over ``pairs``."""
+    return smallest_node_labels(n, pairs.a, pairs.b)
 
 
 def lookup_scores(pairs: IndexedPairs, n: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
