@@ -1,11 +1,19 @@
-"""The final decisions of a dedup run: the method's groups with the reference rows added and the
+"""The decide phase of a dedup run: the method's groups with the reference rows added and the
 pinned rows kept (Beam-free).
 
 :func:`decide` joins what :mod:`sbert_pipeline.dedup.against` (reference rows, pinned) and
-:mod:`sbert_pipeline.dedup.versions` (rows the previous version kept, pinned by ``--stable-keep``)
-add to the method's grouping, through :mod:`sbert_pipeline.dedup.pinning`. A previously kept row
-that matches a reference row is not pinned: the reference wins, so decontamination holds.
-:func:`changes_html` is the report's "Since the last run" section.
+:mod:`sbert_pipeline.dedup.versions` (rows the previous version kept, pinned by the stable keep)
+add to the method's grouping (:func:`decide_groups`, :func:`pin`, :func:`merge_groups`), and
+gives the groups their stable ids and says what changed. A previously kept row that matches a
+reference row is not pinned: the reference wins, so decontamination holds.
+
+Pinned rows are rows a run must keep whatever the keep rule says. The method groups the rows as
+usual; then every group that holds pinned rows is split around them (:func:`pin`): every pinned
+row is kept; every other member joins the pinned row of its group it is most similar to (the
+highest score of a loaded pair at or above the radius, ties to the better-ranked pinned row; a
+member with no such pair joins the best-ranked pinned row, with no score: "chained"); a pinned
+row nobody joined is in no group. :func:`merge_groups` first joins groups linked by the corpus x
+reference pairs, so a corpus group that holds a row matching a reference row is removed whole.
 """
 
 from __future__ import annotations

@@ -1,6 +1,15 @@
-"""The inputs of a dedup run beside the ``pairs/`` folder: the embeddings the pairs were
-computed from (:func:`open_embeddings`), their ids, the rows naming a field (known duplicates,
-copies) and the ids the embed stage rejected."""
+"""The inputs phase of a dedup run: every input read and checked once, into :class:`DedupInputs`.
+
+:func:`read_inputs` opens the pairs and the embeddings, checks the memory budget from their
+manifests, reads the ids, the exact copies, the pairs the sweep needs, the labelled and known
+duplicate pairs, the reference (``--against``), the previous version in the output folder and,
+with ``--corpus``, scans the corpus once (the order rank, the texts). Nothing later opens an
+input again; everything that can fail on the inputs fails here, before the output is touched.
+
+The *order rank* decides ``first`` and every tie: corpus order (file, then row) when the corpus
+is known (``--corpus``, or ids derived as ``file:row``), else id order. Texts come from the
+corpus scan or from embeddings written with ``--keep-text``.
+"""
 
 from __future__ import annotations
 

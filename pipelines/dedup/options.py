@@ -27,7 +27,6 @@ from sbert_pipeline.stage_api.shared_options import (
     checked_memory_budget,
     memory_budget_option,
     overwrite_option,
-    seed_option,
     verify_option,
 )
 
@@ -88,7 +87,7 @@ class Options(StageOptions):
         help=f"star, split: least score to the kept row (default T - {DEFAULT_RADIUS_GAP:g})",
         group=_GROUPS,
     )
-    seed: int = seed_option("seed of --keep random")
+    seed: int = option(0, "seed of --keep random", advanced=True)
     mutual_k: int = option(DEFAULT_MUTUAL_K, "mutual: neighbours per item", advanced=True)
     missing_score: float = option(0.0, "average: score of a pair not loaded", advanced=True)
     stable_keep: bool | None = option(

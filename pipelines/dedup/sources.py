@@ -4,6 +4,13 @@
 come from the top-k neighbour lists (``neighbors/``), which miss the pairs of an item with more
 than k near neighbours. :func:`load_pairs` reads down to the lowest score any threshold of the
 sweep (or a star/split radius) needs, and says which thresholds can be answered exactly.
+
+The same module holds the other sources the inputs phase reads: the embeddings beside the
+pairs (:func:`open_embeddings`, their ids, the rows naming a field, the ids the embed stage
+rejected), the memory a run needs from its input manifests, checked against the budget before
+any pair is read (:func:`check_dedup_memory`: the pairs as columns, the ids as one Arrow array
+and a few ``(n,)`` arrays per row, on top of what the process already holds), and the
+labelled-pairs file (:func:`load_labels`: TSV, CSV, JSONL or Parquet, two ids and a 0/1 label).
 """
 
 from __future__ import annotations
@@ -192,7 +199,7 @@ def previous_grouped_rows(output: str | None) -> int:
 def pairs_to_load(pairs_output: PairsOutput, threshold: float) -> int:
     """How many pairs the run reads, from the manifest (the Parquet footers when it has no
     count): ``pairs/``, and the neighbour lists' entries when ``threshold`` lies below the
-    pairs' threshold (they are read too, :func:`sbert_pipeline.dedup.load.load_pairs`)."""
+    pairs' threshold (they are read too, :func:`load_pairs`)."""
     manifest = pairs_output.manifest
     count = (manifest.get("counts") or {}).get("pairs")
     if count is None:

@@ -1,4 +1,5 @@
-"""What a dedup run reports: the summary line, the sweep tables of every method (Beam-free)."""
+"""What a dedup run reports besides ``report.html``: the summary line, the sweep tables of every
+method, the similarity histogram and ``_manifest.json`` (Beam-free)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ class DedupSummary:
     # Known duplicate pairs (duplicate_of, or the labelled duplicates) the groups found; None:
     # there are none (pipelines/dedup/known.py).
     known: Found | None = None
-    # What changed since the version in the output folder (pipelines/dedup/previous.py).
+    # What changed since the version in the output folder (pipelines/dedup/versions.py).
     changes: dict | None = None
     # Whether the previous version's kept rows were kept again, and why (None: no version).
     stable: str | None = None
@@ -216,14 +217,8 @@ def dedup_manifest(
         labelled: the labelled pairs, if any.
         known: the known duplicates at the threshold, if any (``known_duplicates``).
     """
-    corpus = None
-    if options.corpus is not None:
-        spec = corpus_spec(datasets, options.format, options.text_field, options.id_field)
-        corpus = {"pattern": options.corpus, "spec": asdict(spec), "applied": options.apply}
-        if summary.corpus is not None:
-            corpus.update(directory=CORPUS_DIR, rejected_file=REJECTED_FILE, **summary.corpus)
+    corpus = _corpus(options, datasets, summary)
     limited = summary.limited
-    grouped = int(np.sum(groups.group[: summary.rows_in] >= 0))
     return {
         "kind": "dedup",
         **model_fields(datasets[0].manifest),
@@ -239,16 +234,7 @@ def dedup_manifest(
             "seed": settings.seed,
             "sweep_keep": settings.keep,  # the other methods of the sweep keep by this
         },
-        "counts": {
-            "rows_in": summary.rows_in,
-            "kept": summary.kept,
-            "removed": summary.removed,
-            "groups": groups.n_groups,
-            # Corpus rows; a group's --against reference rows count in its size only.
-            "grouped": grouped,
-            "singletons": summary.rows_in - grouped,
-            "largest_group": groups.largest,
-        },
+        "counts": _counts(summary, groups),
         "pairs": _pairs(options, pairs_output, source, groups),
         "pairs_manifest": None if pairs_output is None else pairs_output.manifest,
         "embeddings": [
@@ -277,6 +263,32 @@ def dedup_manifest(
         "software": software_versions(),
         "seconds": round(summary.seconds, 3),
         "created": created_now(),
+    }
+
+
+def _corpus(options: Options, datasets: list[EmbeddingsDataset], summary: DedupSummary):
+    """The corpus read (None without ``--corpus``)."""
+    if options.corpus is None:
+        return None
+    spec = corpus_spec(datasets, options.format, options.text_field, options.id_field)
+    corpus = {"pattern": options.corpus, "spec": asdict(spec), "applied": options.apply}
+    if summary.corpus is not None:
+        corpus.update(directory=CORPUS_DIR, rejected_file=REJECTED_FILE, **summary.corpus)
+    return corpus
+
+
+def _counts(summary: DedupSummary, groups: Grouping) -> dict:
+    """The manifest's ``counts``."""
+    grouped = int(np.sum(groups.group[: summary.rows_in] >= 0))
+    return {
+        "rows_in": summary.rows_in,
+        "kept": summary.kept,
+        "removed": summary.removed,
+        "groups": groups.n_groups,
+        # Corpus rows; a group's --against reference rows count in its size only.
+        "grouped": grouped,
+        "singletons": summary.rows_in - grouped,
+        "largest_group": groups.largest,
     }
 
 

@@ -5,7 +5,7 @@ A dedup run reads the version its output folder holds before it prepares the new
 ``groups.parquet``, checked against the manifest's digests.
 
 * **Pinned rows**: every row the previous version kept and that still exists is kept again
-  (:mod:`sbert_pipeline.dedup.pinning`) when the settings that decide groups are those it was made
+  (:mod:`sbert_pipeline.dedup.decide`) when the settings that decide groups are those it was made
   with (``--stable-keep auto``, the default: "kept stays kept" is for new data). A changed
   setting (a lowered threshold, another method) asks for other decisions, so the run decides
   afresh unless ``--stable-keep on`` pins them anyway; ``off`` never pins. Never across a
@@ -16,6 +16,14 @@ A dedup run reads the version its output folder holds before it prepares the new
   version's largest, in group order.
 * **What changed** (:func:`changes`): new, grown, changed and unchanged groups, rows newly
   removed or newly kept, previously kept rows now removed, rows gone.
+
+A version's files: ``groups.parquet`` (:data:`GROUPS_SCHEMA`) and the id lists
+``kept_ids.txt`` / ``removed_ids.txt``: UTF-8, one id per line, LF-terminated; a backslash is
+written as ``\\\\``, a line feed as ``\\n`` and a carriage return as ``\\r`` (read them back with
+:func:`read_id_list`). Its ``corpus_index.parquet`` says where each record sits in each corpus
+file, so that the next run over the same files parses only the new and changed ones
+(:func:`previous_index`; a file whose path, id prefix, bytes and sha256 are unchanged is taken
+from the index).
 """
 
 from __future__ import annotations
@@ -94,7 +102,7 @@ class Stability:
 
 
 def manifest_settings(manifest: dict) -> dict:
-    """The deciding settings (:func:`sbert_pipeline.dedup.run_settings.deciding_settings`) a dedup
+    """The deciding settings (:func:`sbert_pipeline.dedup.options.deciding_settings`) a dedup
     manifest records."""
     recorded = manifest.get("settings") or {}
     return deciding_settings(
@@ -388,7 +396,7 @@ GROUPS_SCHEMA = pa.schema(
         pa.field("is_representative", pa.bool_(), nullable=False),
         pa.field("size", pa.int64(), nullable=False),
         # Score of the pair (member, representative); null for the representative itself and
-        # for chained members (their pair with it is under the threshold; dedup/terms.py).
+        # for chained members (their pair with it is under the threshold; grouping/model.py).
         pa.field("score", pa.float32()),
     ]
 )

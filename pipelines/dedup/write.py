@@ -1,11 +1,6 @@
-"""The files a dedup run writes: ``groups.parquet`` (:data:`GROUPS_SCHEMA`), the id lists
-``kept_ids.txt`` / ``removed_ids.txt`` and ``report.html``.
-
-The id lists are UTF-8, one id per line, LF-terminated. Ids may contain anything, so three
-characters are escaped: a backslash is written as ``\\\\``, a line feed as ``\\n`` and a carriage
-return as ``\\r``; an id without them (the usual case) is written as it is. Read the lists back
-with :func:`read_id_list` (split on LF only, then unescape).
-"""
+"""The write phase of a dedup run: ``groups.parquet``, the id lists, the corpus index, the
+deduplicated corpus (``--apply``), ``report.html`` and ``_manifest.json``, written to the run's
+attempt area and published together (:func:`write`); a dry run writes nothing."""
 
 from __future__ import annotations
 
@@ -105,7 +100,7 @@ def groups_parquet_table(
         rank: the order rank.
         scores: ``(n,)`` each member's score with its representative (NaN: unknown / itself).
         group_ids: ``(G,)`` the id written for each group (default: its number ``0 .. G-1``;
-            stable ids: pipelines/dedup/previous.py).
+            stable ids: pipelines/dedup/versions.py).
     """
     rows = np.flatnonzero(groups.group >= 0)
     rows = rows[np.lexsort((rank[rows], ~groups.representative[rows], groups.group[rows]))]
