@@ -46,7 +46,7 @@ from sbert_pipeline.io.embeddings import EmbeddingsDataset
 from sbert_pipeline.io.filesystems import FileSystems
 
 # The field read when the embeddings kept it and no other is named, and the value of
-# ``--known-duplicates-field`` that turns known duplicates off.
+# the options give when known duplicates are off (--no-known-duplicates).
 DEFAULT_FIELD, NO_FIELD = KNOWN_FIELD, NO_KNOWN_FIELD
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def field_of(datasets: Sequence[EmbeddingsDataset], requested: str | None) -> st
     raise ValueError(
         f"--known-duplicates-field {requested!r}: the embeddings have no such column (they "
         f"hold {', '.join(kept) or 'no kept fields'}); embed with --keep-fields {requested}, "
-        f"or pass --known-duplicates-field {NO_FIELD}"
+        "or pass --no-known-duplicates"
     )
 
 
