@@ -29,20 +29,20 @@ from pathlib import Path
 from queue import Empty
 
 import numpy as np
-from sbert_pipeline.dedup.groups import IndexedPairs, sweep_thresholds
-from sbert_pipeline.dedup.labels import (
-    LabelColumns,
+from sbert_pipeline.dedup.sources import LabelColumns, read_labelled_pairs
+from sbert_pipeline.grouping.compare import MethodSettings
+from sbert_pipeline.grouping.labels import (
     LabelPoint,
     PairCounts,
     best_f1_point,
     label_sweep,
     match_labels,
     pr_curve,
-    read_labelled_pairs,
 )
-from sbert_pipeline.dedup.methods import sweep_groupings
-from sbert_pipeline.dedup.ranking import rank_items
-from sbert_pipeline.dedup.sweep import MethodSettings
+from sbert_pipeline.grouping.methods import sweep_groupings
+from sbert_pipeline.grouping.pairs import IndexedPairs
+from sbert_pipeline.grouping.ranking import rank_items
+from sbert_pipeline.grouping.sweep import sweep_thresholds
 
 from benchmarks.common import DATA_DIR, read_tsv, write_result
 from benchmarks.parser import benchmark_parser

@@ -34,7 +34,9 @@ import sys
 import time
 
 import numpy as np
-from sbert_pipeline.dedup.groups import IndexedPairs, connected_components, threshold_sweep
+from sbert_pipeline.grouping.pairs import IndexedPairs
+from sbert_pipeline.grouping.pairs import pair_components as connected_components
+from sbert_pipeline.grouping.sweep import threshold_sweep
 
 from benchmarks.common import ROOT, write_result
 

@@ -50,7 +50,7 @@ BAND_EDGES = (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
 def holdout_files(work: Path) -> tuple[Path, Path, int, int]:
     """Write the holdout's questions (JSONL: id, text) and labelled pairs (TSV); return the
     paths with the question and labelled-pair counts."""
-    from sbert_pipeline.finetune.dedup_test import DedupTestConfig, load_holdout
+    from sbert_pipeline.finetune.holdout_grouping import DedupTestConfig, load_holdout
     from sbert_pipeline.io.text_normal import text_key
 
     from sbert_core.training.data import DataSpec

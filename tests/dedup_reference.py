@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from sbert_pipeline.dedup.groups import IndexedPairs, SweepPoint
+from sbert_pipeline.grouping.pairs import IndexedPairs
+from sbert_pipeline.grouping.sweep import SweepPoint
 
 
 class UnionFind:

@@ -10,12 +10,14 @@ Rules (each test names the one it checks):
 - R1 sbert_core imports no apache_beam, pipelines or jobs.
 - R2 pipelines never imports jobs.
 - R3 pipelines/ holds only ``__init__.py`` and exactly the packages in :data:`PACKAGES`.
-- R4 sbert_pipeline.vectors imports no other pipelines package and no apache_beam.
+- R4 sbert_pipeline.vectors imports no other pipelines package and no apache_beam;
+  sbert_pipeline.grouping (the grouping library below the stages) imports only itself,
+  sbert_pipeline.vectors and sbert_core, and no apache_beam.
 - R5 sbert_pipeline.io imports only sbert_pipeline.io/vectors, and of Beam only its FileSystems.
 - R6 a stage package imports only sbert_pipeline.io, sbert_pipeline.vectors,
-sbert_pipeline.stage_api and
-  itself, plus the other stages :data:`STAGE_READS` names with the reason; sbert_pipeline.stage_api
-  imports only sbert_pipeline.io, sbert_pipeline.vectors and itself.
+  sbert_pipeline.grouping, sbert_pipeline.stage_api and itself, plus the other stages
+  :data:`STAGE_READS` names with the reason; sbert_pipeline.stage_api imports only
+  sbert_pipeline.io, sbert_pipeline.vectors and itself.
 - R7 no import cycle among the sbert_core (its subpackages too), pipelines and jobs
   modules.
 - R8 no module outside tests is over :data:`MAX_LINES` lines, but those in :data:`OVERSIZED`.
@@ -42,14 +44,11 @@ IMPORT_NAMES = {
     "jobs": "sbert_pipeline.jobs",
 }
 STAGES = {"embed", "index", "cluster", "pairs", "verify", "dedup", "search", "finetune"}
-PACKAGES = {"io", "vectors", "stage_api", *STAGES}
+PACKAGES = {"io", "vectors", "grouping", "stage_api", *STAGES}
 # The few stages that use another stage's code, with the reason. Any other import between
 # stage packages fails R6.
 STAGE_READS: dict[str, dict[str, str]] = {
     "search": {"index": "it searches the index/ folder, through the index stage's reader"},
-    "finetune": {
-        "dedup": "its dedup test groups held-out questions with the dedup stage's methods"
-    },
 }
 FILESYSTEMS = {"apache_beam.io.filesystems", "apache_beam.io.filesystem"}
 MAX_LINES = 500
@@ -197,13 +196,33 @@ def test_r4_vectors_loads_without_beam():
     assert len(modules) >= 8
 
 
+def test_r4_grouping_imports_only_grouping_vectors_and_no_beam():
+    assert _violations("grouping", {None, "grouping", "vectors"}, beam=lambda module: False) == []
+
+
+def test_r4_grouping_loads_without_beam_or_a_stage():
+    modules = [_name(p) for p in _modules("pipelines/grouping")]
+    result = _run_alone(
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "assert 'apache_beam' not in sys.modules, 'sbert_pipeline.grouping pulled in apache_beam'\n"
+        f"stages = {sorted(STAGES)!r}\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] == 'sbert_pipeline'\n"
+        "          and m.split('.')[1:2] and m.split('.')[1] in stages]\n"
+        "assert not loaded, f'sbert_pipeline.grouping pulled in {loaded[:3]}'\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(modules) >= 8
+
+
 def test_r5_io_imports_only_io_vectors_and_beam_filesystems():
     assert _violations("io", {None, "io", "vectors"}, beam=FILESYSTEMS.__contains__) == []
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_r6_a_stage_imports_only_io_vectors_stage_api_and_itself(stage):
-    allowed = {None, "io", "vectors", "stage_api", stage, *STAGE_READS.get(stage, {})}
+    allowed = {None, "io", "vectors", "grouping", "stage_api", stage, *STAGE_READS.get(stage, {})}
     assert _violations(stage, allowed, beam=lambda module: True) == []
 
 
@@ -287,7 +306,7 @@ def test_source_files_and_readme_snippets_are_formatted():
 
 
 def test_r10_sbert_core_holds_only_shared_leaves_and_its_subpackages():
-    leaves = {"__init__.py", "errors.py", "version.py", "config.py", "tabular.py"}
+    leaves = {"__init__.py", "errors.py", "version.py", "config.py", "tabular.py", "graph.py"}
     packages = {"model", "inference", "training", "evaluation"}
     entries = {p.name for p in (ROOT / "sbert_core").iterdir() if p.name != "__pycache__"}
     assert entries == leaves | packages, "put the module in the subpackage of its concept"

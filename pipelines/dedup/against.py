@@ -2,7 +2,7 @@
 (Beam-free).
 
 The reference rows are added to the items after the corpus rows (rows ``n .. n + m - 1``) and
-pinned (:mod:`sbert_pipeline.dedup.pinning`): they are always kept and never listed in
+pinned (:mod:`sbert_pipeline.dedup.decide`): they are always kept and never listed in
 ``kept_ids.txt`` or ``removed_ids.txt``, which list the corpus rows. Their pairs with the corpus
 (:func:`cross_pairs`) are found by exact search of corpus x reference only (never reference x
 reference): the corpus is streamed in batches against the whole reference, one score tile at a
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sbert_pipeline.dedup.groups import IndexedPairs
-from sbert_pipeline.dedup.inputs import embedding_ids
+from sbert_pipeline.dedup.sources import embedding_ids
+from sbert_pipeline.grouping.pairs import IndexedPairs
 from sbert_pipeline.io.embeddings import EmbeddingsDataset, require_compatible
 from sbert_pipeline.io.filesystems import FileSystems
 from sbert_pipeline.io.output_dir import MANIFEST, join

@@ -35,7 +35,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sbert_pipeline.dedup.corpus_index import FileKey, FileRows
+from sbert_pipeline.dedup.versions import FileKey, FileRows
 from sbert_pipeline.io.corpus_files import files_sha256, match_corpus, open_decompressed
 from sbert_pipeline.io.corpus_reader import (
     CorpusRecord,
@@ -132,24 +132,46 @@ def scan_corpus(
             file_rows.append(known)
             continue
         counts["parsed"] += 1
-        before, ids, numbers = place.rows, [], []
-        with open_decompressed(path) as stream:
-            for item in read_corpus_file(stream, path, spec, prefix):
-                place.rows += 1
-                if isinstance(item, RejectedRow):
-                    place.not_embedded += 1
-                    continue
-                line = _row_number(item.source)
-                ids.append(item.id)
-                numbers.append(line)
-                if place.record(item.id, number, path, line, item):
-                    place.texts[item.id] = item.text
-        file_rows.append(FileRows(place.rows - before, np.asarray(numbers, np.int64), ids))
+        file_rows.append(_parse_file(place, number, path, prefix, spec))
     if fetch and fetch_texts is not None:
         found = fetch_texts(fetch)
         place.texts.update(found)
         counts["texts_from_embeddings"] = len(found)
-    described = f"{pattern} read with {_describe(spec)}"
+    _check_placed(place, index, f"{pattern} read with {_describe(spec)}")
+    return CorpusScan(
+        pattern,
+        spec,
+        files,
+        place.positions,
+        place.texts,
+        place.rows,
+        place.not_embedded,
+        place.values,
+        digests,
+        file_rows,
+        counts,
+    )
+
+
+def _parse_file(place: _Placement, number: int, path: str, prefix: str, spec) -> FileRows:
+    """Parse one corpus file: place its records, keep the wanted texts; its index rows."""
+    before, ids, numbers = place.rows, [], []
+    with open_decompressed(path) as stream:
+        for item in read_corpus_file(stream, path, spec, prefix):
+            place.rows += 1
+            if isinstance(item, RejectedRow):
+                place.not_embedded += 1
+                continue
+            line = _row_number(item.source)
+            ids.append(item.id)
+            numbers.append(line)
+            if place.record(item.id, number, path, line, item):
+                place.texts[item.id] = item.text
+    return FileRows(place.rows - before, np.asarray(numbers, np.int64), ids)
+
+
+def _check_placed(place: _Placement, index: dict[str, int], described: str) -> None:
+    """Refuse a corpus that lacks an embedded id or has rows the embed job never saw."""
     missing = np.flatnonzero(place.positions[:, 0] < 0)
     if len(missing):
         ids = list(index)
@@ -165,19 +187,6 @@ def scan_corpus(
             f"neither embedded nor rejected (first: {place.unexplained[0]}); the corpus changed "
             "after it was embedded, or it is another corpus"
         )
-    return CorpusScan(
-        pattern,
-        spec,
-        files,
-        place.positions,
-        place.texts,
-        place.rows,
-        place.not_embedded,
-        place.values,
-        digests,
-        file_rows,
-        counts,
-    )
 
 
 class _Placement:

@@ -32,20 +32,21 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sbert_pipeline.dedup.choices import KNOWN_FIELD, NO_KNOWN_FIELD
-from sbert_pipeline.dedup.inputs import rows_naming
-from sbert_pipeline.dedup.labels import (
+from sbert_pipeline.dedup.options import KNOWN_FIELD, NO_KNOWN_FIELD
+from sbert_pipeline.dedup.sources import rows_naming
+from sbert_pipeline.grouping.labels import (
     LabelledPairs,
     PairCounts,
     RawLabels,
     match_labels,
     pair_counts,
 )
+from sbert_pipeline.grouping.pairs import IndexedPairs
 from sbert_pipeline.io.embeddings import EmbeddingsDataset
 from sbert_pipeline.io.filesystems import FileSystems
 
 # The field read when the embeddings kept it and no other is named, and the value of
-# ``--known-duplicates-field`` that turns known duplicates off.
+# the options give when known duplicates are off (--no-known-duplicates).
 DEFAULT_FIELD, NO_FIELD = KNOWN_FIELD, NO_KNOWN_FIELD
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def field_of(datasets: Sequence[EmbeddingsDataset], requested: str | None) -> st
     raise ValueError(
         f"--known-duplicates-field {requested!r}: the embeddings have no such column (they "
         f"hold {', '.join(kept) or 'no kept fields'}); embed with --keep-fields {requested}, "
-        f"or pass --known-duplicates-field {NO_FIELD}"
+        "or pass --no-known-duplicates"
     )
 
 
@@ -150,7 +151,7 @@ def load_known(
             field,
         )
     if labelled is not None and labels_path is not None:
-        return from_labels(labelled, labels_path)
+        return known_from_labels(labelled, labels_path)
     return None
 
 
@@ -197,7 +198,7 @@ def _named(value, path: str, item: str, field: str) -> list[str]:
     return [str(value)]
 
 
-def from_labels(labelled: LabelledPairs, path: str) -> KnownDuplicates:
+def known_from_labels(labelled: LabelledPairs, path: str) -> KnownDuplicates:
     """The labelled duplicates (label 1) as the known pairs."""
     keep = labelled.label
     pairs = LabelledPairs(
@@ -273,3 +274,79 @@ def missed_pairs(
     labels = partition(group)
     split = np.flatnonzero(labels[known.pairs.a] != labels[known.pairs.b])[:limit]
     return [(int(known.pairs.a[i]), int(known.pairs.b[i])) for i in split]
+
+
+@dataclass(frozen=True)
+class MissedPair:
+    """A known duplicate pair that the groups split, as the report shows it."""
+
+    id_a: str
+    text_a: str | None
+    id_b: str
+    text_b: str | None
+    score: float | None  # the pair's cosine when it was loaded, else None (under the pairs')
+
+
+@dataclass(frozen=True)
+class KnownView:
+    """The known duplicates at the threshold, for the report.
+
+    Attributes:
+        known: the known pairs and where they come from.
+        found: the chosen method's groups at the threshold on them.
+        method: the chosen method.
+        precision: the chosen method's pair precision on the labelled pairs (None without
+            labels: known duplicates alone cannot measure it).
+        missed: some of the pairs the groups split.
+        low: the lowest pair score loaded (a missed pair not loaded scores below it).
+    """
+
+    known: KnownDuplicates
+    found: Found
+    method: str
+    precision: float | None
+    missed: Sequence[MissedPair]
+    low: float
+
+
+def known_view(
+    known: KnownDuplicates,
+    group: np.ndarray,
+    method: str,
+    precision: float | None,
+    pairs: IndexedPairs,
+    ids: Sequence[str],
+    texts: dict[str, str],
+    low: float,
+) -> KnownView:
+    """The known duplicates as the report shows them.
+
+    Args:
+        known: the known pairs.
+        group: ``(n,)`` the written groups (-1: in no group).
+        method: the chosen method.
+        precision: its pair precision on the labelled pairs at the threshold (None: no labels).
+        pairs: the pairs loaded (the missed pairs' scores come from them).
+        ids: item ids by row.
+        texts: ``{id: text}`` where known.
+        low: every pair scoring at least this was loaded.
+    """
+    missed = missed_pairs(group, known)
+    n = len(ids)
+    wanted = np.array([a * n + b for a, b in missed], np.int64)
+    keys = np.minimum(pairs.a, pairs.b) * n + np.maximum(pairs.a, pairs.b)
+    hit = np.flatnonzero(np.isin(keys, wanted))
+    scores = {int(keys[i]): float(pairs.scores[i]) for i in hit}
+    shown = [
+        MissedPair(ids[a], texts.get(ids[a]), ids[b], texts.get(ids[b]), scores.get(a * n + b))
+        for a, b in missed
+    ]
+    return KnownView(known, known_found(group, known), method, precision, shown, low)
+
+
+def known_fact(view: KnownView) -> str:
+    """The one-line fact for the top of the report: ``"150 of 150 pairs (recall 1.000)"``."""
+    text = f"{view.found.found} of {view.found.known} pairs (recall {view.found.recall:.3f})"
+    if view.precision is not None:
+        text += f"; precision on the labelled pairs {view.precision:.3f}"
+    return text

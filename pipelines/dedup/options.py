@@ -1,28 +1,23 @@
-"""Options of the dedup stage (``sbert dedup``, ``sbert run``'s ``dedup:``, ``dedup.Options``).
-
-Beam-free and numpy-free: the command line is generated from these fields
-(``jobs/options_cli.py``). Dedup runs in this process, so it takes no Beam options.
+"""Options of the dedup stage (``sbert dedup``, ``sbert run``'s ``dedup:``, ``dedup.Options``)
+and the settings derived from them once (numpy-free: the command line is generated from these
+fields; dedup runs in this process, so it takes no Beam options).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from sbert_pipeline.dedup.choices import (
+from sbert_pipeline.grouping.choices import (
     DEFAULT_COMPONENTS_KEEP,
     DEFAULT_KEEP,
     DEFAULT_METHOD,
     DEFAULT_MUTUAL_K,
     DEFAULT_RADIUS_GAP,
     KEEP_CHOICES,
-    KNOWN_FIELD,
-    LABEL_COLUMN,
-    LABEL_ID_A,
-    LABEL_ID_B,
-    NO_KNOWN_FIELD,
+    RADIUS_METHODS,
     Method,
-    StableKeep,
-    SweepScope,
     canonical_keep,
     default_keep,
     is_keep,
@@ -32,122 +27,114 @@ from sbert_pipeline.stage_api.shared_options import (
     checked_memory_budget,
     memory_budget_option,
     overwrite_option,
-    seed_option,
     verify_option,
 )
 
 from sbert_core.tabular import FORMATS
 
+if TYPE_CHECKING:
+    from sbert_pipeline.grouping.compare import MethodSettings
+
+# The threshold sweep runs the chosen method only, or every method (the comparison).
+SweepScope = Literal["chosen", "all"]
+# The columns of a labelled-pairs file by default: Quora Question Pairs' names.
+LABEL_ID_A, LABEL_ID_B, LABEL_FIELD = "qid1", "qid2", "is_duplicate"
+# The known-duplicates field read when the embeddings kept it (the bundled sample corpus has
+# it), and its old value that turned known duplicates off.
+KNOWN_FIELD, NO_KNOWN_FIELD = "duplicate_of", "none"
+# The stable-keep modes the manifest and the previous version record.
+STABLE_MODES = {None: "auto", True: "on", False: "off"}
+
+_INPUTS, _GROUPS, _MEASURE, _CORPUS, _SWEEP = "inputs", "groups", "measure", "corpus", "sweep"
+
 
 @dataclass(frozen=True)
 class Options(StageOptions):
-    """How to deduplicate the pairs of an ``sbert pairs`` output (see
-    ``pipelines/dedup/stage.py``)."""
+    """Group near-duplicate rows from the similar pairs of ``sbert pairs`` and keep one row of
+    each group; writes the groups, the kept and removed ids and a report."""
 
     INPUT_OPTIONS = ("pairs", "embeddings", "corpus", "against", "labels")
+    # Old names and values, accepted for one version with a deprecation line.
+    RENAMED: ClassVar[Mapping[str, str]] = {"rank": "keep", "label_column": "label_field"}
+    OLD_VALUES: ClassVar[Mapping[str, Mapping[Any, Any]]] = {
+        "keep": {"corpus": "first"},
+        "stable_keep": {"auto": None, "on": True, "off": False},
+    }
 
     pairs: str | None = option(
-        help="an sbert pairs output directory (required unless --against with --embeddings)"
+        help="an sbert pairs output (required unless --against with --embeddings)", group=_INPUTS
     )
-    output: str | None = option(help="output directory (not with --dry-run)")
-    threshold: float = option(help="cosine at or above which pairs join", required=True)
-    method: Method = option(
-        DEFAULT_METHOD,
-        f"how pairs become groups (default: {DEFAULT_METHOD}: it does not chain; components "
-        "chains as corpora grow, see the description above)",
-    )
-    keep: str | None = option(
-        help=f"which member of a group is kept, with every method: {', '.join(KEEP_CHOICES)} "
-        "(first: first in the corpus; central: the member most like the most others; random: "
-        "by --seed; column:NAME: a numeric corpus field, largest first, needs --corpus). "
-        f"Default: {DEFAULT_COMPONENTS_KEEP} with components, {DEFAULT_KEEP} with the other "
-        "methods. Old spellings: --rank, and corpus for first",
-        aliases=("--rank",),
-        metavar="POLICY",
-    )
-    # The old name of ``keep`` (it applied to the methods other than components), so configs
-    # and calls written with it still run; the command line spells it --rank, an alias of --keep.
-    rank: str | None = option(help="old name of keep", in_cli=False)
-    seed: int = seed_option("seed of --keep random")
-    radius: float | None = option(
-        help=f"star, split: the least score of a member with its representative (default: "
-        f"T - {DEFAULT_RADIUS_GAP:g}, not below the pairs' threshold; the sweep keeps the gap)"
-    )
-    mutual_k: int = option(
-        DEFAULT_MUTUAL_K, f"mutual: neighbours per item (default: {DEFAULT_MUTUAL_K})"
-    )
-    missing_score: float = option(
-        0.0, "average: the score of a pair that is not loaded (default: 0)"
-    )
-    labels: str | None = option(
-        help="labelled pairs (TSV, CSV, JSONL, Parquet; .gz): two id columns and a 0/1 label; "
-        "P/R/F1 of every method at every sweep threshold"
-    )
-    label_id_a: str = option(LABEL_ID_A, f"first id column ({LABEL_ID_A})")
-    label_id_b: str = option(LABEL_ID_B, f"second id column ({LABEL_ID_B})")
-    label_column: str = option(LABEL_COLUMN, f"0/1 label column ({LABEL_COLUMN})")
-    skip_unknown_labels: bool = option(
-        False, "leave out (and count) labelled pairs naming ids that were not embedded"
-    )
-    target_precision: float | None = option(
-        help="with --labels: also find the threshold of highest recall with precision >= P"
-    )
-    known_duplicates_field: str | None = option(
-        help=f"a field the embeddings kept (sbert embed --keep-fields) that names, on a "
-        f"duplicate's row, the id of the row it duplicates; the report and the manifest give "
-        f"how many of these pairs each method put in one group (default: {KNOWN_FIELD} "
-        f"when the embeddings kept it, else the labelled duplicates of --labels; "
-        f"{NO_KNOWN_FIELD}: off)",
-        metavar="FIELD",
-    )
-    corpus: str | None = option(
-        help="glob of the corpus the embeddings were made from: the corpus order for --keep "
-        "first, texts for --keep longest and the report, the field of --keep column:NAME, and "
-        "the rows --apply writes"
-    )
-    apply: bool = option(False, "write the deduplicated corpus (needs --corpus)")
-    id_field: str | None = option(help="corpus id field (default: as the embed job read it)")
-    text_field: str | None = option(help="corpus text field (default: as the embed job)")
-    format: str | None = option(
-        help="corpus format (default: as the embed job)", cli={"choices": FORMATS}
-    )
+    output: str | None = option(help="output directory (not with --dry-run)", group=_INPUTS)
     embeddings: tuple[str, ...] = option(
-        (),
-        "the embeddings the pairs were computed from, if they moved since (default: as "
-        "named in the pairs manifest)",
+        (), "the embeddings the pairs came from, if they moved", group=_INPUTS, advanced=True
     )
     against: tuple[str, ...] = option(
         (),
-        "reference embeddings (one or more folders, the corpus's model identity): remove "
-        "every corpus row whose cosine with a reference row is >= --threshold, by exact "
-        "search of corpus x reference; reference rows are never removed nor listed in the id "
-        "lists. Alone (no --pairs; the corpus is --embeddings) only those rows are removed, "
-        "each grouped with its most similar reference row; with --pairs the corpus is also "
-        "deduplicated and a corpus group holding such a row is removed whole",
+        "reference embeddings: remove every row with cosine >= the threshold to a reference row",
         metavar="REF_EMBEDDINGS",
+        group=_INPUTS,
     )
-    stable_keep: StableKeep = option(
-        "auto",
-        "auto (default): when --output holds a dedup version made with the same settings that "
-        "decide groups (threshold, method, keep rule, radius, mutual-k, missing-score, the seed "
-        "of keep random), the rows it kept stay kept (a new row that duplicates one is the one "
-        "removed); with any of them changed, dedup decides afresh and the summary line says "
-        "which changed. on: keep its decisions even with changed settings. off: always decide "
-        "afresh (a previously kept row may be removed). Never across another model identity; "
-        "the manifest's stable_keep says which happened and why. Group ids stay where "
-        "membership did not change. Replacing the version needs --overwrite. In YAML quote on "
-        "and off: 'off' (a bare off is false)",
+    threshold: float = option(help="cosine at or above which pairs join", required=True)
+    method: Method = option(DEFAULT_METHOD, "how pairs become groups", group=_GROUPS)
+    keep: str | None = option(
+        help=f"the member kept: {', '.join(KEEP_CHOICES)} (default: {DEFAULT_COMPONENTS_KEEP} "
+        f"with components, else {DEFAULT_KEEP})",
+        aliases=("--rank",),
+        metavar="POLICY",
+        group=_GROUPS,
     )
-    sweep_from: float = option(0.80, "lowest sweep threshold")
-    sweep_to: float = option(0.99, "highest sweep threshold")
-    sweep_step: float = option(0.01, "sweep step")
+    radius: float | None = option(
+        help=f"star, split: least score to the kept row (default T - {DEFAULT_RADIUS_GAP:g})",
+        group=_GROUPS,
+    )
+    seed: int = option(0, "seed of --keep random", advanced=True)
+    mutual_k: int = option(DEFAULT_MUTUAL_K, "mutual: neighbours per item", advanced=True)
+    missing_score: float = option(0.0, "average: score of a pair not loaded", advanced=True)
+    stable_keep: bool | None = option(
+        help="keep what the previous version kept (default: when the settings are unchanged)",
+        group=_GROUPS,
+    )
+    labels: str | None = option(
+        help="labelled pairs (two ids and a 0/1 label): P/R/F1 of every sweep threshold",
+        group=_MEASURE,
+    )
+    target_precision: float | None = option(
+        help="with --labels: the threshold of highest recall with precision >= P", group=_MEASURE
+    )
+    label_id_a: str = option(LABEL_ID_A, "first id column of --labels", advanced=True)
+    label_id_b: str = option(LABEL_ID_B, "second id column of --labels", advanced=True)
+    label_field: str = option(
+        LABEL_FIELD, "0/1 label column of --labels", aliases=("--label-column",), advanced=True
+    )
+    skip_unknown_labels: bool = option(
+        False, "leave out labelled pairs naming ids not embedded", advanced=True
+    )
+    known_duplicates_field: str | None = option(
+        help=f"kept field naming the row a row duplicates (default: {KNOWN_FIELD} when kept)",
+        metavar="FIELD",
+        advanced=True,
+    )
+    known_duplicates: bool = option(
+        True, "measure how many known duplicates end in one group", group=_MEASURE
+    )
+    corpus: str | None = option(
+        help="glob of the corpus: its order, texts and the rows --apply writes", group=_CORPUS
+    )
+    apply: bool = option(False, "write the deduplicated corpus (needs --corpus)", group=_CORPUS)
+    id_field: str | None = option(help="corpus id field (default: the embed job's)", advanced=True)
+    text_field: str | None = option(
+        help="corpus text field (default: the embed job's)", advanced=True
+    )
+    format: str | None = option(
+        help="corpus format (default: the embed job's)", cli={"choices": FORMATS}, advanced=True
+    )
+    sweep_from: float = option(0.80, "lowest sweep threshold", group=_SWEEP)
+    sweep_to: float = option(0.99, "highest sweep threshold", group=_SWEEP)
+    sweep_step: float = option(0.01, "sweep step", advanced=True)
     sweep: SweepScope = option(
-        "chosen",
-        "which methods the threshold sweep runs: chosen (default: the --method only, which is "
-        "all a run needs) or all (every method, for the comparison in the report, the "
-        "manifest's methods and --labels calibration of every method; about six times the work)",
+        "chosen", "chosen: the --method only; all: every method, to compare", group=_SWEEP
     )
-    report_groups: int = option(50, "largest groups shown in report.html")
+    report_groups: int = option(50, "largest groups shown in report.html", advanced=True)
     dry_run: bool = option(False, "print the threshold sweep only; write nothing")
     overwrite: bool = overwrite_option()
     verify: bool = verify_option("the pairs' and the embeddings' files")
@@ -175,6 +162,10 @@ class Options(StageOptions):
             )
         if self.format is not None and self.format not in FORMATS:
             raise OptionError("format", f"must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.stable_mode not in STABLE_MODES.values():
+            raise OptionError(
+                "stable_keep", f"must be true, false or unset; got {self.stable_keep!r}"
+            )
         checked_memory_budget(self.memory_budget)
         self._check_keep()
         self._check_method_settings()
@@ -182,26 +173,18 @@ class Options(StageOptions):
         self._check_sweep()
 
     def _check_keep(self) -> None:
-        """Fold the old spellings into ``keep`` (``rank``, ``corpus``), then check its value."""
-        if self.rank is not None:
-            if self.keep is not None and canonical_keep(self.keep) != canonical_keep(self.rank):
-                raise OptionError("rank", "is the old name of keep: give one of them")
-            object.__setattr__(self, "keep", self.rank)
-            object.__setattr__(self, "rank", None)
-        if self.keep is None:
+        keep = self.keep_policy
+        if keep is None:
             return
-        object.__setattr__(self, "keep", canonical_keep(self.keep))
-        if not is_keep(self.keep):
-            raise OptionError(
-                "keep", f"must be one of {', '.join(KEEP_CHOICES)}; got {self.keep!r}"
-            )
-        if self.keep.startswith("column:") and self.corpus is None:
-            raise OptionError("keep", f"{self.keep} reads the field from the corpus: pass --corpus")
+        if not is_keep(keep):
+            raise OptionError("keep", f"must be one of {', '.join(KEEP_CHOICES)}; got {keep!r}")
+        if keep.startswith("column:") and self.corpus is None:
+            raise OptionError("keep", f"{keep} reads the field from the corpus: pass --corpus")
 
     def _check_method_settings(self) -> None:
         """The star/split radius, mutual's k and average linkage's missing score."""
         if self.radius is not None:
-            if self.method not in ("star", "split"):
+            if self.method not in RADIUS_METHODS:
                 raise OptionError("radius", f"is for --method star or split, not {self.method}")
             in_range("radius", self.radius, -1.0, 1.0)
             if self.radius > self.threshold:
@@ -226,6 +209,110 @@ class Options(StageOptions):
         if not self.sweep_step > 0:  # written so that NaN is refused
             raise OptionError("sweep_step", f"must be positive, got {self.sweep_step}")
 
+    @property
+    def keep_policy(self) -> str | None:
+        """``keep`` with an old value spelled the new way (None: each method's default)."""
+        return None if self.keep is None else canonical_keep(self.keep)
+
+    @property
+    def stable_mode(self) -> str:
+        """``auto``, ``on`` or ``off``: the stable-keep mode as manifests record it."""
+        value = self.stable_keep
+        if isinstance(value, str):  # an old value the options base has not converted
+            return value
+        return STABLE_MODES.get(value, repr(value))
+
+    @property
+    def known_field(self) -> str | None:
+        """The known-duplicates field asked for; :data:`NO_KNOWN_FIELD` when they are off."""
+        if not self.known_duplicates or self.known_duplicates_field == NO_KNOWN_FIELD:
+            return NO_KNOWN_FIELD
+        return self.known_duplicates_field
+
     def keep_for(self, method: str) -> str:
         """The member ``method`` keeps of each group: ``keep``, else the method's default."""
-        return self.keep if self.keep is not None else default_keep(method)
+        keep = self.keep_policy
+        return keep if keep is not None else default_keep(method)
+
+    def method_settings(self, floor: float | None) -> MethodSettings:
+        """The grouping settings of this run; ``floor``: the pairs stage's threshold.
+
+        Raises:
+            ValueError: ``radius`` below the pairs' threshold (the pairs under it are not all
+                known, so stars would be cut by missing pairs).
+        """
+        from sbert_pipeline.grouping.compare import MethodSettings
+
+        if self.radius is not None and floor is not None and self.radius < floor:
+            raise ValueError(
+                f"--radius {self.radius:g} is below the pairs' threshold {floor:g} (the pairs "
+                f"manifest in {self.pairs}): pairs under it are not all known; raise --radius "
+                f"or rerun sbert pairs with --threshold {self.radius:g}"
+            )
+        gap = DEFAULT_RADIUS_GAP if self.radius is None else round(self.threshold - self.radius, 6)
+        return MethodSettings(
+            method=self.method,
+            # The methods of the sweep other than components (which only count there).
+            keep=self.keep_policy if self.keep_policy is not None else DEFAULT_KEEP,
+            radius_gap=gap,
+            floor=floor,
+            k=self.mutual_k,
+            missing_score=self.missing_score,
+            seed=self.seed,
+        )
+
+
+def deciding_settings(
+    *,
+    method: str,
+    threshold: float,
+    keep: str,
+    radius: float | None,
+    mutual_k: int,
+    missing_score: float,
+    seed: int,
+) -> dict:
+    """The settings that decide a run's groups and kept rows, as a manifest records them:
+    method, threshold and keep rule always, the others only where the method or keep rule uses
+    them. ``radius`` is the radius used (star, split). The inputs are not settings: new data
+    is what a stable keep is for."""
+    out: dict = {"method": method, "threshold": threshold, "keep": keep}
+    if method in RADIUS_METHODS:
+        out["radius"] = radius
+    if method == "mutual":
+        out["mutual_k"] = mutual_k
+    if method == "average":
+        out["missing_score"] = missing_score
+    if keep == "random":
+        out["seed"] = seed
+    return out
+
+
+def run_deciding_settings(options: Options, settings: MethodSettings) -> dict:
+    """:func:`deciding_settings` of the run ``options`` and ``settings`` describe."""
+    method = options.method
+    radius = settings.radius_at(options.threshold) if method in RADIUS_METHODS else None
+    return deciding_settings(
+        method=method,
+        threshold=options.threshold,
+        keep=options.keep_for(method),
+        radius=radius,
+        mutual_k=settings.k,
+        missing_score=settings.missing_score,
+        seed=settings.seed,
+    )
+
+
+def settings_changed(before: dict, after: dict) -> list[str]:
+    """``["threshold changed 0.75 -> 0.7", ...]``: the :func:`deciding_settings` that differ.
+
+    A setting only one side uses differs through the method or keep rule, which is named."""
+    return [
+        f"{key.replace('_', '-')} changed {_shown(before[key])} -> {_shown(after[key])}"
+        for key in after
+        if key in before and before[key] != after[key]
+    ]
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

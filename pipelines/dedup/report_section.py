@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from sbert_pipeline.dedup.terms import CHAINED, CHAINED_MEANING
+from sbert_pipeline.grouping.model import CHAINED, CHAINED_MEANING
 from sbert_pipeline.io.content_checks import content_checks
 from sbert_pipeline.io.filesystems import FileSystems
 from sbert_pipeline.io.output_dir import join, read_manifest

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from sbert_pipeline.finetune.dedup_test import DedupTestConfig
+from sbert_pipeline.finetune.holdout_grouping import DedupTestConfig
 from sbert_pipeline.finetune.options import Options
 from sbert_pipeline.io.path_relations import overlap_error
 
@@ -39,7 +39,7 @@ class FinetuneConfig:
     dev: DataSpec | None = None
     # Scored after training, and before it as well when evaluate_base_model is on.
     test: list[DataSpec] = field(default_factory=list)
-    # Dedup pair-F1 on the holdout part of labelled duplicates (dedup_test.py), before (with
+    # Dedup pair-F1 on the holdout part of labelled duplicates (holdout_grouping.py), before (with
     # evaluate_base_model) and after training; into the manifest and the model card.
     dedup_test: DedupTestConfig | None = None
     evaluate_base_model: bool = True

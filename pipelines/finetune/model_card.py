@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sbert_pipeline.finetune.dedup_test import card_lines
+from sbert_pipeline.finetune.holdout_grouping import card_lines
 
 
 def model_card(manifest: dict) -> str:

@@ -1,11 +1,5 @@
 """``sbert finetune``: fine-tune a Sentence-BERT model and save it for the pipeline.
 
-    sbert finetune --config examples/finetune_stsb.yaml [training.epochs=1 output=runs/x ...]
-    sbert finetune --model all-MiniLM-L6-v2 --output runs/nli objective.name=softmax \\
-        train.path=../shared/data/snli/dev.tsv.gz train.kind=labelled_pairs
-    torchrun --standalone --nproc_per_node 2 -m sbert_pipeline.jobs.cli finetune --config
-    train.yaml   # DDP
-
 Under torchrun every process trains its share of each batch (gloo on CPU, NCCL on GPUs) and the
 first one evaluates, saves and reports. The config (YAML or JSON) has the sections of
 :class:`FinetuneConfig`; ``key=value`` arguments and the flags override it
@@ -20,7 +14,7 @@ The output is a sentence-transformers directory (``sbert embed --model OUTPUT`` 
 config, dev and test metrics before and after, software versions) and a model card README.md.
 With a ``dedup_test`` section (labelled duplicates, ``examples/finetune_qqp.yaml``), the card and
 manifest also hold dedup pair-F1 on the held-out part before and after
-(:mod:`sbert_pipeline.finetune.dedup_test`).
+(:mod:`sbert_pipeline.finetune.holdout_grouping`).
 
 ``kind: cross_encoder`` with ``objective: {name: binary_cross_entropy}`` trains a cross-encoder
 instead (:mod:`sbert_pipeline.finetune.cross_encoder_run`, ``examples/cross_encoder_qqp.yaml``): a
@@ -49,8 +43,8 @@ from sbert_pipeline.finetune.data_records import (
     training_summary,
     warn_single_target,
 )
-from sbert_pipeline.finetune.dedup_test import dedup_metrics, evaluate_dedup, load_holdout
 from sbert_pipeline.finetune.finetune_summary import FinetuneSummary, PrintedConfig
+from sbert_pipeline.finetune.holdout_grouping import dedup_metrics, evaluate_dedup, load_holdout
 from sbert_pipeline.finetune.model_card import model_card
 from sbert_pipeline.finetune.options import Options
 from sbert_pipeline.io.text_normal import text_key

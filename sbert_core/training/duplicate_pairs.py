@@ -28,10 +28,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from sbert_core.errors import DataFileError
+
+# The one components helper; group_batches imports it from here too.
+from sbert_core.graph import smallest_node_labels
 
 _TRUE = {"1", "true", "yes"}
 _FALSE = {"0", "false", "no"}
@@ -193,17 +194,6 @@ def split_duplicate_pairs(
         row2=row2,
         label=label,
     )
-
-
-def smallest_node_labels(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``(n,)`` int64: each node's component, numbered by its smallest node (scipy's csgraph)."""
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    graph = coo_matrix((np.ones(len(a), bool), (a, b)), shape=(n, n)).tocsr()
-    labels = connected_components(graph, directed=False)[1]
-    _, first = np.unique(labels, return_index=True)
-    return first.astype(np.int64)[labels]
 
 
 def _unit_hash(seed: int, value: str) -> float:

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from corpus_files import write_corpus
-from sbert_pipeline.dedup.outputs import GROUPS_SCHEMA, read_id_list
+from sbert_pipeline.dedup.versions import GROUPS_SCHEMA, read_id_list
 from sbert_pipeline.io.corpus_files import open_decompressed
 from sbert_pipeline.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
 from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError

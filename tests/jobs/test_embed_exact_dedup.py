@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from sbert_pipeline.dedup.choices import METHODS
 from sbert_pipeline.embed.sinks import output_schema
+from sbert_pipeline.grouping.choices import METHODS
 from sbert_pipeline.io.record_limits import COPY_OF
 from sbert_pipeline.jobs.run_config import load_run_config
 from sbert_pipeline.jobs.run_inputs import check_inputs

@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 from sbert_pipeline.finetune.config import FinetuneConfig
-from sbert_pipeline.finetune.dedup_test import (
+from sbert_pipeline.finetune.holdout_grouping import (
     DedupTestConfig,
     card_lines,
     evaluate_dedup,

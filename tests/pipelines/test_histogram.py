@@ -15,8 +15,8 @@ import pytest
 from sbert_pipeline.cluster.cluster_summaries import ClusterProfile
 from sbert_pipeline.cluster.cluster_summaries import report_html as cluster_report
 from sbert_pipeline.cluster.report_section import _cluster_sizes
-from sbert_pipeline.dedup.groups import similarity_histogram
-from sbert_pipeline.dedup.report import report_html as dedup_report
+from sbert_pipeline.dedup.report import report_page as dedup_report
+from sbert_pipeline.dedup.summary import similarity_histogram
 from sbert_pipeline.io.html import SIMILARITY_AXIS, SIZE_AXIS, Bins, histogram_svg
 from sbert_pipeline.io.ticks import FONT_PX, text_px
 from sbert_pipeline.pairs.report_section import _similarity

@@ -289,8 +289,8 @@ def test_embed_job_draws_the_bar_to_its_end(tmp_path, tiny_st_dir, monkeypatch, 
 
 @pytest.mark.parametrize("method", ["star", "average"])
 def test_dedup_sweep_reports_each_threshold(lines, method):
-    from sbert_pipeline.dedup.groups import IndexedPairs
-    from sbert_pipeline.dedup.methods import sweep_groupings
+    from sbert_pipeline.grouping.methods import sweep_groupings
+    from sbert_pipeline.grouping.pairs import IndexedPairs
 
     pairs = IndexedPairs(
         np.array([0, 1, 3], np.int64), np.array([1, 2, 4], np.int64), np.float32([0.9, 0.8, 0.95])

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from garbage_helpers import clustered_vectors, embed_argv, texts, write_embeddings, write_txt
-from sbert_pipeline.dedup.groups import index_pairs
 from sbert_pipeline.embed.model_handler import NON_FINITE_REASON
+from sbert_pipeline.grouping.pairs import index_pairs
 from sbert_pipeline.index.build import ArraySource
 from sbert_pipeline.index.sharded import ShardTask, read_row_range
 from sbert_pipeline.io.embeddings import EmbeddingsDataset

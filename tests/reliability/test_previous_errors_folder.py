@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from output_folders_helpers import texts
-from sbert_pipeline.dedup.inputs import embed_error_ids
+from sbert_pipeline.dedup.sources import embed_error_ids
 from sbert_pipeline.io.embeddings import EmbeddingsDataset
 from sbert_pipeline.io.output_dir import MANIFEST, OutputExistsError
 from sbert_pipeline.io.schemas import ERRORS_DIR, LEGACY_ERRORS_DIRS

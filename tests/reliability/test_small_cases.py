@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
-from sbert_pipeline.dedup.groups import sweep_thresholds
+from sbert_pipeline.grouping.sweep import sweep_thresholds
 from sbert_pipeline.io.corpus_reader import CorpusSpec
 from sbert_pipeline.jobs.run_config import load_run_config
 from sbert_pipeline.search.hits import Hit, QueryHits, SearchSummary, spreadsheet_safe

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from dedup_reference import UnionFind
 from sbert_pipeline.dedup.against import cross_pairs, reference_identity
-from sbert_pipeline.dedup.outputs import read_id_list
+from sbert_pipeline.dedup.versions import read_id_list
 from sbert_pipeline.io.embeddings import EmbeddingsDataset, IncompatibleEmbeddingsError
 from sbert_pipeline.stage_api.options import OptionError
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from sbert_pipeline.dedup.corpus import scan_corpus
-from sbert_pipeline.dedup.corpus_index import INDEX_FILE, embedded_texts, previous_index
+from sbert_pipeline.dedup.versions import INDEX_FILE, embedded_texts, previous_index
 from sbert_pipeline.io.corpus_files import open_decompressed
 from sbert_pipeline.io.corpus_reader import CorpusRecord, CorpusSpec, read_corpus_file
 from sbert_pipeline.io.embeddings import EmbeddingsDataset
@@ -128,7 +128,7 @@ def test_a_rerun_reuses_every_file_with_the_same_output(first_run):
     tmp_path, emb, out = first_run
     before = {name: (out / name).read_bytes() for name in ("groups.parquet", "kept_ids.txt")}
     corpus_before = _manifest(out)["corpus"]
-    _dedup(tmp_path, emb, out, "--apply", "--overwrite", "--stable-keep", "off")
+    _dedup(tmp_path, emb, out, "--apply", "--overwrite", "--no-stable-keep")
     manifest = _manifest(out)
     index = manifest["corpus"]["index"]
     assert (index["reused"], index["parsed"]) == (3, 0)

@@ -9,22 +9,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from dedup_reference import UnionFind
-from sbert_pipeline.dedup.deduplicate import deduplicate
-from sbert_pipeline.dedup.groups import (
-    IndexedPairs,
-    SweepPoint,
-    connected_components,
-    corpus_ranks,
-    derived_id_ranks,
-    id_ranks,
-    index_pairs,
-    similarity_histogram,
-    sweep_thresholds,
-    threshold_sweep,
-)
-from sbert_pipeline.dedup.outputs import decode_id, encode_id, read_id_list, write_id_list
-from sbert_pipeline.dedup.report import GroupView, Member, report_html
-from sbert_pipeline.dedup.terms import CHAINED
+from sbert_pipeline.dedup.report import GroupView, Member, report_page
+from sbert_pipeline.dedup.summary import similarity_histogram
+from sbert_pipeline.dedup.versions import decode_id, encode_id, read_id_list, write_id_list
+from sbert_pipeline.grouping.methods import components_by_keep
+from sbert_pipeline.grouping.model import CHAINED
+from sbert_pipeline.grouping.pairs import IndexedPairs, index_pairs
+from sbert_pipeline.grouping.ranking import corpus_ranks, derived_id_ranks, id_ranks
+from sbert_pipeline.grouping.sweep import SweepPoint, sweep_thresholds, threshold_sweep
+
+from sbert_core.graph import smallest_node_labels
 
 
 def _pairs(edges: list[tuple[int, int, float]]) -> IndexedPairs:
@@ -93,7 +87,7 @@ def test_find_compresses_the_path():
 
 def test_connected_components_on_hand_made_pairs():
     pairs = _pairs([(0, 1, 0.9), (1, 2, 0.9), (4, 5, 0.95), (7, 8, 0.99), (5, 7, 0.91)])
-    assert _partition(connected_components(10, pairs)) == {
+    assert _partition(smallest_node_labels(10, pairs.a, pairs.b)) == {
         frozenset({0, 1, 2}),
         frozenset({4, 5, 7, 8}),
     }
@@ -125,7 +119,7 @@ def test_index_pairs_refuses_unknown_ids_and_self_pairs():
 def test_first_keeps_the_lowest_rank_and_groups_are_numbered_by_size():
     pairs = _pairs([(0, 1, 0.95), (1, 2, 0.92), (3, 4, 0.99), (5, 6, 0.5)])
     rank = np.array([6, 5, 4, 3, 2, 1, 0])  # reversed: the last row comes first
-    groups = deduplicate(7, pairs, 0.9, "first", rank=rank)
+    groups = components_by_keep(7, pairs, 0.9, "first", order_rank=rank)
     assert groups.group.tolist() == [0, 0, 0, 1, 1, -1, -1]
     assert np.flatnonzero(groups.representative).tolist() == [2, 4]
     assert groups.sizes.tolist() == [3, 2]
@@ -136,50 +130,56 @@ def test_first_keeps_the_lowest_rank_and_groups_are_numbered_by_size():
 
 def test_equal_sizes_are_numbered_by_their_first_member():
     pairs = _pairs([(0, 1, 0.95), (2, 3, 0.95)])
-    groups = deduplicate(4, pairs, 0.9, rank=np.array([3, 2, 1, 0]))
+    groups = components_by_keep(4, pairs, 0.9, order_rank=np.array([3, 2, 1, 0]))
     assert groups.group.tolist() == [1, 1, 0, 0]
 
 
 def test_longest_keeps_the_longest_text_ties_to_first():
     pairs = _pairs([(0, 1, 0.95), (1, 2, 0.95), (3, 4, 0.95)])
     lengths = np.array([5, 9, 9, 4, 4])
-    groups = deduplicate(5, pairs, 0.9, "longest", text_lengths=lengths, rank=np.arange(5))
+    groups = components_by_keep(
+        5, pairs, 0.9, "longest", text_lengths=lengths, order_rank=np.arange(5)
+    )
     assert np.flatnonzero(groups.representative).tolist() == [1, 3]
-    groups = deduplicate(5, pairs, 0.9, "longest", text_lengths=lengths, rank=-np.arange(5))
+    groups = components_by_keep(
+        5, pairs, 0.9, "longest", text_lengths=lengths, order_rank=-np.arange(5)
+    )
     assert np.flatnonzero(groups.representative).tolist() == [2, 4]
 
 
 def test_longest_needs_every_grouped_text():
     pairs = _pairs([(0, 1, 0.95)])
     with pytest.raises(ValueError, match="1 of 2 are unknown"):
-        deduplicate(3, pairs, 0.9, "longest", text_lengths=np.array([3, -1, -1]))
+        components_by_keep(3, pairs, 0.9, "longest", text_lengths=np.array([3, -1, -1]))
     with pytest.raises(ValueError, match="unknown keep policy"):
-        deduplicate(3, pairs, 0.9, "shortest")  # type: ignore[arg-type]
+        components_by_keep(3, pairs, 0.9, "shortest")  # type: ignore[arg-type]
 
 
 def test_central_keeps_the_hub_of_a_chain():
     # 0 - 1 - 2 - 3 with 1-2 strongest: 1 and 2 each have two pairs, 1's sum is higher.
     pairs = _pairs([(0, 1, 0.93), (1, 2, 0.97), (2, 3, 0.91), (0, 3, 0.5)])
-    groups = deduplicate(4, pairs, 0.9, "central")
+    groups = components_by_keep(4, pairs, 0.9, "central")
     assert np.flatnonzero(groups.representative).tolist() == [1]
     # A member with one strong pair does not beat one with two good ones (missing pairs
     # count as 0 in the mean over the other members).
     pairs = _pairs([(0, 1, 0.99), (1, 2, 0.92)])
-    assert np.flatnonzero(deduplicate(3, pairs, 0.9, "central").representative).tolist() == [1]
+    assert np.flatnonzero(components_by_keep(3, pairs, 0.9, "central").representative).tolist() == [
+        1
+    ]
     # Exact ties go to the first.
     pairs = _pairs([(0, 1, 0.95)])
-    groups = deduplicate(2, pairs, 0.9, "central", rank=np.array([1, 0]))
+    groups = components_by_keep(2, pairs, 0.9, "central", order_rank=np.array([1, 0]))
     assert np.flatnonzero(groups.representative).tolist() == [1]
 
 
 def test_threshold_is_compared_in_float32():
     pairs = _pairs([(0, 1, np.float32(0.9))])  # a hair under 0.9 in float64
-    assert deduplicate(2, pairs, 0.9).n_groups == 1
+    assert components_by_keep(2, pairs, 0.9).n_groups == 1
     assert threshold_sweep(2, pairs, [0.9])[0].groups == 1
 
 
 def test_no_pairs_means_no_groups_and_everything_kept():
-    groups = deduplicate(5, IndexedPairs.empty(), 0.9, "central")
+    groups = components_by_keep(5, IndexedPairs.empty(), 0.9, "central")
     assert groups.n_groups == 0 and groups.n_removed == 0 and bool(groups.kept.all())
     assert groups.largest == 0
     assert threshold_sweep(5, IndexedPairs.empty(), [0.8]) == [SweepPoint(0.8, 0, 0, 0, 0, 5, 0)]
@@ -212,7 +212,7 @@ def test_sweep_equals_a_brute_force_recount_at_every_threshold():
         assert point.removed == grouped - len(components)
         assert point.kept + point.removed == n
         assert point.largest == max((len(c) for c in components), default=0)
-        groups = deduplicate(n, pairs, point.threshold)
+        groups = components_by_keep(n, pairs, point.threshold)
         assert groups.n_removed == point.removed and groups.n_groups == point.groups
         assert _partition(np.where(groups.group >= 0, groups.group, -1 - np.arange(n))) == (
             components
@@ -250,7 +250,7 @@ def test_similarity_histogram_bins():
 
 def test_representative_scores():
     pairs = _pairs([(0, 1, 0.95), (1, 2, 0.91), (0, 2, 0.5)])
-    groups = deduplicate(4, pairs, 0.9, "first")
+    groups = components_by_keep(4, pairs, 0.9, "first")
     scores = groups.matched_score
     assert np.isnan(scores[0]) and scores[1] == pytest.approx(0.95)
     assert np.isnan(scores[2])  # its pair with the representative is under the threshold
@@ -304,7 +304,7 @@ def test_report_shows_the_numbers_and_escapes_texts():
             ],
         )
     ]
-    page = report_html(
+    page = report_page(
         {"rows in": 6, "removed": 3, "label <b>": "value & more"},
         histogram,
         0.93,
@@ -329,7 +329,7 @@ def test_report_shows_the_numbers_and_escapes_texts():
 
 
 def test_report_without_groups():
-    page = report_html(
+    page = report_page(
         {"rows in": 3},
         similarity_histogram(np.zeros(0, np.float32), 0.8),
         0.9,
@@ -354,7 +354,7 @@ def test_policies_pick_exactly_one_member_per_group(policy):
     ids = [f"i{i}" for i in range(n)]
     a, b, s = zip(*edges, strict=True)
     pairs = index_pairs(ids, [ids[i] for i in a], [ids[i] for i in b], s)
-    groups = deduplicate(n, pairs, 0.5, policy, text_lengths=rng.integers(1, 50, n))
+    groups = components_by_keep(n, pairs, 0.5, policy, text_lengths=rng.integers(1, 50, n))
     for g in range(groups.n_groups):
         members = np.flatnonzero(groups.group == g)
         assert groups.representative[members].sum() == 1

@@ -6,9 +6,8 @@ import gzip
 
 import numpy as np
 import pytest
-from sbert_pipeline.dedup.groups import IndexedPairs
-from sbert_pipeline.dedup.labels import (
-    LabelColumns,
+from sbert_pipeline.dedup.sources import LabelColumns, read_labelled_pairs
+from sbert_pipeline.grouping.labels import (
     LabelledPairs,
     best_f1_point,
     for_precision,
@@ -16,10 +15,10 @@ from sbert_pipeline.dedup.labels import (
     match_labels,
     pair_counts,
     pr_curve,
-    read_labelled_pairs,
 )
-from sbert_pipeline.dedup.methods import group_items, sweep_groupings
-from sbert_pipeline.dedup.ranking import rank_items
+from sbert_pipeline.grouping.methods import group_items, sweep_groupings
+from sbert_pipeline.grouping.pairs import IndexedPairs
+from sbert_pipeline.grouping.ranking import rank_items
 
 from sbert_core.errors import DataFileError
 

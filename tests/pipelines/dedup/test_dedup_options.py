@@ -36,23 +36,22 @@ def test_without_keep_components_keep_the_first_and_the_others_the_central():
     ],
 )
 def test_old_and_new_spellings_on_the_command_line(argv, keep):
-    assert parse("dedup", [*ARGV, *argv]).keep == keep
+    assert parse("dedup", [*ARGV, *argv]).keep_policy == keep
 
 
-def test_the_old_config_key_rank_is_read_as_keep():
-    options = dedup.Options(**BASE, rank="corpus")
-    assert (options.keep, options.rank) == ("first", None)
-    assert options.to_dict()["keep"] == "first"
-    assert dedup.Options(**BASE, rank="longest", keep="longest").keep == "longest"
-    with pytest.raises(OptionError, match="--rank: is the old name of keep: give one of them"):
-        dedup.Options(**BASE, rank="longest", keep="central")
+def test_the_old_names_and_values_are_declared_for_the_options_base():
+    """The options base converts them (Python, YAML, command line) with a deprecation line."""
+    assert dedup.Options.RENAMED == {"rank": "keep", "label_column": "label_field"}
+    assert dedup.Options.OLD_VALUES["keep"] == {"corpus": "first"}
+    assert dedup.Options.OLD_VALUES["stable_keep"] == {"auto": None, "on": True, "off": False}
+    options = dedup.Options(**BASE, keep="corpus")
+    assert (options.keep_policy, options.keep_for("star")) == ("first", "first")
 
 
 @pytest.mark.parametrize(
     ("values", "match"),
     [
         ({"keep": "tallest"}, "--keep: must be one of first, longest, central, random"),
-        ({"rank": "tallest"}, "--keep: must be one of"),
         ({"keep": "column:"}, "--keep: must be one of"),
         ({"keep": "column:votes"}, "--keep: column:votes reads the field from the corpus"),
         ({"threshold": 1.5}, r"--threshold: must be in \[-1, 1\]"),

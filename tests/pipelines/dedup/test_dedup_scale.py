@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from dedup_reference import connected_components as reference_components
 from dedup_reference import smallest_member
-from sbert_pipeline.dedup.adjacency import PairGraph
-from sbert_pipeline.dedup.budget import (
+from sbert_pipeline.dedup.sources import (
     BASE_BYTES,
     BYTES_PER_PAIR,
     BYTES_PER_PREVIOUS_GROUPED_ROW,
@@ -21,12 +20,14 @@ from sbert_pipeline.dedup.budget import (
     dedup_memory,
     pairs_to_load,
 )
-from sbert_pipeline.dedup.choices import METHODS
-from sbert_pipeline.dedup.grouping import dense_labels, from_labels
-from sbert_pipeline.dedup.groups import IndexedPairs
-from sbert_pipeline.dedup.methods import group_items, sweep_groupings
-from sbert_pipeline.dedup.ranking import rank_items
-from sbert_pipeline.dedup.sweep import NOT_COMPARED, MethodSettings, Ranker, sweep_methods
+from sbert_pipeline.dedup.summary import NOT_COMPARED
+from sbert_pipeline.grouping.adjacency import PairGraph
+from sbert_pipeline.grouping.choices import METHODS
+from sbert_pipeline.grouping.compare import MethodSettings, Ranker, sweep_methods
+from sbert_pipeline.grouping.methods import group_items, sweep_groupings
+from sbert_pipeline.grouping.model import dense_labels, grouping_from_labels
+from sbert_pipeline.grouping.pairs import IndexedPairs
+from sbert_pipeline.grouping.ranking import rank_items
 from sbert_pipeline.io.pairs_output import PairsOutput
 from sbert_pipeline.io.resources import ResourceError
 from sbert_pipeline.jobs.cli import main as cli_main
@@ -155,7 +156,7 @@ def _old_ranked_grouping(method, n, edges, threshold, rank, pairs, radius=None):
     leader = _old_ranked_kernel(visit, rank, starts, others[order], scores[order])
     rows = np.arange(n)
     labels = np.where(leader < 0, rows, leader)
-    return from_labels(method, threshold, labels, rank, pairs, labels, radius)
+    return grouping_from_labels(method, threshold, labels, rank, pairs, labels, radius)
 
 
 def _old_star(n, pairs, threshold, rank, radius):
@@ -178,7 +179,7 @@ def _old_mutual(n, pairs, threshold, rank, k):
     edge = (place[: len(used)] < k) & (place[len(used) :] < k)
     mutual_pairs = IndexedPairs(used.a[edge], used.b[edge], used.scores[edge])
     labels = smallest_member(reference_components(n, mutual_pairs))
-    return from_labels("mutual", threshold, labels, rank, pairs)
+    return grouping_from_labels("mutual", threshold, labels, rank, pairs)
 
 
 def _same(new, old) -> None:

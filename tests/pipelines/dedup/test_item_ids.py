@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from sbert_pipeline.dedup import item_ids
-from sbert_pipeline.dedup.groups import derived_id_ranks, inverse_order
-from sbert_pipeline.dedup.inputs import embedding_ids
-from sbert_pipeline.dedup.item_ids import ItemIds
-from sbert_pipeline.dedup.outputs import read_id_array, read_id_list, write_id_list
+from sbert_pipeline.dedup.sources import embedding_ids
+from sbert_pipeline.dedup.versions import read_id_array, read_id_list, write_id_list
+from sbert_pipeline.grouping import item_ids
+from sbert_pipeline.grouping.item_ids import ItemIds
+from sbert_pipeline.grouping.ranking import derived_id_ranks, inverse_order
 from sbert_pipeline.io.embeddings import EmbeddingsDataset
 
 from tests.jobs.test_dedup_job import write_embeddings

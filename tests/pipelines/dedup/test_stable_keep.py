@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from sbert_pipeline.dedup.deduplicate import deduplicate
-from sbert_pipeline.dedup.groups import IndexedPairs
-from sbert_pipeline.dedup.outputs import read_id_list
-from sbert_pipeline.dedup.pinning import pin
-from sbert_pipeline.dedup.run_settings import deciding_settings, settings_changed
+from sbert_pipeline.dedup.decide import pin
+from sbert_pipeline.dedup.options import deciding_settings, settings_changed
+from sbert_pipeline.dedup.versions import read_id_list
+from sbert_pipeline.grouping.methods import components_by_keep
+from sbert_pipeline.grouping.pairs import IndexedPairs
 
 from tests.jobs.test_dedup_job import write_embeddings, write_pairs
 from tests.stage_commands import dedup as run
@@ -107,7 +107,7 @@ def test_kept_rows_stay_kept_and_group_ids_are_stable(yesterday):
 def test_stable_keep_off_lets_the_keep_rule_decide(yesterday):
     tmp_path, out = yesterday
     argv = _day(tmp_path, "2", DAY2_IDS, DAY2_PAIRS)
-    run([*argv, "--method", "components", "--keep", "first", "--overwrite", "--stable-keep", "off"])
+    run([*argv, "--method", "components", "--keep", "first", "--overwrite", "--no-stable-keep"])
     kept = read_id_list(str(out / "kept_ids.txt"))
     assert "a0" in kept and "a1" not in kept
     manifest = _manifest(out)
@@ -134,7 +134,7 @@ def test_a_group_with_two_pinned_rows_keeps_both(yesterday, method):
     tmp_path, out = yesterday
     pairs = [*DAY1_PAIRS, ("x", "b1", 0.93), ("x", "lone", 0.91)]
     argv = _day(tmp_path, "2", [*DAY1_IDS, "x"], pairs)
-    run([*argv, "--method", method, "--overwrite", "--stable-keep", "on"])
+    run([*argv, "--method", method, "--overwrite", "--stable-keep"])
     kept = read_id_list(str(out / "kept_ids.txt"))
     assert {"a1", "b1", "c1", "lone"} <= set(kept) and "x" not in kept
     table = {row["id"]: row for row in pq.read_table(out / "groups.parquet").to_pylist()}
@@ -182,7 +182,7 @@ def test_pin_keeps_every_pinned_row_and_leaves_other_groups_alone(seed):
     n, threshold = 80, 0.9
     pairs = _random_pairs(rng, n, 90)
     rank = rng.permutation(n)
-    before = deduplicate(n, pairs, threshold, "first", rank=rank)
+    before = components_by_keep(n, pairs, threshold, "first", order_rank=rank)
     pinned = rng.random(n) < 0.15
     after = pin(before, pinned, rank, pairs, threshold)
     assert np.all(after.kept[pinned])
@@ -248,7 +248,7 @@ def test_a_lowered_threshold_decides_afresh_and_says_why(at_096, tmp_path):
 
 def test_stable_keep_on_keeps_the_decisions_of_other_settings(at_096):
     out, argv = at_096
-    summary = run([*argv, "--overwrite", "--stable-keep", "on"])
+    summary = run([*argv, "--overwrite", "--stable-keep"])
     assert read_id_list(str(out / "kept_ids.txt")) == ["a1", "a3", "b1", "b2", "c1", "lone"]
     stable = _manifest(out)["stable_keep"]
     assert stable["option"] == "on" and stable["pinned"] is True

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from sbert_pipeline.dedup.copies import TextCopies, reason_column
-from sbert_pipeline.dedup.deduplicate import deduplicate
-from sbert_pipeline.dedup.grouping import REASONS, SAME_TEXT
-from sbert_pipeline.dedup.groups import IndexedPairs
-from sbert_pipeline.dedup.methods import METHODS, group_items
-from sbert_pipeline.dedup.outputs import groups_table
-from sbert_pipeline.dedup.sweep import MethodSettings, Ranker, sweep_methods, sweep_point
+from sbert_pipeline.dedup.write import groups_parquet_table, reason_column
+from sbert_pipeline.grouping.choices import METHODS
+from sbert_pipeline.grouping.compare import MethodSettings, Ranker, sweep_methods, sweep_point
+from sbert_pipeline.grouping.copies import TextCopies
+from sbert_pipeline.grouping.methods import components_by_keep, group_items
+from sbert_pipeline.grouping.model import REASONS, SAME_TEXT
+from sbert_pipeline.grouping.pairs import IndexedPairs
 
 from tests.planted import unit_rows
 
@@ -91,7 +91,7 @@ def test_components_groups_join_the_copies_and_write_the_reason():
     n = len(copies.copy_of)
     rank = np.arange(n)
     distinct = copies.distinct(pairs)
-    groups = deduplicate(n, distinct, 0.8, "first", rank=rank)
+    groups = components_by_keep(n, distinct, 0.8, "first", order_rank=rank)
     joined = copies.join(groups, rank)
     joined_scores, reasons = joined.matched_score, joined.reason
     grouping = copies.join(group_items("components", n, distinct, 0.8, rank), rank)
@@ -100,7 +100,7 @@ def test_components_groups_join_the_copies_and_write_the_reason():
     assert np.array_equal(reasons[copies.is_copy], np.full(5, SAME_TEXT))
     assert joined.n_removed == groups.n_removed + 5
     ids = pa.array([f"q{i}" for i in range(n)])
-    table = reason_column(groups_table(ids, joined, rank, joined_scores), ids, reasons)
+    table = reason_column(groups_parquet_table(ids, joined, rank, joined_scores), ids, reasons)
     rows = {row["id"]: row for row in table.to_pylist()}
     copy_rows = np.flatnonzero(copies.is_copy)
     for copy, head in zip(copy_rows, copies.copy_of[copy_rows], strict=True):
@@ -119,7 +119,7 @@ def test_without_copies_nothing_changes():
     grouping = group_items("star", n0, original_pairs, 0.8, rank, rep_threshold=0.7)
     assert none.join(grouping, rank) is grouping
     assert none.distinct(original_pairs) is original_pairs
-    groups = deduplicate(n0, original_pairs, 0.8, "first", rank=rank)
+    groups = components_by_keep(n0, original_pairs, 0.8, "first", order_rank=rank)
     assert none.join(groups, rank) is groups
 
 

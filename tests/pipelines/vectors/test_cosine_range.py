@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 from sbert_pipeline.cluster.assign import assignments_table
-from sbert_pipeline.dedup.outputs import groups_table
+from sbert_pipeline.dedup.write import groups_parquet_table as groups_table
 from sbert_pipeline.pairs.output_tables import neighbors_table, pairs_table
 from sbert_pipeline.vectors.cosine_range import clamp_cosines
 

@@ -1,8 +1,8 @@
-"""Copies of one normalised text (``sbert embed --exact-dedup``) in the dedup groups (Beam-free).
+"""Copies of one normalised text (exact-copy embeddings) in the groups (Beam-free).
 
-An embed run with ``--exact-dedup`` embeds each distinct normalised text once and writes every
+An embed run with exact copies embeds each distinct normalised text once and writes every
 other row holding it (a *copy*) with its representative's vector and the representative's id in
-the ``copy_of`` column (``pipelines/embed/exact_copies.py``). Here every copy joins its
+the ``copy_of`` column. Here every copy joins its
 representative's group, whatever the method and the threshold:
 
 1. the methods group the other rows only: every pair with a copy at one end is dropped first
@@ -25,17 +25,9 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-from sbert_pipeline.dedup.grouping import (
-    REASONS,
-    SAME_TEXT,
-    Grouping,
-)
-from sbert_pipeline.dedup.groups import IndexedPairs, SweepPoint
-from sbert_pipeline.dedup.inputs import rows_naming
-from sbert_pipeline.io.embeddings import EmbeddingsDataset
-from sbert_pipeline.io.record_limits import COPY_OF
+from sbert_pipeline.grouping.model import REASONS, SAME_TEXT, Grouping
+from sbert_pipeline.grouping.pairs import IndexedPairs
+from sbert_pipeline.grouping.sweep import SweepPoint
 
 
 @dataclass(frozen=True)
@@ -181,42 +173,3 @@ class TextCopies:
         return np.where(kept_row[copies] == heads, np.float32(1.0), scores[heads]).astype(
             np.float32
         )
-
-
-def read_copies(datasets: list[EmbeddingsDataset], ids: pa.Array) -> TextCopies:
-    """The copies named by the embeddings' ``copy_of`` column (none without the column).
-
-    Args:
-        datasets: the embeddings, in the order their ids were read.
-        ids: every embedded id (row ``i`` is item ``i``).
-
-    Raises:
-        ValueError: a ``copy_of`` names an id that is not embedded.
-    """
-    copy_ids, rows = [], []
-    for _, named in rows_naming(datasets, COPY_OF):
-        copy_ids.append(named["id"].combine_chunks())
-        rows.append(named[COPY_OF].combine_chunks())
-    copy_of = np.full(len(ids), -1, np.int64)
-    if not copy_ids:
-        return TextCopies(copy_of)
-    copies = pc.index_in(pa.concat_arrays(copy_ids).cast(pa.string()), value_set=ids)
-    heads = pc.index_in(pa.concat_arrays(rows).cast(pa.string()), value_set=ids)
-    if heads.null_count:
-        missing = pa.concat_arrays(rows).filter(pc.is_null(heads))
-        raise ValueError(
-            f"{len(missing)} rows of the embeddings are copies of ids that are not embedded "
-            f"(first: {missing[0].as_py()!r}); the embeddings are incomplete"
-        )
-    copy_of[copies.to_numpy(zero_copy_only=False)] = heads.to_numpy(zero_copy_only=False)
-    return TextCopies(copy_of)
-
-
-def reason_column(table: pa.Table, ids: pa.Array, reason: np.ndarray) -> pa.Table:
-    """``groups.parquet`` with a ``reason`` column: why each member is in its group (null for
-    the kept member). Written for embeddings with copies only, so others keep their schema."""
-    rows = pc.index_in(table["id"], value_set=ids).to_numpy()
-    codes = reason[rows]
-    texts = pa.array([REASONS[code] for code in codes.tolist()], pa.string())
-    texts = pc.if_else(table["is_representative"], pa.scalar(None, pa.string()), texts)
-    return table.append_column(pa.field("reason", pa.string()), texts)

@@ -5,7 +5,7 @@ A dedup run reads the version its output folder holds before it prepares the new
 ``groups.parquet``, checked against the manifest's digests.
 
 * **Pinned rows**: every row the previous version kept and that still exists is kept again
-  (:mod:`sbert_pipeline.dedup.pinning`) when the settings that decide groups are those it was made
+  (:mod:`sbert_pipeline.dedup.decide`) when the settings that decide groups are those it was made
   with (``--stable-keep auto``, the default: "kept stays kept" is for new data). A changed
   setting (a lowered threshold, another method) asks for other decisions, so the run decides
   afresh unless ``--stable-keep on`` pins them anyway; ``off`` never pins. Never across a
@@ -16,26 +16,42 @@ A dedup run reads the version its output folder holds before it prepares the new
   version's largest, in group order.
 * **What changed** (:func:`changes`): new, grown, changed and unchanged groups, rows newly
   removed or newly kept, previously kept rows now removed, rows gone.
+
+A version's files: ``groups.parquet`` (:data:`GROUPS_SCHEMA`) and the id lists
+``kept_ids.txt`` / ``removed_ids.txt``: UTF-8, one id per line, LF-terminated; a backslash is
+written as ``\\\\``, a line feed as ``\\n`` and a carriage return as ``\\r`` (read them back with
+:func:`read_id_list`). Its ``corpus_index.parquet`` says where each record sits in each corpus
+file, so that the next run over the same files parses only the new and changed ones
+(:func:`previous_index`; a file whose path, id prefix, bytes and sha256 are unchanged is taken
+from the index).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import itertools
+import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from sbert_pipeline.dedup.grouping import Grouping
-from sbert_pipeline.dedup.item_ids import ItemIds
-from sbert_pipeline.dedup.outputs import GROUPS_FILE, KEPT_FILE, REMOVED_FILE, read_id_array
-from sbert_pipeline.dedup.run_settings import deciding_settings, settings_changed
-from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError, require_compatible
-from sbert_pipeline.io.filesystems import FileSystems
+from sbert_pipeline.dedup.options import deciding_settings, settings_changed
+from sbert_pipeline.grouping.item_ids import ItemIds
+from sbert_pipeline.grouping.model import Grouping
+from sbert_pipeline.io.embeddings import (
+    EmbeddingsDataset,
+    IncompatibleEmbeddingsError,
+    require_compatible,
+)
+from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems
 from sbert_pipeline.io.output_dir import MANIFEST, CorruptOutputError, join, read_manifest
+from sbert_pipeline.io.texts import recorded_corpus_spec, texts_from_embeddings
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +102,7 @@ class Stability:
 
 
 def manifest_settings(manifest: dict) -> dict:
-    """The deciding settings (:func:`sbert_pipeline.dedup.run_settings.deciding_settings`) a dedup
+    """The deciding settings (:func:`sbert_pipeline.dedup.options.deciding_settings`) a dedup
     manifest records."""
     recorded = manifest.get("settings") or {}
     return deciding_settings(
@@ -276,3 +292,186 @@ def changes(
             "newly_kept": int((kept & was_removed).sum()),
         },
     }
+
+
+INDEX_FILE = "corpus_index.parquet"
+INDEX_SCHEMA = pa.schema(
+    [("file", pa.int32(), False), ("row", pa.int64(), False), ("id", pa.string(), False)]
+)
+
+# A file as the index knows it: (path, id prefix, bytes, sha256).
+FileKey = tuple[str, str, int, str]
+
+
+@dataclass(frozen=True)
+class FileRows:
+    """What the reader gave for one corpus file.
+
+    Attributes:
+        rows: rows read (records and rejected rows).
+        numbers: ``(m,)`` int64, each record's row number (1-based, as in its ``source``).
+        ids: each record's id, in row order.
+    """
+
+    rows: int
+    numbers: np.ndarray
+    ids: list[str]
+
+
+def spec_json(spec) -> dict:
+    """A reading spec as the manifest records it (tuples as lists), for comparison."""
+    return json.loads(json.dumps(asdict(spec)))
+
+
+def embedded_texts(
+    datasets: Sequence[EmbeddingsDataset], spec
+) -> Callable[[set[str]], dict[str, str]] | None:
+    """A function giving the texts of ids from the embeddings, when every embeddings folder
+    holds its texts and was read from the corpus with ``spec`` (so its texts are the ones the
+    reader gives); None otherwise."""
+    if not datasets or not all(dataset.has_text for dataset in datasets):
+        return None
+    if any(recorded_corpus_spec(dataset.manifest) != spec for dataset in datasets):
+        return None
+    return lambda wanted: texts_from_embeddings(datasets, wanted)
+
+
+def previous_index(output: str | None, spec) -> dict[FileKey, FileRows]:
+    """The files of the corpus index in the dedup version in ``output`` that were read with
+    ``spec`` (empty: none, or one that cannot be used, logged with the reason)."""
+    if output is None or not FileSystems.exists(join(output, MANIFEST)):
+        return {}
+    try:
+        return _read_index(output, spec)
+    except (CorruptOutputError, FileNotFoundError, ValueError, KeyError, pa.ArrowException) as err:
+        logger.warning("the corpus index in %s is not used (%s): every file is read", output, err)
+        return {}
+
+
+def _read_index(output: str, spec) -> dict[FileKey, FileRows]:
+    manifest = read_manifest(output, verify=False)  # the one file used is checked below
+    if not isinstance(manifest, dict) or manifest.get("kind") != "dedup":
+        return {}
+    section = (manifest.get("corpus") or {}).get("index")
+    if not isinstance(section, dict):
+        return {}
+    if section.get("spec") != spec_json(spec):
+        logger.info("the corpus index in %s was read with other settings: not used", output)
+        return {}
+    listed = {entry["path"]: entry for entry in manifest.get("commit", {}).get("files", [])}
+    entry = listed.get(INDEX_FILE)
+    if entry is None:
+        raise CorruptOutputError(f"{INDEX_FILE} is not listed in the manifest's commit")
+    path = join(output, INDEX_FILE)
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        data = handle.read()
+    if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise CorruptOutputError(f"{path} differs from the bytes and sha256 its manifest lists")
+    table = pq.read_table(io.BytesIO(data))
+    numbers = table.column("file").to_numpy()
+    bounds = np.searchsorted(numbers, np.arange(len(section["files"]) + 1))
+    rows = table.column("row").to_numpy()
+    ids = table.column("id")
+    out: dict[FileKey, FileRows] = {}
+    for number, file in enumerate(section["files"]):
+        lo, hi = int(bounds[number]), int(bounds[number + 1])
+        if hi - lo != file["records"]:
+            found = f"file {number} has {hi - lo} rows, not {file['records']}"
+            raise CorruptOutputError(f"{path}: {found}")
+        key = (file["path"], file["id_prefix"], int(file["bytes"]), file["sha256"])
+        out[key] = FileRows(int(file["rows"]), rows[lo:hi].copy(), ids[lo:hi].to_pylist())
+    return out
+
+
+ID_LIST_ENCODING = (
+    "UTF-8, one id per line, LF-terminated; backslash, LF and CR inside an id are written as "
+    "\\\\, \\n and \\r"
+)
+
+
+GROUPS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("group", pa.int64(), nullable=False),
+        pa.field("is_representative", pa.bool_(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        # Score of the pair (member, representative); null for the representative itself and
+        # for chained members (their pair with it is under the threshold; grouping/model.py).
+        pa.field("score", pa.float32()),
+    ]
+)
+
+
+GROUPS_FILE, KEPT_FILE, REMOVED_FILE = "groups.parquet", "kept_ids.txt", "removed_ids.txt"
+
+
+REPORT_FILE = "report.html"
+
+
+def encode_id(value: str) -> str:
+    """An id as one line of an id list (without the line feed)."""
+    if "\\" not in value and "\n" not in value and "\r" not in value:
+        return value
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+_ESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
+
+
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
+
+
+def decode_id(line: str) -> str:
+    """The id written as ``line`` by :func:`encode_id`.
+
+    Raises:
+        ValueError: an escape other than ``\\\\``, ``\\n`` or ``\\r``.
+    """
+
+    def replace(match: re.Match) -> str:
+        if match.group(1) not in _ESCAPES:
+            raise ValueError(f"bad escape {match.group(0)!r} in id list line {line!r}")
+        return _ESCAPES[match.group(1)]
+
+    return _ESCAPE.sub(replace, line) if "\\" in line else line
+
+
+def write_id_list(path: str, ids: Iterable[str]) -> int:
+    """Write ids one per line (see the module docstring); returns how many."""
+    count = 0
+    chunk: list[str] = []
+    with FileSystems.create(path, mime_type="text/plain") as handle:
+        for value in ids:
+            chunk.append(encode_id(value))
+            count += 1
+            if len(chunk) >= 65536:
+                handle.write(("\n".join(chunk) + "\n").encode("utf-8"))
+                chunk = []
+        if chunk:
+            handle.write(("\n".join(chunk) + "\n").encode("utf-8"))
+    return count
+
+
+def read_id_list(path: str) -> list[str]:
+    """Ids from a list written by :func:`write_id_list`."""
+    return read_id_array(path).to_pylist()
+
+
+def read_id_array(path: str) -> pa.Array:
+    """Ids from a list written by :func:`write_id_list`, as a ``string`` array: split in
+    Arrow, so that millions of ids never become Python strings; only escaped lines are."""
+    with FileSystems.open(path) as handle:
+        data = handle.read()
+    if not data:
+        return pa.array([], pa.string())
+    text = pa.array([data.decode("utf-8")], pa.large_string())
+    lines = pc.split_pattern(text, "\n").flatten()
+    lines = lines.slice(0, len(lines) - 1).cast(pa.string())  # the last line feed ends the list
+    escaped = np.flatnonzero(pc.match_substring(lines, "\\").to_numpy(zero_copy_only=False))
+    if len(escaped) == 0:
+        return lines
+    decoded = [decode_id(line) for line in lines.take(pa.array(escaped)).to_pylist()]
+    values = lines.to_pylist()  # rare: ids with a backslash or a line break
+    for row, value in zip(escaped.tolist(), decoded, strict=True):
+        values[row] = value
+    return pa.array(values, pa.string())

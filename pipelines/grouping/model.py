@@ -1,11 +1,10 @@
-"""One method's duplicate groups at one threshold, and the parts every method shares (Beam-free).
+"""One method's duplicate groups at one threshold: :class:`Grouping` and its parts (Beam-free).
 
 A :class:`Grouping` is the one model of a grouping (every method returns one, and the writers
-read it). It holds a group number per item (-1 for an item in no group), one
-representative per group (the kept member), and for every removed member the row it was
-matched to (its representative), that pair's score and a reason. The methods that build one
-are in :mod:`sbert_pipeline.dedup.methods`, :mod:`sbert_pipeline.dedup.linkage` and, for
-``components`` with a ``--keep`` policy, :mod:`sbert_pipeline.dedup.deduplicate`.
+read it). It holds a group number per item (-1 for an item in no group), one representative per
+group (the kept member), and for every removed member the row it was matched to (its
+representative), that pair's score and a reason. The words the outputs use for the reasons are
+defined here once (docs/architecture.md, "Dedup glossary").
 """
 
 from __future__ import annotations
@@ -13,16 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sbert_pipeline.dedup.groups import IndexedPairs
-from sbert_pipeline.dedup.terms import CHAINED
-from sbert_pipeline.vectors.checks import check_cosine
+from sbert_pipeline.grouping.pairs import IndexedPairs, lookup_scores
+
+# A removed member whose own similarity to the kept row (the representative) is under the
+# threshold, or not among the pairs: it is in the group because it is similar to another
+# member, which is similar to the kept row (or to a further member). Components make them;
+# a star never does.
+CHAINED = "chained"
+CHAINED_MEANING = (
+    "in the group only because it is similar to another member, not to the kept row: its own "
+    "similarity to the kept row is under the threshold or not among the pairs"
+)
 
 # Why a member is in its group. Code 0 is "kept" (a representative or an item in no group).
 REASONS: tuple[str, ...] = (
     "kept",
     "similar to its representative",
-    CHAINED,  # pipelines/dedup/terms.py: similar to another member, not to the representative
-    # A copy of another row's normalised text (--exact-dedup embeddings; dedup/copies.py).
+    CHAINED,  # similar to another member, not to the representative
+    # A copy of another row's normalised text (exact-copy embeddings; grouping/copies.py).
     "same normalised text",
 )
 KEPT, NEAR_REPRESENTATIVE, THROUGH_MEMBERS, SAME_TEXT = 0, 1, 2, 3
@@ -45,7 +52,7 @@ class Grouping:
     matched_score: np.ndarray  # (n,) float32: score with it, NaN if kept or not a given pair
     # (n,) int8 index into REASONS: "similar to its representative" when matched_score reaches
     # the threshold (star: rep_threshold), else "chained"; "same
-    # normalised text" for a copy joined by pipelines/dedup/copies.py.
+    # normalised text" for a copy joined by grouping/copies.py.
     reason: np.ndarray
     pairs_used: int  # pairs at or above the threshold
 
@@ -104,7 +111,7 @@ class Grouping:
         return rows[np.lexsort((keys, ~self.representative[rows]))]
 
 
-def from_labels(
+def grouping_from_labels(
     method: str,
     threshold: float,
     labels: np.ndarray,
@@ -173,39 +180,3 @@ def dense_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return place[labels], every[present].astype(np.int64)
     _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
     return inverse.reshape(-1), counts
-
-
-def lookup_scores(pairs: IndexedPairs, n: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Scores of the pairs ``(x[i], y[i])``; NaN where the pair is not given."""
-    key = pairs.a * n + pairs.b
-    # Pairs usually come sorted by (a, b) (pairs stage, index_pairs): skip the sort then.
-    order = np.arange(len(key)) if np.all(key[1:] >= key[:-1]) else np.argsort(key, kind="stable")
-    sorted_key = key[order]
-    wanted = np.minimum(x, y) * n + np.maximum(x, y)
-    position = np.clip(np.searchsorted(sorted_key, wanted), 0, max(len(key) - 1, 0))
-    out = np.full(len(wanted), np.nan, np.float32)
-    if len(key):
-        found = sorted_key[position] == wanted
-        out[found] = pairs.scores[order[position[found]]]
-    return out
-
-
-def check_threshold(threshold: float) -> None:
-    """Refuse a threshold outside ``[-1, 1]`` (or NaN)."""
-    check_cosine(threshold)
-
-
-def check_inputs(n: int, pairs: IndexedPairs, threshold: float, rank: np.ndarray) -> None:
-    """Refuse a bad threshold, a rank that is not a permutation, or pairs outside the rows."""
-    check_threshold(threshold)
-    rank = np.asarray(rank)
-    permutation = (
-        rank.shape == (n,)
-        and np.issubdtype(rank.dtype, np.integer)
-        and (n == 0 or (rank.min() >= 0 and rank.max() < n))
-        and bool(np.all(np.bincount(rank, minlength=n) == 1))
-    )
-    if not permutation:
-        raise ValueError(f"rank must be a permutation of 0 .. {n - 1} (see rank_items)")
-    if len(pairs) and (pairs.a.min() < 0 or pairs.b.max() >= n or np.any(pairs.a >= pairs.b)):
-        raise ValueError(f"pairs must be rows a < b in [0, {n})")

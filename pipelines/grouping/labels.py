@@ -1,4 +1,4 @@
-"""Dedup measured on human-labelled pairs: pair precision / recall / F1 and threshold calibration.
+"""Groupings measured on labelled pairs: pair precision, recall and F1, calibration (Beam-free).
 
 A labelled pair ``(x, y, label)`` says whether two items are duplicates. A grouping predicts
 "duplicate" for the pair when both items end in the same group (a removed item belongs to its
@@ -17,7 +17,7 @@ the F1-maximising point (its threshold and counts; not
 :func:`pr_curve` gives the precision-recall points for a report.
 
 Example:
-    >>> labelled = match_labels(read_labelled_pairs("pairs.tsv"), ids)
+    >>> labelled = match_labels(RawLabels(path, id_a, id_b, label), ids)
     >>> points = label_sweep("components", groupings, labelled)
     >>> best_f1_point(points).threshold
 """
@@ -26,28 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sbert_pipeline.dedup.choices import LABEL_COLUMN, LABEL_ID_A, LABEL_ID_B
-from sbert_pipeline.dedup.grouping import Grouping
-
-from sbert_core.errors import DataFileError
-from sbert_core.tabular import read_table
-
-_TRUE = {"1", "true", "yes"}
-_FALSE = {"0", "false", "no"}
-
-
-@dataclass(frozen=True)
-class LabelColumns:
-    """Which columns of a labelled-pairs file hold the two ids and the 0/1 label."""
-
-    id_a: str = LABEL_ID_A
-    id_b: str = LABEL_ID_B
-    label: str = LABEL_COLUMN
+from sbert_pipeline.grouping.model import Grouping
 
 
 @dataclass(frozen=True)
@@ -58,66 +41,6 @@ class RawLabels:
     id_a: list[str]
     id_b: list[str]
     label: np.ndarray  # (R,) bool
-
-
-def read_labelled_pairs(
-    path: str | Path, columns: LabelColumns = LabelColumns(), fmt: str | None = None
-) -> RawLabels:
-    """Read labelled pairs from TSV (quoting off), CSV, JSONL or Parquet, optionally ``.gz``.
-
-    Ids are compared as strings (``23`` and ``"23"`` are the same id). A label is ``0``/``1``,
-    ``true``/``false`` or ``yes``/``no`` (any case), or a JSON/Parquet bool or 0/1 number.
-
-    Raises:
-        DataFileError: unreadable file, a missing column, an empty id or a label that is not
-            0/1 (naming the file, row and column).
-    """
-    table = read_table(path, fmt)
-    table.require([columns.id_a, columns.id_b, columns.label])
-    ids = []
-    for name in (columns.id_a, columns.id_b):
-        values = []
-        for number, value in enumerate(table.column(name), start=1):
-            text = _id_text(value)
-            if text is None:
-                raise DataFileError(
-                    f"{table.path}: row {number}, column {name!r}: expected an id, got {value!r}"
-                )
-            values.append(text)
-        ids.append(values)
-    labels = np.empty(len(table.rows), bool)
-    for number, value in enumerate(table.column(columns.label), start=1):
-        flag = _label(value)
-        if flag is None:
-            raise DataFileError(
-                f"{table.path}: row {number}, column {columns.label!r}: expected a 0/1 label, "
-                f"got {value!r}"
-            )
-        labels[number - 1] = flag
-    return RawLabels(table.path, ids[0], ids[1], labels)
-
-
-def _id_text(value) -> str | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else None
-    text = str(value)
-    return text if text.strip() else None
-
-
-def _label(value) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-    return None
 
 
 @dataclass(frozen=True)
@@ -155,7 +78,7 @@ def match_labels(raw: RawLabels, ids: pa.Array | Sequence[str]) -> LabelledPairs
     """Map labelled pairs to item rows; pairs naming an unknown id are counted and left out.
 
     Args:
-        raw: as read by :func:`read_labelled_pairs`.
+        raw: the pairs as read (ids as strings).
         ids: every item's id, unique; row ``i`` is item ``i``.
     """
     ids = ids if isinstance(ids, pa.Array) else pa.array(list(ids), pa.string())
@@ -207,7 +130,7 @@ class PairCounts:
 def pair_counts(labels: np.ndarray, labelled: LabelledPairs) -> PairCounts:
     """Counts for a partition ``labels`` (``(n,)``, equal value = same group) on labelled pairs.
 
-    Use :meth:`sbert_pipeline.dedup.grouping.Grouping.labels` for a grouping's partition.
+    Use :meth:`sbert_pipeline.grouping.model.Grouping.labels` for a grouping's partition.
     """
     same = labels[labelled.a] == labels[labelled.b]
     duplicate = labelled.label
@@ -262,7 +185,7 @@ class LabelPoint:
         }
 
 
-def evaluate(grouping: Grouping, labelled: LabelledPairs) -> LabelPoint:
+def score_grouping(grouping: Grouping, labelled: LabelledPairs) -> LabelPoint:
     """One grouping on the labelled pairs."""
     return LabelPoint(
         method=grouping.method,
@@ -285,7 +208,7 @@ def label_sweep(groupings: Iterable[Grouping], labelled: LabelledPairs) -> list[
             f"none of the {len(labelled.a)} usable labelled pairs is a duplicate; "
             "recall and F1 are undefined"
         )
-    return [evaluate(grouping, labelled) for grouping in groupings]
+    return [score_grouping(grouping, labelled) for grouping in groupings]
 
 
 def best_f1_point(points: Sequence[LabelPoint]) -> LabelPoint:
@@ -322,43 +245,3 @@ def pr_curve(points: Sequence[LabelPoint]) -> dict[str, list[float]]:
         "precision": [round(point.precision, 6) for point in ordered],
         "recall": [round(point.recall, 6) for point in ordered],
     }
-
-
-def load_labels(
-    path: str,
-    columns: LabelColumns,
-    ids: pa.Array,
-    *,
-    fmt: str | None = None,
-    skip_unknown: bool = False,
-) -> LabelledPairs:
-    """Labelled pairs of a file mapped to the items, checked for use in a dedup run.
-
-    Raises:
-        DataFileError: unreadable file, missing column, bad id or label
-            (:func:`read_labelled_pairs`).
-        ValueError: a pair names an id that is not among the items (unless ``skip_unknown``:
-            then such pairs are counted and left out), or no usable pair is a duplicate.
-    """
-    raw = read_labelled_pairs(path, columns, fmt)
-    labelled = match_labels(raw, ids)
-    if labelled.unknown and not skip_unknown:
-        known = set(ids.to_pylist())
-        first = next(
-            (number, item)
-            for number, pair in enumerate(zip(raw.id_a, raw.id_b, strict=True), start=1)
-            for item in pair
-            if item not in known
-        )
-        raise ValueError(
-            f"{raw.path}: {labelled.unknown} of {labelled.read} labelled pairs name ids that "
-            f"are not among the {len(ids)} embedded ids (first: {first[1]!r} in row "
-            f"{first[0]}); check --label-id-a/--label-id-b, or pass --skip-unknown-labels to "
-            "leave those pairs out"
-        )
-    if not labelled.positives:
-        raise ValueError(
-            f"{raw.path}: none of the {len(labelled.a)} usable labelled pairs is a duplicate "
-            f"(label column {columns.label!r}); recall and F1 are undefined"
-        )
-    return labelled

@@ -12,14 +12,10 @@ import heapq
 from dataclasses import dataclass
 
 import numpy as np
-from sbert_pipeline.dedup.grouping import (
-    Grouping,
-    check_inputs,
-    check_threshold,
-    from_labels,
-)
-from sbert_pipeline.dedup.groups import IndexedPairs
-from sbert_pipeline.vectors.components import component_labels
+from sbert_pipeline.grouping.model import Grouping, grouping_from_labels
+from sbert_pipeline.grouping.pairs import IndexedPairs, check_grouping_inputs, check_threshold
+
+from sbert_core.graph import component_labels
 
 
 @dataclass(frozen=True)
@@ -46,7 +42,7 @@ class Dendrogram:
             ValueError: ``threshold`` below ``stop`` (those merges were not made), or bad
                 inputs.
         """
-        check_inputs(self.n, pairs, threshold, rank)
+        check_grouping_inputs(self.n, pairs, threshold, rank)
         if np.float32(threshold) < np.float32(self.stop):
             raise ValueError(
                 f"the dendrogram was built down to {self.stop}; it cannot be cut at {threshold}"
@@ -57,7 +53,7 @@ class Dendrogram:
         below = np.flatnonzero(self.height < float(np.float32(threshold)))
         take = int(below[0]) if len(below) else len(self.height)
         labels = component_labels(self.n, self.left[:take], self.right[:take])
-        return from_labels("average", threshold, labels, rank, pairs)
+        return grouping_from_labels("average", threshold, labels, rank, pairs)
 
 
 def average_linkage(

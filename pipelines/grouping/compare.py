@@ -1,13 +1,12 @@
-"""Every dedup method over the threshold sweep, with the chosen method's settings (Beam-free).
+"""Every grouping method over the threshold sweep, with the chosen method's settings (Beam-free).
 
 :class:`MethodSettings` holds what the methods need besides the pairs and the threshold: the
-member kept (``--keep``), the star/split radius (``--radius``, kept as a gap below each threshold),
-mutual's ``k`` and average linkage's score for pairs not given. :func:`sweep_methods` runs
-the chosen method (``sbert dedup --sweep chosen``, the default) or every method (``--sweep
-all``) at every threshold and, with labelled pairs, scores each point
-(:mod:`sbert_pipeline.dedup.labels`).
+member kept, the star/split radius (kept as a gap below each threshold), mutual's ``k`` and
+average linkage's score for pairs not given. :func:`sweep_methods` runs the chosen method or
+every method at every threshold and, with labelled pairs, scores each point
+(:mod:`sbert_pipeline.grouping.labels`).
 
-``components`` is counted by :func:`sbert_pipeline.dedup.groups.threshold_sweep` (one union-find
+``components`` is counted by :func:`sbert_pipeline.grouping.sweep.threshold_sweep` (one union-find
 pass), exactly as before the other methods existed; the others group at each threshold.
 """
 
@@ -17,32 +16,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sbert_pipeline.dedup.choices import (
+from sbert_pipeline.grouping.choices import (
     DEFAULT_KEEP,
     DEFAULT_METHOD,
     DEFAULT_MUTUAL_K,
     DEFAULT_RADIUS_GAP,
     METHODS,
 )
-from sbert_pipeline.dedup.copies import TextCopies
-from sbert_pipeline.dedup.grouping import Grouping
-from sbert_pipeline.dedup.groups import IndexedPairs, SweepPoint, threshold_sweep
-from sbert_pipeline.dedup.labels import (
+from sbert_pipeline.grouping.copies import TextCopies
+from sbert_pipeline.grouping.labels import (
     LabelledPairs,
     LabelPoint,
     best_f1_point,
-    evaluate,
     for_precision,
+    score_grouping,
 )
-from sbert_pipeline.dedup.methods import group_items, sweep_groupings
-from sbert_pipeline.dedup.ranking import rank_items
+from sbert_pipeline.grouping.methods import group_items, sweep_groupings
+from sbert_pipeline.grouping.model import Grouping
+from sbert_pipeline.grouping.pairs import IndexedPairs
+from sbert_pipeline.grouping.ranking import rank_items
+from sbert_pipeline.grouping.sweep import SweepPoint, threshold_sweep
 from sbert_pipeline.vectors.progress import Progress, stage_progress
-
-# Said by the report, the dry run's table and the manifest when only the chosen method was swept.
-NOT_COMPARED = (
-    "the comparison of every method was not run: only the chosen method was swept (--sweep "
-    "chosen, the default); rerun with --sweep all (sweep: all in sbert run) to compare them"
-)
 
 
 @dataclass(frozen=True)
@@ -50,7 +44,7 @@ class MethodSettings:
     """The chosen method and the parameters every method of the sweep is run with.
 
     Attributes:
-        method: one of :data:`sbert_pipeline.dedup.methods.METHODS`.
+        method: one of :data:`sbert_pipeline.grouping.choices.METHODS`.
         keep: the member every method but components keeps: ``first``, ``longest``,
             ``central``, ``random`` or ``column:NAME`` (the ranking of the same name).
         radius_gap: star, split: the radius at threshold ``t`` is ``t - radius_gap``.
@@ -142,7 +136,7 @@ def group_at(
 @dataclass(frozen=True)
 class MethodSweep:
     """One method at every sweep threshold: the counts, with labels P/R/F1, and with known
-    duplicates their recall (``known``: :mod:`sbert_pipeline.dedup.known`)."""
+    duplicates their recall (``known``: the known duplicate pairs)."""
 
     method: str
     points: list[SweepPoint]
@@ -191,14 +185,14 @@ def sweep_methods(
     """Every method of ``methods`` at every threshold (ascending), the chosen method first.
 
     The chosen method (``settings.method``) is always swept, listed in ``methods`` or not:
-    ``sbert dedup`` passes it alone (``--sweep chosen``) or every method (``--sweep all``).
+    dedup passes it alone or every method.
     One progress bar counts every (method, threshold) point, so its ETA is the whole sweep's.
 
     With ``known`` (known duplicate pairs, all labelled duplicates), every point also counts
     how many of them ended in one group (``MethodSweep.known``).
 
-    With ``copies`` (of an ``--exact-dedup`` embed run), ``pairs`` are the distinct rows' and
-    every grouping gets the copies joined (:mod:`sbert_pipeline.dedup.copies`).
+    With ``copies`` (of an exact-copy embed run), ``pairs`` are the distinct rows' and
+    every grouping gets the copies joined (:mod:`sbert_pipeline.grouping.copies`).
 
     Raises:
         ValueError: the labels hold no duplicate pair, or a method's inputs are bad.
@@ -259,9 +253,9 @@ def _sweep_one(
             grouping = copies.join(grouping, ranker.order_rank)
             points.append(sweep_point(grouping))
             if labelled is not None:
-                labels.append(evaluate(grouping, labelled))
+                labels.append(score_grouping(grouping, labelled))
             if known is not None:
-                found.append(evaluate(grouping, known))
+                found.append(score_grouping(grouping, known))
     else:
         bar.update(len(thresholds))  # one union-find pass answered every threshold
     return MethodSweep(

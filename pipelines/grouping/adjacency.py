@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numba
 import numpy as np
-from sbert_pipeline.dedup.groups import IndexedPairs
+from sbert_pipeline.grouping.pairs import IndexedPairs
 
 
 class PairGraph:

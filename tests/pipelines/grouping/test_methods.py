@@ -6,12 +6,12 @@ import itertools
 
 import numpy as np
 import pytest
-from sbert_pipeline.dedup.deduplicate import deduplicate
-from sbert_pipeline.dedup.grouping import NEAR_REPRESENTATIVE, REASONS, THROUGH_MEMBERS
-from sbert_pipeline.dedup.groups import IndexedPairs
-from sbert_pipeline.dedup.linkage import average_linkage
-from sbert_pipeline.dedup.methods import METHODS, group_items, sweep_groupings
-from sbert_pipeline.dedup.ranking import rank_items
+from sbert_pipeline.grouping.choices import METHODS
+from sbert_pipeline.grouping.linkage import average_linkage
+from sbert_pipeline.grouping.methods import components_by_keep, group_items, sweep_groupings
+from sbert_pipeline.grouping.model import NEAR_REPRESENTATIVE, REASONS, THROUGH_MEMBERS
+from sbert_pipeline.grouping.pairs import IndexedPairs
+from sbert_pipeline.grouping.ranking import rank_items
 
 from tests.planted import unit_rows
 
@@ -281,7 +281,7 @@ def test_components_equal_todays_deduplicate():
     order = np.random.default_rng(4).permutation(n)
     lengths = np.random.default_rng(5).integers(5, 50, n)
     for policy in ("first", "longest", "central"):
-        today = deduplicate(n, pairs, 0.8, policy, rank=order, text_lengths=lengths)
+        today = components_by_keep(n, pairs, 0.8, policy, order_rank=order, text_lengths=lengths)
         rank = rank_items(
             policy, n, order_rank=order, text_lengths=lengths, pairs=pairs, threshold=0.8
         )

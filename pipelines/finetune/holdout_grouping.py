@@ -8,9 +8,9 @@ holdout was trained on). For the base model and again for the fine-tuned one:
 2. find every pair of questions with cosine ``>= floor`` exactly
    (:func:`sbert_pipeline.vectors.pairs_above.self_pairs_above`);
 3. group them with each of ``methods`` over the threshold sweep, with the settings ``sbert
-   dedup`` uses by default (:class:`sbert_pipeline.dedup.sweep.MethodSettings`: central ranking,
-   star radius ``T - 0.10``), and score "both questions end in one group" on the holdout's labelled
-   pairs (:mod:`sbert_pipeline.dedup.labels`);
+   dedup`` uses by default (:class:`sbert_pipeline.grouping.compare.MethodSettings`: central
+   ranking, star radius ``T - 0.10``), and score "both questions end in one group" on the
+   holdout's labelled pairs (:mod:`sbert_pipeline.grouping.labels`);
 4. report, per method, the best-F1 threshold with its precision, recall, F1 and largest group.
 
 The numbers go into the model's manifest (``metrics.dedup``) and its model card.
@@ -36,17 +36,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from sbert_pipeline.dedup.choices import METHODS
+from sbert_pipeline.grouping.choices import METHODS
 
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import read_table, text_column
 from sbert_core.training.data import DataSpec, load_duplicate_split
 
 if TYPE_CHECKING:
-    from sbert_pipeline.dedup.labels import LabelledPairs
+    from sbert_pipeline.grouping.labels import LabelledPairs
 
-# The dedup modules (numba kernels, Beam-backed file helpers) are imported where they are used,
-# so that a finetune run without a dedup_test loads neither.
+# The grouping modules (numba kernels) are imported where they are used, so that a finetune
+# run without a dedup_test loads none of them.
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class DedupTestConfig:
                 f"dedup_test.methods must name methods from {', '.join(METHODS)}, "
                 f"got {list(self.methods)}"
             )
-        from sbert_pipeline.dedup.groups import sweep_thresholds
+        from sbert_pipeline.grouping.sweep import sweep_thresholds
 
         sweep_thresholds(self.floor, self.sweep_stop, self.sweep_step)  # raises on bad bounds
         if (self.base_vectors is None) != (self.base_vector_ids is None):
@@ -120,7 +120,7 @@ def load_holdout(config: DedupTestConfig, text_key: Callable[[str], str] | None)
         DataFileError: unreadable files, missing columns, a holdout question missing from the
             question file or with another text there.
     """
-    from sbert_pipeline.dedup.labels import RawLabels, match_labels
+    from sbert_pipeline.grouping.labels import RawLabels, match_labels
 
     split = load_duplicate_split(config.pairs, text_key)
     members = split.questions_in("holdout")
@@ -224,8 +224,9 @@ def evaluate_dedup(
 ) -> dict:
     """Embed the holdout with ``encoder`` (or, for the ``base`` model with ``base_vectors``
     set, take the cached vectors), sweep each method, return the best-F1 points."""
-    from sbert_pipeline.dedup.groups import IndexedPairs, sweep_thresholds
-    from sbert_pipeline.dedup.sweep import MethodSettings, Ranker, sweep_methods
+    from sbert_pipeline.grouping.compare import MethodSettings, Ranker, sweep_methods
+    from sbert_pipeline.grouping.pairs import IndexedPairs
+    from sbert_pipeline.grouping.sweep import sweep_thresholds
     from sbert_pipeline.vectors.pairs_above import self_pairs_above
 
     start = time.perf_counter()

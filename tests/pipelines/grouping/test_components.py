@@ -14,9 +14,10 @@ from dedup_reference import (
 from dedup_reference import (
     threshold_sweep as reference_sweep,
 )
-from sbert_pipeline.dedup.groups import IndexedPairs, connected_components, threshold_sweep
-from sbert_pipeline.vectors.components import component_labels, merge_counts
+from sbert_pipeline.grouping.pairs import IndexedPairs, pair_components
+from sbert_pipeline.grouping.sweep import merge_counts, threshold_sweep
 
+from sbert_core.graph import component_labels
 from sbert_core.training.duplicate_pairs import smallest_node_labels
 
 
@@ -35,7 +36,7 @@ def _random_pairs(seed: int, n: int, p: int) -> IndexedPairs:
 def test_smallest_node_labels_match_the_union_find(seed, n, p):
     pairs = _random_pairs(seed, n, p)
     expected = smallest_member(reference_components(n, pairs))
-    assert connected_components(n, pairs).tolist() == expected.tolist()
+    assert pair_components(n, pairs).tolist() == expected.tolist()
 
 
 def test_component_labels_are_numbered_by_smallest_row():
