@@ -22,6 +22,7 @@ from sbert_pipeline.grouping.choices import (
     default_keep,
     is_keep,
 )
+from sbert_pipeline.stage_api.old_spellings import Sets
 from sbert_pipeline.stage_api.options import OptionError, StageOptions, at_least, in_range, option
 from sbert_pipeline.stage_api.shared_options import (
     checked_memory_budget,
@@ -59,6 +60,9 @@ class Options(StageOptions):
     OLD_VALUES: ClassVar[Mapping[str, Mapping[Any, Any]]] = {
         "keep": {"corpus": "first"},
         "stable_keep": {"auto": None, "on": True, "off": False},
+        "known_duplicates_field": {
+            NO_KNOWN_FIELD: Sets(known_duplicates=False, known_duplicates_field=None)
+        },
     }
 
     pairs: str | None = option(
@@ -79,7 +83,6 @@ class Options(StageOptions):
     keep: str | None = option(
         help=f"the member kept: {', '.join(KEEP_CHOICES)} (default: {DEFAULT_COMPONENTS_KEEP} "
         f"with components, else {DEFAULT_KEEP})",
-        aliases=("--rank",),
         metavar="POLICY",
         group=_GROUPS,
     )
@@ -103,9 +106,7 @@ class Options(StageOptions):
     )
     label_id_a: str = option(LABEL_ID_A, "first id column of --labels", advanced=True)
     label_id_b: str = option(LABEL_ID_B, "second id column of --labels", advanced=True)
-    label_field: str = option(
-        LABEL_FIELD, "0/1 label column of --labels", aliases=("--label-column",), advanced=True
-    )
+    label_field: str = option(LABEL_FIELD, "0/1 label column of --labels", advanced=True)
     skip_unknown_labels: bool = option(
         False, "leave out labelled pairs naming ids not embedded", advanced=True
     )

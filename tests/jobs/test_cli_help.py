@@ -19,8 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_HELP_LINES = 70
 STAGES = sorted(stage_cli.stage_commands())
 OTHER_COMMANDS = [[], ["run"], ["submit"], ["encode"], ["eval"], ["eval", "sts"], ["eval", "pairs"]]
-# The dedup options are being reworked (advanced fields, help texts) alongside this change.
-REWORKED = {"dedup"}
 # What a user reads must not cite the code: a module or package path, a function, an issue.
 CODE_CITATIONS = re.compile(
     r"sbert_pipeline\.|pipelines/|\w\.py\b|\b\w+\(\)|#\d+|\bissues?\b", re.IGNORECASE
@@ -34,12 +32,7 @@ def help_of(command: list[str], flag: str, capsys) -> str:
     return capsys.readouterr().out
 
 
-def _reworked(stage: str):
-    marks = [pytest.mark.xfail(reason="dedup's options are reworked on their own branch")]
-    return pytest.param(stage, marks=marks if stage in REWORKED else [])
-
-
-@pytest.mark.parametrize("stage", [_reworked(stage) for stage in STAGES])
+@pytest.mark.parametrize("stage", STAGES)
 def test_a_stage_help_fits_in_70_lines(stage, capsys):
     text = help_of([stage], "--help", capsys)
     assert len(text.splitlines()) <= MAX_HELP_LINES, text
@@ -83,8 +76,6 @@ def test_a_stage_description_is_its_options_docstring_with_a_pointer_to_the_docs
 def test_no_help_cites_the_code(command, flag, capsys):
     if flag == "--help-all" and not (command and stage_cli.is_stage_command(command[0])):
         return
-    if command and command[0] in REWORKED:
-        pytest.xfail("dedup's options are reworked on their own branch")
     text = help_of(command, flag, capsys)
     assert CODE_CITATIONS.findall(text) == []
 

@@ -907,7 +907,7 @@ def test_run_config_dedup_against_and_stable_keep_become_the_commands_options(
     loaded = load_run_config(config)
     plan = {p.name: p for p in plan_stages(loaded, check_inputs(loaded), [])}["dedup"]
     assert plan.options.against == (str(reference),)
-    assert plan.options.stable_keep == "off"
+    assert plan.options.stable_keep is False  # the old value "off", converted
     assert plan.options.pairs == str(tmp_path / "job" / "pairs")  # the job's embeddings: corpus
     # The reference's content is in dedup's fingerprint: embedded again, it reruns dedup.
     before = plan.fingerprint({"pairs": "p"})
