@@ -65,8 +65,8 @@ from sbert_pipeline.jobs.run_config import (
     config_as_dict,
     load_run_config,
 )
-from sbert_pipeline.jobs.run_inputs import check_inputs, check_same_job, job_identity
-from sbert_pipeline.jobs.run_report import REPORT_FILE, write_report
+from sbert_pipeline.jobs.run_inputs import check_job_inputs, check_same_job, job_identity
+from sbert_pipeline.jobs.run_report import REPORT_FILE, write_job_report
 from sbert_pipeline.jobs.run_stages import (
     JobState,
     StagePlan,
@@ -150,7 +150,7 @@ def run(argv: list[str] | None = None) -> JobSummary:
     """
     args = build_parser().parse_args(argv)
     config = load_run_config(args.config, args.overrides)
-    checked = check_inputs(config)
+    checked = check_job_inputs(config)
     plans = plan_stages(config, checked, _beam_argv(config))
 
     start = time.perf_counter()
@@ -161,7 +161,7 @@ def run(argv: list[str] | None = None) -> JobSummary:
         summary = JobSummary(config.job_dir, results, None, 0.0)
         try:
             report = join(config.job_dir, REPORT_FILE)
-            summary.report = write_report(config, plans, results, report)
+            summary.report = write_job_report(config, plans, results, report)
         except Exception as err:  # the report must not hide the stages' outcome
             logger.warning("could not write the report: %s", err, exc_info=True)
     summary.seconds = time.perf_counter() - start
