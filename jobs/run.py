@@ -4,18 +4,18 @@ report.
     sbert run job.yaml [--set key=value ...] [--only STAGE] [--force STAGE|all] [--print-config]
     sbert run examples/quickstart.yaml          # the bundled sample, local runner, default model
 
-The config (see ``jobs/run_config.py`` and ``examples/quickstart.yaml``) names the corpus, the
-model (the default, a directory, or ``finetune``: the output of the optional finetune stage),
-the runner and its Beam options, the job directory and the stages with their parameters. It is
-checked whole before the job directory is touched, including every stage's own option values
-(device, threads, token budget, ranges, paths in ``options:``), so a bad value for a late stage
-fails the job before an earlier stage runs. Each stage publishes its folder in one step
-(``pipelines/io/output_dir.py``): a stage that fails leaves its previous output as it was.
+The config (see ``examples/quickstart.yaml``) names the corpus, the model (the default, a
+directory, or ``finetune``: the output of the optional finetune stage), the runner and its Beam
+options, the job directory and the stages with their parameters. It is checked whole before the
+job directory is touched, including every stage's own option values (device, threads, token
+budget, ranges, paths in ``options:``) and the files each stage reads from outside the job, so a
+bad value for a late stage fails the job before an earlier stage runs. Each stage publishes its
+folder in one step: a stage that fails leaves its previous output as it was.
 
 Each stage writes a folder in the job directory (``model/``, ``embeddings/``, ``index/``,
-``clusters/``, ``pairs/``, ``dedup/``) through its own command (``sbert embed`` ...). A rerun
-skips every stage whose inputs and parameters are unchanged and whose output is still the one it
-wrote (``jobs/run_stages.py``); ``--force STAGE`` reruns one anyway, and the stages after it
+``clusters/``, ``pairs/``, ``verify/``, ``dedup/``) as its own command (``sbert embed`` ...)
+would. A rerun skips every stage whose inputs (by content) and parameters are unchanged and whose
+output is still the one it wrote; ``--force STAGE`` reruns one anyway, and the stages after it
 follow because their input changed. ``--only STAGE`` runs just that stage (repeatable) on the
 outputs already in the job directory. At the end ``report.html`` (counts, times, plots, the
 largest duplicate groups and clusters, links to every output) is written to the job directory,
@@ -32,13 +32,12 @@ A failed stage stops the job with exit status 1 and a message saying which stage
 and how to continue; the stages that finished are kept and skipped by the next run.
 
 A job directory belongs to one job and one run at a time. Its state records what makes the job
-itself (the corpus and how it is read, the model, ``embeddings:``; see ``job_identity`` in
-``jobs/run_inputs.py``): a config that differs there is refused before anything is written,
-``--only`` included, while other stage parameters and added stages are changes of the same job.
-The run holds a lock on the job directory from its checks to its report
-(``sbert_pipeline.io.staged_output.take_lock``, the one each stage holds on its folder), so a second
-run on it is refused, naming the first one's pid and command from the directory's ``_STARTED``
-marker, instead of redoing a stage whose folder the first one is reading.
+itself (the corpus and how it is read, the model, ``embeddings:``): a config that differs there
+is refused before anything is written, ``--only`` included, while other stage parameters and
+added stages are changes of the same job. The run holds a lock on the job directory from its
+checks to its report (the one each stage holds on its folder), so a second run on it is
+refused, naming the first one's pid and command from the directory's ``_STARTED`` marker,
+instead of redoing a stage whose folder the first one is reading.
 """
 
 from __future__ import annotations
@@ -65,8 +64,8 @@ from sbert_pipeline.jobs.run_config import (
     config_as_dict,
     load_run_config,
 )
-from sbert_pipeline.jobs.run_inputs import check_inputs, check_same_job, job_identity
-from sbert_pipeline.jobs.run_report import REPORT_FILE, write_report
+from sbert_pipeline.jobs.run_inputs import check_job_inputs, check_same_job, job_identity
+from sbert_pipeline.jobs.run_report import REPORT_FILE, write_job_report
 from sbert_pipeline.jobs.run_stages import (
     JobState,
     StagePlan,
@@ -150,7 +149,7 @@ def run(argv: list[str] | None = None) -> JobSummary:
     """
     args = build_parser().parse_args(argv)
     config = load_run_config(args.config, args.overrides)
-    checked = check_inputs(config)
+    checked = check_job_inputs(config)
     plans = plan_stages(config, checked, _beam_argv(config))
 
     start = time.perf_counter()
@@ -161,7 +160,7 @@ def run(argv: list[str] | None = None) -> JobSummary:
         summary = JobSummary(config.job_dir, results, None, 0.0)
         try:
             report = join(config.job_dir, REPORT_FILE)
-            summary.report = write_report(config, plans, results, report)
+            summary.report = write_job_report(config, plans, results, report)
         except Exception as err:  # the report must not hide the stages' outcome
             logger.warning("could not write the report: %s", err, exc_info=True)
     summary.seconds = time.perf_counter() - start

@@ -62,12 +62,14 @@ from typing import Any, Literal
 
 from sbert_pipeline.io.resources import AUTO, resolve_budget
 from sbert_pipeline.jobs.run_table import (
-    FROM_FINETUNE,
+    DEFAULT_STAGES,
+    MODEL_STAGE,
     STAGE_NAMES,
+    VECTORS_STAGE,
     stage_folders,
-    stage_package,
     stage_spec,
 )
+from sbert_pipeline.jobs.stage_cli import stage_package
 from sbert_pipeline.stage_api.job_stage import JobContext
 from sbert_pipeline.stage_api.options import BEAM_FIELD, options_from_mapping
 
@@ -76,7 +78,6 @@ from sbert_core.config import apply_override, config_from_dict, config_to_dict, 
 
 # The order stages run in (the stage table's); each reads only what the ones before it wrote.
 STAGE_ORDER: tuple[str, ...] = STAGE_NAMES
-DEFAULT_STAGES = ("embed", "index", "cluster", "pairs", "dedup")
 # The job-wide digest check is `verify:` (a bool); with a verify stage section under that key,
 # it is written `verify_inputs:`.
 VERIFY_KEY, INPUT_CHECKS_KEY = "verify", "verify_inputs"
@@ -96,8 +97,6 @@ LEGACY_OPTIONS = "options"
 INCREMENTAL_FIELD = "incremental"
 # The stage option the job-wide ``memory_budget:`` fills (pipelines/io/resources.py).
 MEMORY_BUDGET_FIELD = "memory_budget"
-# The stage whose output ``embeddings:`` stands in for.
-EMBED_STAGE = "embed"
 
 
 @dataclass
@@ -184,20 +183,20 @@ class RunConfig:
     @property
     def external_embeddings(self) -> bool:
         """True when the stages read ``embeddings:`` instead of an embed stage's output."""
-        return bool(self.embeddings.path.strip()) and not self.enabled(EMBED_STAGE)
+        return bool(self.embeddings.path.strip()) and not self.enabled(VECTORS_STAGE)
 
     def context(self) -> JobContext:
         """What the job gives its stages (folders, corpus, model, verify); with ``embeddings:``
         the embed "folder" the stages read is that input."""
         folders = stage_folders(self.job_dir)
         if self.external_embeddings:
-            folders[EMBED_STAGE] = self.embeddings.path
+            folders[VECTORS_STAGE] = self.embeddings.path
         return JobContext(
             job_dir=self.job_dir,
             folders=folders,
             corpus=dataclasses.asdict(self.input),
             model=self.model,
-            from_finetune=self.model == FROM_FINETUNE,
+            from_finetune=self.model == MODEL_STAGE,
             verify=self.verify,
             stages=tuple(self.stages),
         )
@@ -206,8 +205,8 @@ class RunConfig:
 def load_run_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> RunConfig:
     """Read a job config, apply ``--set`` overrides, expand ``${VAR}`` and check the values.
 
-    Only the config itself is checked here; ``sbert_pipeline.jobs.run_inputs.check_inputs`` looks
-    at files and the model.
+    Only the config itself is checked here; ``sbert_pipeline.jobs.run_inputs.check_job_inputs``
+    looks at files and the model.
 
     Args:
         path: the YAML file.
@@ -341,6 +340,23 @@ def config_as_dict(config: RunConfig) -> dict:
 
 def validate(config: RunConfig) -> None:
     """Check values and stage dependencies (no file access); raises ValueError naming the key."""
+    _validate_stage_list(config)
+    _validate_embeddings(config)
+    _validate_stage_inputs(config)
+    if not config.job_dir.strip():
+        raise ValueError("job_dir: required (the directory every stage writes under)")
+    _validate_stage_needs(config)
+    if config.input.max_record_bytes is not None and config.input.max_record_bytes < 1:
+        raise ValueError(
+            f"input.max_record_bytes: must be at least 1, got {config.input.max_record_bytes}"
+        )
+    _validate_memory_budget(config.memory_budget)
+    _validate_runner(config)
+    _validate_between_stages(config, all_stage_options(config))
+
+
+def _validate_stage_list(config: RunConfig) -> None:
+    """``stages:`` lists known stages, each once."""
     if not config.stages:
         raise ValueError(f"stages: list at least one of: {', '.join(STAGE_ORDER)}")
     for position, stage in enumerate(config.stages):
@@ -351,47 +367,52 @@ def validate(config: RunConfig) -> None:
     repeated = sorted({stage for stage in config.stages if config.stages.count(stage) > 1})
     if repeated:
         raise ValueError(f"stages: {', '.join(repeated)} listed more than once")
-    _validate_embeddings(config)
+
+
+def _validate_stage_inputs(config: RunConfig) -> None:
+    """Every listed stage has the stages it reads (the vectors stage's output may be
+    ``embeddings:``)."""
     for stage in config.stages:
         missing = [need for need in stage_spec(stage).inputs if need not in config.stages]
-        if config.external_embeddings and EMBED_STAGE in missing:
-            missing.remove(EMBED_STAGE)
+        if config.external_embeddings and VECTORS_STAGE in missing:
+            missing.remove(VECTORS_STAGE)
         if missing:
             raise ValueError(
                 f"stages: {stage} reads the output of {', '.join(missing)}; add it to stages"
                 + (
-                    " (or name vectors made before in embeddings:, without embed)"
-                    if missing == [EMBED_STAGE]
+                    f" (or name vectors made before in embeddings:, without {VECTORS_STAGE})"
+                    if missing == [VECTORS_STAGE]
                     else ""
                 )
             )
-    if not config.job_dir.strip():
-        raise ValueError("job_dir: required (the directory every stage writes under)")
-    if config.enabled("embed") and not config.input.path.strip():
+
+
+def _validate_stage_needs(config: RunConfig) -> None:
+    """What the listed stages need from the job: the corpus, the stage ``model:`` names, the
+    keys their sections must set."""
+    listed = [stage_spec(name) for name in config.ordered_stages()]
+    if any(spec.needs_corpus for spec in listed) and not config.input.path.strip():
         raise ValueError("input.path: required (a file or glob of the corpus)")
-    if config.model == FROM_FINETUNE and not config.enabled("finetune"):
+    if config.model == MODEL_STAGE and not config.enabled(MODEL_STAGE):
         raise ValueError(
-            "model: 'finetune' means the model the finetune stage writes; add finetune to stages "
-            "or name a model (all-MiniLM-L6-v2 or a model directory)"
+            f"model: '{MODEL_STAGE}' means the model the {MODEL_STAGE} stage writes; add "
+            f"{MODEL_STAGE} to stages or name a model (all-MiniLM-L6-v2 or a model directory)"
         )
-    if config.enabled("finetune") and not (config.sections.get("finetune") or {}).get("config"):
-        raise ValueError("finetune.config: required with the finetune stage (a finetune YAML)")
-    if config.input.max_record_bytes is not None and config.input.max_record_bytes < 1:
-        raise ValueError(
-            f"input.max_record_bytes: must be at least 1, got {config.input.max_record_bytes}"
-        )
-    _validate_memory_budget(config.memory_budget)
-    _validate_runner(config)
-    _validate_between_stages(config, all_stage_options(config))
+    for spec in listed:
+        section = config.sections.get(spec.name) or {}
+        for key, what in spec.required.items():
+            if not section.get(key):
+                raise ValueError(f"{spec.name}.{key}: required with the {spec.name} stage ({what})")
 
 
 def _validate_embeddings(config: RunConfig) -> None:
     """``embeddings:`` only in a job without embed (whose own output the stages read)."""
     given = bool(config.embeddings.path.strip())
-    if given and config.enabled(EMBED_STAGE):
+    if given and config.enabled(VECTORS_STAGE):
         raise ValueError(
-            "embeddings: the stages read the embed stage's output in this job; remove embed "
-            "from stages to read these vectors instead, or remove embeddings: to embed input:"
+            f"embeddings: the stages read the {VECTORS_STAGE} stage's output in this job; remove "
+            f"{VECTORS_STAGE} from stages to read these vectors instead, or remove embeddings: "
+            f"to {VECTORS_STAGE} input:"
         )
     columns = {key: value for key, value in config.embeddings.columns().items() if value}
     if columns and not given:
@@ -434,25 +455,16 @@ def _validate_runner(config: RunConfig) -> None:
 
 
 def _validate_between_stages(config: RunConfig, options: Mapping[str, Any]) -> None:
-    """Checks of one stage's values against another's, which no stage can make alone."""
-    pairs, dedup = options.get("pairs"), options.get("dedup")
-    if pairs is None or dedup is None or not config.enabled("dedup"):
-        return
-    if config.enabled("verify"):
-        # Dedup then cuts the verifier's scores, and the verified pairs hold every candidate
-        # whatever its score: a threshold below the pairs' cosine threshold is meaningful.
-        return
-    if not dedup.threshold >= pairs.threshold:
-        raise ValueError(
-            f"dedup.threshold: {dedup.threshold} is below pairs.threshold {pairs.threshold}, so "
-            "pairs between them were never written; lower pairs.threshold or raise "
-            "dedup.threshold"
-        )
-    if dedup.radius is not None and not dedup.radius >= pairs.threshold:
-        raise ValueError(
-            f"dedup.radius: {dedup.radius} is below pairs.threshold {pairs.threshold}: pairs "
-            "under it are not all known; raise dedup.radius"
-        )
+    """Each listed stage's checks against the options of the stages it reads in this job, which
+    no stage can make alone."""
+    context = config.context()
+    for name in config.ordered_stages():
+        spec = stage_spec(name)
+        if spec.check_upstream is not None:
+            upstream = {
+                other: options[other] for other in spec.upstream(context) if other in options
+            }
+            spec.check_upstream(options[name], upstream)
 
 
 def _expand_variables(data: dict, path: Path) -> dict:

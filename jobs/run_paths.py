@@ -12,43 +12,36 @@ written, as each stage checks its own output against its own inputs
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sbert_pipeline.io.path_relations import overlap_error
-from sbert_pipeline.jobs.run_config import RunConfig, stage_options
-from sbert_pipeline.jobs.run_table import FROM_FINETUNE
+from sbert_pipeline.jobs.run_config import RunConfig
+from sbert_pipeline.jobs.run_table import stage_spec
 
 
-def job_inputs(config: RunConfig, finetune: dict | None) -> list[tuple[str, str]]:
-    """``(config key, path or glob)`` of everything the job reads from outside ``job_dir``.
+def job_inputs(config: RunConfig, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(config key, path or glob)`` of everything the job reads from outside ``job_dir``:
+    the corpus, ``embeddings:``, and what each listed stage's options name (its
+    ``external_paths``).
 
     Args:
         config: the job's config (checked).
-        finetune: the finetune stage's described inputs (``CheckedInputs.finetune``), or None.
+        options: each listed stage -> its ``Options``, in run order.
+
+    Raises:
+        FileNotFoundError, ValueError: a stage's config cannot name its paths (a finetune
+            config that does not resolve), naming the config key.
     """
     found: list[tuple[str, str]] = []
     if config.input.path.strip():
         found.append(("input.path", config.input.path))
-    if config.enabled("embed") and config.model != FROM_FINETUNE:
-        found += _paths("model", [config.model])
     if config.external_embeddings:
         found.append(("embeddings.path", config.embeddings.path))
-    if config.enabled("verify"):
-        found += _paths("verify.model", [stage_options(config, "verify").model])
-    if finetune is not None:
-        found.append(("finetune.config", stage_options(config, "finetune").config))
-        found += [(f"finetune.config {e['role']}.path", e["path"]) for e in finetune["data"]]
-    if config.enabled("dedup"):
-        dedup = stage_options(config, "dedup")
-        found += [("dedup.against", path) for path in dedup.against or ()]
-        found += _paths("dedup.labels", [dedup.labels] if dedup.labels else [])
+    context = config.context()
+    for name, stage_options in options.items():
+        found += stage_spec(name).external_paths(stage_options, context)
     return found
-
-
-def _paths(key: str, names: Iterable[str]) -> list[tuple[str, str]]:
-    """The names that are paths (a URL, or a local file or folder); a model's Hub name is not."""
-    return [(key, name) for name in names if "://" in name or os.path.lexists(name)]
 
 
 def refuse_job_dir_overlaps(job_dir: str, inputs: Sequence[tuple[str, str]]) -> None:

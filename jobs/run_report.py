@@ -61,7 +61,7 @@ ul.files { columns: 2; } svg { max-width: 100%; height: auto; }
 """
 
 
-def write_report(
+def write_job_report(
     config: RunConfig, plans: Sequence[StagePlan], results: Sequence[StageResult], path: str
 ) -> str:
     """Render the report from the job directory's outputs and write it to ``path``.

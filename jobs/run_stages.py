@@ -36,9 +36,10 @@ from sbert_pipeline.io.filesystems import FileSystems
 from sbert_pipeline.io.output_dir import MANIFEST, join
 from sbert_pipeline.io.resources import release_free_memory
 from sbert_pipeline.io.sizes import format_size
-from sbert_pipeline.jobs.run_config import EMBED_STAGE, STATE_FILE, RunConfig, stage_options
-from sbert_pipeline.jobs.run_inputs import CheckedInputs, check_between
-from sbert_pipeline.jobs.run_table import stage_package, stage_spec
+from sbert_pipeline.jobs.run_config import STATE_FILE, RunConfig, stage_options
+from sbert_pipeline.jobs.run_inputs import CheckedInputs
+from sbert_pipeline.jobs.run_table import VECTORS_STAGE, stage_spec
+from sbert_pipeline.jobs.stage_cli import stage_package
 from sbert_pipeline.stage_api.job_stage import JobStage
 from sbert_pipeline.stage_api.options import BEAM_FIELD
 
@@ -149,7 +150,7 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
 
     Args:
         config: the validated job config.
-        checked: what :func:`sbert_pipeline.jobs.run_inputs.check_inputs` found.
+        checked: what :func:`sbert_pipeline.jobs.run_inputs.check_job_inputs` found.
         beam_argv: the job's Beam options (already checked against Beam's parser).
 
     Raises:
@@ -162,17 +163,16 @@ def plan_stages(config: RunConfig, checked: CheckedInputs, beam_argv: list[str])
     for stage in config.ordered_stages():
         spec = stage_spec(stage)
         options = stage_options(config, stage)
-        check_between(stage, options, checked)
+        if spec.check_vectors is not None and checked.vector_dim is not None:
+            spec.check_vectors(options, checked.vector_dim)
         beam = tuple(beam_argv) if spec.runs_pipelines(options) else ()
         _preflight(spec, options.replace(beam_options=beam) if beam else options)
         inputs = checked.external(stage)
-        if spec.fingerprint_inputs is not None:
-            inputs = {**inputs, **spec.fingerprint_inputs(options)}
         upstream = spec.upstream(context)
-        if config.external_embeddings and EMBED_STAGE in upstream:
+        if config.external_embeddings and VECTORS_STAGE in upstream:
             # The vectors come from outside the job: described like the corpus files, they
             # rerun the stage when they change, as a new embed output would.
-            upstream = tuple(name for name in upstream if name != EMBED_STAGE)
+            upstream = tuple(name for name in upstream if name != VECTORS_STAGE)
             inputs = {**inputs, "embeddings": checked.embeddings}
         plans.append(StagePlan(stage, context.folders[stage], options, beam, inputs, upstream))
     return plans

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from sbert_pipeline.stage_api.input_files import named_paths
 from sbert_pipeline.stage_api.job_stage import JobContext, JobStage, ReportContext
 
 # The dedup fact "how many known duplicate pairs ended in one group".
@@ -43,14 +45,43 @@ def _preflight(options: Any) -> None:
         reference_identity(options.against)
 
 
-def _fingerprint_inputs(options: Any) -> dict:
+def _check_upstream(options: Any, upstream: Mapping[str, Any]) -> None:
+    pairs = upstream.get("pairs")
+    if pairs is None:
+        # Dedup then cuts the verifier's scores, and the verified pairs hold every candidate
+        # whatever its score: a threshold below the pairs' cosine threshold is meaningful.
+        return
+    if not options.threshold >= pairs.threshold:
+        raise ValueError(
+            f"dedup.threshold: {options.threshold} is below pairs.threshold {pairs.threshold}, "
+            "so pairs between them were never written; lower pairs.threshold or raise "
+            "dedup.threshold"
+        )
+    if options.radius is not None and not options.radius >= pairs.threshold:
+        raise ValueError(
+            f"dedup.radius: {options.radius} is below pairs.threshold {pairs.threshold}: pairs "
+            "under it are not all known; raise dedup.radius"
+        )
+
+
+def _external_paths(options: Any, context: JobContext) -> list[tuple[str, str]]:
+    against = [("dedup.against", path) for path in options.against or ()]
+    return against + named_paths("dedup.labels", [options.labels] if options.labels else [])
+
+
+def _external_inputs(options: Any, context: JobContext) -> dict:
     # A reference folder embedded again (new or changed rows) reruns dedup: its manifest's
     # digest changes with every part it lists.
     if not options.against:
         return {}
     from sbert_pipeline.dedup.against import reference_identity
 
-    return {"against": reference_identity(options.against)}
+    try:
+        return {"against": reference_identity(options.against)}
+    except FileNotFoundError:
+        # A folder that is no finished embed output: the preflight refuses it with dedup's
+        # other checks, before any stage runs, so no fingerprint is made from this.
+        return {}
 
 
 def _facts(manifest: dict) -> dict:
@@ -76,8 +107,10 @@ JOB_STAGE = JobStage(
     reads=_reads,
     job_defaults={"threshold": 0.9},  # the command requires one
     runs_pipelines=lambda options: False,  # dedup runs in this process
+    check_upstream=_check_upstream,
     preflight=_preflight,
-    fingerprint_inputs=_fingerprint_inputs,
+    external_paths=_external_paths,
+    external_inputs=_external_inputs,
     facts=_facts,
     headline=(
         ("groups", "duplicate groups"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sbert_pipeline.stage_api.input_files import corpus_files, model_identity, named_paths
 from sbert_pipeline.stage_api.job_stage import JobContext, JobStage
 
 
@@ -41,6 +42,23 @@ def _preflight(options: Any) -> None:
     options.check_launcher(workers_here=is_local(pipeline_options(list(options.beam_options))))
 
 
+def _external_paths(options: Any, context: JobContext) -> list[tuple[str, str]]:
+    # The corpus is the job's input.path, which the job keeps apart itself (the other stages
+    # read it too); the model is outside the job unless the finetune stage writes it.
+    return [] if context.from_finetune else named_paths("model", [options.model])
+
+
+def _external_inputs(options: Any, context: JobContext) -> dict:
+    # The corpus files by content, the model by its identity (the finetune stage's output is
+    # an upstream output, whose manifest is in the fingerprint already).
+    corpus = corpus_files(options.input, "input.path")
+    return {"corpus": corpus, "model": None if context.from_finetune else model_identity(options)}
+
+
+def _vector_dim(described: dict) -> int | None:
+    return (described.get("model") or {}).get("dim")
+
+
 def _facts(manifest: dict) -> dict:
     counts = manifest.get("counts", {})
     return {key: counts.get(key) for key in ("read", "embedded", "rejected")}
@@ -52,7 +70,11 @@ JOB_STAGE = JobStage(
     inputs=(),
     wire=_wire,
     reads=_reads,
+    needs_corpus=True,
     preflight=_preflight,
+    external_paths=_external_paths,
+    external_inputs=_external_inputs,
+    vector_dim=_vector_dim,
     facts=_facts,
     headline=(("read", "rows read"), ("embedded", "embedded"), ("rejected", "rejected")),
 )

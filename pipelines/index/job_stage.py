@@ -21,6 +21,18 @@ def _runs_pipelines(options: Any) -> bool:
     return options.shards is not None
 
 
+def _check_vectors(options: Any, dim: int) -> None:
+    # A factory string is checked for the model's dimension now, not after embedding.
+    if options.factory == "auto":
+        return
+    from sbert_pipeline.index.faiss_ops import new_index
+
+    try:
+        new_index(options.factory, dim, options.metric)
+    except ValueError as err:
+        raise ValueError(f"index.factory: {err}") from None
+
+
 def _facts(manifest: dict) -> dict:
     return {
         "vectors": manifest.get("ntotal"),
@@ -35,5 +47,6 @@ JOB_STAGE = JobStage(
     inputs=("embed",),
     wire=_wire,
     runs_pipelines=_runs_pipelines,
+    check_vectors=_check_vectors,
     facts=_facts,
 )

@@ -2,9 +2,20 @@
 
 A stage package's ``job_stage.py`` defines ``JOB_STAGE``, a :class:`JobStage`: where the stage
 writes in the job directory, which stages it reads, which of its options the job sets (its inputs
-and output, from the job's folders), the job's own defaults, which facts of its manifest the
-summary shows and its sections of ``report.html``. ``sbert run`` (``jobs/run_table.py``) lists
-the descriptors in run order, one line each; it knows nothing else about a stage.
+and output, from the job's folders), the job's own defaults, what it reads from outside the job
+(kept apart from the job directory and fingerprinted by content), its checks against the stages
+it reads, which facts of its manifest the summary shows and its sections of ``report.html``.
+``sbert run`` (``jobs/run_table.py``) lists the descriptors in run order, one line each; it
+knows nothing else about a stage, and calls the hooks below for every stage alike:
+
+1. when the config is loaded (``--print-config`` too): ``required``, ``needs_corpus``,
+   ``check_upstream``;
+2. before the job directory is touched: ``external_paths`` (the job directory lies apart from
+   all of them), then, the job directory being the job's, ``external_inputs`` and
+   ``vector_dim``;
+3. then, stage by stage in run order: ``check_vectors`` and ``preflight``.
+
+A stage runs only when every check of every stage passed.
 
 Beam-free: ``sbert run --print-config`` and the checks before a job load no Beam.
 """
@@ -75,6 +86,14 @@ def _no_facts(manifest: dict) -> dict:
     return {}
 
 
+def _nothing_outside(options: Any, context: JobContext) -> list[tuple[str, str]]:
+    return []
+
+
+def _no_external_inputs(options: Any, context: JobContext) -> dict:
+    return {}
+
+
 @dataclass(frozen=True)
 class JobStage:
     """One stage of ``sbert run``.
@@ -91,11 +110,26 @@ class JobStage:
             the command writes no pairs without one; a job does).
         runs_pipelines: whether, with these options, it runs Beam pipelines (and so gets the
             job's Beam options).
+        required: options its section must set, each with what it is (``finetune.config``: a
+            finetune YAML); checked when the config is loaded.
+        needs_corpus: whether the job's ``input.path`` must be given (embed reads the corpus).
+        check_upstream: checks of its options against the options of the stages it reads in
+            this job (stage -> ``Options``), which no stage can make alone; run when the config
+            is loaded. Raises ValueError naming the config keys.
         preflight: the checks of its options that need this machine or the files (a device,
             a labels file), run for every stage before the job's first stage runs.
-        fingerprint_inputs: what its options name outside the job, described so that a change
-            of their content reruns it (dedup's reference folders: their manifests' digests);
-            added to the stage's fingerprint.
+        external_paths: ``(config key, path or glob)`` of what its options name outside the
+            job; the job directory may not be, hold or lie in any of them. Checked before
+            anything is opened; raises FileNotFoundError or ValueError naming the config key.
+        external_inputs: what its options name outside the job, checked and described by
+            content (``stage_api/input_files.py``) so that a change of their content reruns it;
+            its part of the stage's fingerprint. Called for every stage before the preflights,
+            once the job directory is known to be the job's.
+        vector_dim: the dimension of the vectors its output gives, from its described external
+            inputs (None: not known before it runs).
+        check_vectors: checks of its options against the dimension of the vectors it reads,
+            when known before any stage runs (an index factory string). Raises ValueError
+            naming the config key.
         manifest: the file that marks its output complete (written last, on success); None:
             the project's ``_manifest.json`` (``pipelines/io/output_dir.py``).
         facts: the key counts of its output, from its manifest (summary table and report).
@@ -110,8 +144,14 @@ class JobStage:
     reads: Callable[[JobStage, JobContext], tuple[str, ...]] = _reads_inputs
     job_defaults: Mapping[str, Any] = field(default_factory=dict)
     runs_pipelines: Callable[[Any], bool] = _runs_pipelines
+    required: Mapping[str, str] = field(default_factory=dict)
+    needs_corpus: bool = False
+    check_upstream: Callable[[Any, Mapping[str, Any]], None] | None = None
     preflight: Callable[[Any], None] | None = None
-    fingerprint_inputs: Callable[[Any], dict] | None = None
+    external_paths: Callable[[Any, JobContext], list[tuple[str, str]]] = _nothing_outside
+    external_inputs: Callable[[Any, JobContext], dict] = _no_external_inputs
+    vector_dim: Callable[[dict], int | None] | None = None
+    check_vectors: Callable[[Any, int], None] | None = None
     manifest: str | None = None
     facts: Callable[[dict], dict] = _no_facts
     headline: tuple[tuple[str, str], ...] = ()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sbert_pipeline.stage_api.input_files import model_files, named_paths
 from sbert_pipeline.stage_api.job_stage import JobContext, JobStage, ReportContext
 
 # The fact "pairs the cross-encoder scored".
@@ -30,6 +31,15 @@ def _folders(context: JobContext) -> dict[str, Any]:
         "output": context.folders["verify"],
         "verify": context.verify,
     }
+
+
+def _external_paths(options: Any, context: JobContext) -> list[tuple[str, str]]:
+    return named_paths("verify.model", [options.model])
+
+
+def _external_inputs(options: Any, context: JobContext) -> dict:
+    # The cross-encoder's folder file by file: a model retrained into it reruns verify.
+    return {"model": model_files(options.model, "verify.model")}
 
 
 def _preflight(options: Any) -> None:
@@ -69,6 +79,8 @@ JOB_STAGE = JobStage(
     inputs=("pairs",),
     wire=_wire,
     preflight=_preflight,
+    external_paths=_external_paths,
+    external_inputs=_external_inputs,
     facts=_facts,
     headline=((SCORED_FACT, "pairs verified by the cross-encoder"),),
     report=_report,

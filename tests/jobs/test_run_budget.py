@@ -23,7 +23,7 @@ from sbert_pipeline.io.pairs_output import read_pairs
 from sbert_pipeline.jobs.run import main as run_main
 from sbert_pipeline.jobs.run import run
 from sbert_pipeline.jobs.run_config import all_stage_options, load_run_config, stage_options
-from sbert_pipeline.jobs.run_inputs import check_inputs
+from sbert_pipeline.jobs.run_inputs import check_job_inputs
 from sbert_pipeline.jobs.run_stages import JobState, StageResult, plan_stages
 
 N, DIM, TWINS, THRESHOLD = 240, 16, 24, 0.9
@@ -227,7 +227,7 @@ def test_fingerprint_follows_the_embed_folders_manifest(tmp_path, vectors) -> No
     config = load_run_config(path)
 
     def fingerprints() -> dict[str, str]:
-        plans = plan_stages(config, check_inputs(config), [])
+        plans = plan_stages(config, check_job_inputs(config), [])
         return {plan.name: plan.fingerprint({}) for plan in plans if not plan.upstream}
 
     before = fingerprints()

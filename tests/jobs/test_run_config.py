@@ -19,7 +19,7 @@ from sbert_pipeline.jobs.run_config import (
     load_run_config,
     stage_options,
 )
-from sbert_pipeline.jobs.run_inputs import check_inputs
+from sbert_pipeline.jobs.run_inputs import check_job_inputs
 from sbert_pipeline.jobs.run_stages import plan_stages
 from sbert_pipeline.jobs.stage_cli import parse
 from sbert_pipeline.stage_api.options import defaults
@@ -168,10 +168,10 @@ def test_config_file_problems(tmp_path) -> None:
 def test_missing_input_and_missing_model_are_named(tmp_path, corpus) -> None:
     config = load_run_config(minimal(tmp_path, tmp_path / "nothing*.jsonl", "all-MiniLM-L6-v2"))
     with pytest.raises(FileNotFoundError, match=r"^input.path: no files match .*nothing\*"):
-        check_inputs(config)
+        check_job_inputs(config)
     config = load_run_config(minimal(tmp_path, corpus, tmp_path / "no-such-model"))
     with pytest.raises(ModelLoadError, match=r"^model: model directory .*no-such-model does not"):
-        check_inputs(config)
+        check_job_inputs(config)
 
 
 def test_a_foreign_job_dir_is_refused(tmp_path, corpus, tiny_st_dir) -> None:
@@ -179,12 +179,12 @@ def test_a_foreign_job_dir_is_refused(tmp_path, corpus, tiny_st_dir) -> None:
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match=r"job_dir: .* holds files of something other than"):
-        check_inputs(config)
+        check_job_inputs(config)
 
 
 def plans_for(tmp_path, corpus, model, extra: str = "", overrides=()) -> dict:
     config = load_run_config(minimal(tmp_path, corpus, model, extra), list(overrides))
-    return {plan.name: plan for plan in plan_stages(config, check_inputs(config), [])}
+    return {plan.name: plan for plan in plan_stages(config, check_job_inputs(config), [])}
 
 
 def test_stage_options_come_from_the_sections_and_the_job(tmp_path, corpus, tiny_st_dir) -> None:
@@ -225,7 +225,7 @@ def test_stage_options_come_from_the_sections_and_the_job(tmp_path, corpus, tiny
 def test_beam_options_go_only_to_stages_that_run_pipelines(tmp_path, corpus, tiny_st_dir):
     config = load_run_config(minimal(tmp_path, corpus, tiny_st_dir))
     beam = ["--direct_num_workers=2"]
-    plans = {plan.name: plan for plan in plan_stages(config, check_inputs(config), beam)}
+    plans = {plan.name: plan for plan in plan_stages(config, check_job_inputs(config), beam)}
     assert {name for name, plan in plans.items() if plan.beam_argv} == {"embed", "cluster", "pairs"}
     options = plans["embed"].run_options(overwrite=True)
     assert options.overwrite is True and options.beam_options == ("--direct_num_workers=2",)
@@ -264,7 +264,7 @@ def test_fingerprints_follow_parameters_inputs_and_upstream(tmp_path, corpus, ti
     assert [name for name in base if base[name] != changed[name]] == ["dedup"]
     # Beam options say where a stage runs, not what it writes.
     config = load_run_config(minimal(tmp_path, corpus, tiny_st_dir))
-    remote = plan_stages(config, check_inputs(config), ["--direct_num_workers=2"])
+    remote = plan_stages(config, check_job_inputs(config), ["--direct_num_workers=2"])
     assert fingerprints({plan.name: plan for plan in remote}) == base
     # A corpus file that changed (size and modification time) changes the embed fingerprint;
     # the later stages follow through the embed output's identity, not directly.
@@ -343,7 +343,8 @@ def test_cluster_job_configs_give_options_beam_knows(monkeypatch, name, runner) 
 
 
 def test_the_stage_table_describes_every_stage_once() -> None:
-    from sbert_pipeline.jobs.run_table import STAGES, stage_package
+    from sbert_pipeline.jobs.run_table import STAGES
+    from sbert_pipeline.jobs.stage_cli import stage_package
 
     assert tuple(spec.name for spec in STAGES) == STAGE_ORDER
     assert len({spec.folder for spec in STAGES}) == len(STAGES)
@@ -375,7 +376,15 @@ def test_run_modules_import_each_other_without_cycles() -> None:
     """Every import counts, inside functions and under TYPE_CHECKING too."""
     import ast
 
-    names = ["run", "run_report", "run_stages", "run_table", "run_config", "run_inputs"]
+    names = [
+        "run",
+        "run_report",
+        "run_stages",
+        "run_table",
+        "run_config",
+        "run_inputs",
+        "run_paths",
+    ]
     names += ["submit", "stage_cli", "options_cli"]
     edges: dict[str, set[str]] = {}
     for name in names:
