@@ -519,7 +519,7 @@ def example_plans(deploy_env, tmp_path):
 
     config = dataclasses.replace(load_run_config(EXAMPLE), job_dir=str(tmp_path / "job"))
     beam_args = _beam_argv(config)
-    checked = CheckedInputs(corpus=(), model={"model_id": config.model}, finetune=None)
+    checked = CheckedInputs()
     plans = {plan.name: plan for plan in plan_stages(config, checked, beam_args)}
     return config, PipelineOptions(beam_args), plans
 

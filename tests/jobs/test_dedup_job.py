@@ -856,7 +856,7 @@ def test_rank_longest_keeps_the_longest_text_of_a_star(small):
 
 def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir):
     from sbert_pipeline.jobs.run_config import load_run_config
-    from sbert_pipeline.jobs.run_inputs import check_inputs
+    from sbert_pipeline.jobs.run_inputs import check_job_inputs
     from sbert_pipeline.jobs.run_stages import plan_stages
 
     corpus = tmp_path / "corpus.jsonl"
@@ -871,7 +871,7 @@ def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir
         encoding="utf-8",
     )
     loaded = load_run_config(config)
-    plan = {p.name: p for p in plan_stages(loaded, check_inputs(loaded), [])}["dedup"]
+    plan = {p.name: p for p in plan_stages(loaded, check_job_inputs(loaded), [])}["dedup"]
     args = plan.options  # the old rank key is read as keep
     assert (args.method, args.keep, args.radius, args.labels) == (
         "split",
@@ -891,7 +891,7 @@ def test_run_config_dedup_against_and_stable_keep_become_the_commands_options(
     tmp_path, tiny_st_dir
 ):
     from sbert_pipeline.jobs.run_config import load_run_config
-    from sbert_pipeline.jobs.run_inputs import check_inputs
+    from sbert_pipeline.jobs.run_inputs import check_job_inputs
     from sbert_pipeline.jobs.run_stages import plan_stages
 
     corpus = tmp_path / "corpus.jsonl"
@@ -905,7 +905,7 @@ def test_run_config_dedup_against_and_stable_keep_become_the_commands_options(
         encoding="utf-8",
     )
     loaded = load_run_config(config)
-    plan = {p.name: p for p in plan_stages(loaded, check_inputs(loaded), [])}["dedup"]
+    plan = {p.name: p for p in plan_stages(loaded, check_job_inputs(loaded), [])}["dedup"]
     assert plan.options.against == (str(reference),)
     assert plan.options.stable_keep is False  # the old value "off", converted
     assert plan.options.pairs == str(tmp_path / "job" / "pairs")  # the job's embeddings: corpus
@@ -914,7 +914,7 @@ def test_run_config_dedup_against_and_stable_keep_become_the_commands_options(
     assert plan.inputs["against"][0]["directory"] == str(reference)
     manifest = reference / "_manifest.json"
     manifest.write_text(manifest.read_text() + " ", encoding="utf-8")  # new bytes
-    again = {p.name: p for p in plan_stages(loaded, check_inputs(loaded), [])}["dedup"]
+    again = {p.name: p for p in plan_stages(loaded, check_job_inputs(loaded), [])}["dedup"]
     assert again.fingerprint({"pairs": "p"}) != before
 
 

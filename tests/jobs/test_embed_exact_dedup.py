@@ -11,7 +11,7 @@ from sbert_pipeline.embed.sinks import output_schema
 from sbert_pipeline.grouping.choices import METHODS
 from sbert_pipeline.io.record_limits import COPY_OF
 from sbert_pipeline.jobs.run_config import load_run_config
-from sbert_pipeline.jobs.run_inputs import check_inputs
+from sbert_pipeline.jobs.run_inputs import check_job_inputs
 from sbert_pipeline.jobs.run_stages import plan_stages
 
 from tests.stage_commands import dedup, embed, pairs
@@ -95,7 +95,7 @@ def test_the_run_key_is_the_flag(tmp_path, tiny_st_dir):
             encoding="utf-8",
         )
         config = load_run_config(config_path)
-        (plan,) = plan_stages(config, check_inputs(config), [])
+        (plan,) = plan_stages(config, check_job_inputs(config), [])
         assert plan.options.exact_dedup is expected
 
 

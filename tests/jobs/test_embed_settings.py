@@ -138,7 +138,7 @@ def test_every_command_builds_the_same_settings_from_the_same_flags():
 
 def test_sbert_run_embeds_with_the_settings_it_checked(tmp_path, tiny_st_dir):
     """``sbert run``'s embed section, its embed command line and embed's own parser agree."""
-    from sbert_pipeline.jobs.run_inputs import check_inputs
+    from sbert_pipeline.jobs.run_inputs import check_job_inputs
     from sbert_pipeline.jobs.run_stages import plan_stages
 
     corpus = tmp_path / "corpus.txt"
@@ -152,13 +152,14 @@ def test_sbert_run_embeds_with_the_settings_it_checked(tmp_path, tiny_st_dir):
         encoding="utf-8",
     )
     config = load_run_config(config_path)
-    checked = check_inputs(config)
+    checked = check_job_inputs(config)
     (plan,) = plan_stages(config, checked, [])
     expected = replace(EXPECTED, model=str(tiny_st_dir), task="document")
     assert stage_options(config, "embed").encoder_settings() == expected
     assert plan.options.encoder_settings() == expected
     # What run checked is what the embed manifest will record: the cls pooling.
-    assert checked.model["pooling"] == "cls" and checked.model["max_seq_length"] == 16
+    model = checked.external("embed")["model"]
+    assert model["pooling"] == "cls" and model["max_seq_length"] == 16
 
 
 def test_settings_split_into_load_and_encode_options(tiny_st_dir):
@@ -188,15 +189,15 @@ def _run_config(tmp_path: Path, model: Path, embed_section: str):
 
 
 def test_sbert_run_takes_the_cpu_backend_as_a_typed_key(tmp_path, tiny_st_dir):
-    from sbert_pipeline.jobs.run_inputs import check_inputs
+    from sbert_pipeline.jobs.run_inputs import check_job_inputs
     from sbert_pipeline.jobs.run_stages import plan_stages
 
     config = _run_config(tmp_path, tiny_st_dir, "{cpu_backend: openvino, device: cpu}")
     assert stage_options(config, "embed").encoder_settings().backend == "openvino"
-    checked = check_inputs(config)
+    checked = check_job_inputs(config)
     (plan,) = plan_stages(config, checked, [])
     assert plan.options.encoder_settings().backend == "openvino"
-    assert checked.model["compute"]["backend"] == "openvino"
+    assert checked.external("embed")["model"]["compute"]["backend"] == "openvino"
     # Left out, the stage's option is the command's default (torch).
     (default,) = plan_stages(_run_config(tmp_path, tiny_st_dir, "{device: cpu}"), checked, [])
     assert default.options.encoder_settings().backend == "torch"

@@ -23,7 +23,7 @@ from sbert_pipeline.io.output_dir import MANIFEST, CorruptOutputError, read_mani
 from sbert_pipeline.jobs.cli import main as cli
 from sbert_pipeline.jobs.run import main as run_main
 from sbert_pipeline.jobs.run_config import load_run_config
-from sbert_pipeline.jobs.run_inputs import check_inputs
+from sbert_pipeline.jobs.run_inputs import check_job_inputs
 from sbert_pipeline.jobs.run_stages import plan_stages
 
 from tests.stage_commands import embed, pairs
@@ -188,11 +188,11 @@ def test_sbert_run_passes_no_verify_to_every_reading_stage(tmp_path, tiny_st_dir
     )
     config = load_run_config(path)
     assert config.verify is True
-    plans = plan_stages(config, check_inputs(config), [])
+    plans = plan_stages(config, check_job_inputs(config), [])
     reading = ["index", "cluster", "pairs", "dedup"]
     assert [plan.name for plan in plans if getattr(plan.options, "verify", None)] == reading
     config = load_run_config(path, ["verify=false"])
-    plans = plan_stages(config, check_inputs(config), [])
+    plans = plan_stages(config, check_job_inputs(config), [])
     off = [plan.name for plan in plans if getattr(plan.options, "verify", None) is False]
     assert off == reading
     with pytest.raises(ValueError, match=r"verify"):
