@@ -48,7 +48,7 @@ from sbert_pipeline.cluster.clustering import (
 from sbert_pipeline.cluster.incremental import (
     PreviousClustering,
     assign_new_rows,
-    find_previous,
+    find_previous_clustering,
     fit_options,
 )
 from sbert_pipeline.cluster.memory import communities_parts, kmeans_parts, require_parts
@@ -135,7 +135,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     source = text_source(options.text_from, datasets)
     beam_options = options_for(options.beam_options, pipeline)
     refuse_remote_workers(datasets, here=workers_here(beam_options, pipeline))
-    previous = find_previous(options, datasets)  # before the output is prepared
+    previous = find_previous_clustering(options, datasets)  # before the output is prepared
     out = stage_output(
         "cluster", options, LAYOUT, replace_kind="clusters" if options.incremental else None
     )

@@ -42,7 +42,7 @@ from sbert_pipeline.index.files import (
 from sbert_pipeline.index.incremental import (
     PreviousIndex,
     UpdatedIndex,
-    find_previous,
+    find_previous_index,
     update_index,
 )
 from sbert_pipeline.index.options import Options
@@ -170,7 +170,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         batch_size=options.batch_size,
         seed=options.seed,
     )
-    previous = find_previous(options, data, plan)  # before the output is prepared
+    previous = find_previous_index(options, data, plan)  # before the output is prepared
     out = stage_output(
         "index", options, LAYOUT, replace_kind="index" if options.incremental else None
     )

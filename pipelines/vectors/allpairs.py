@@ -157,7 +157,7 @@ def self_topk(
     n, dim = vectors.shape
     if not 1 <= k <= n - 1:
         raise ValueError(f"k must be between 1 and {n - 1} (the other rows), got {k}")
-    start, stop = checked_rows(rows, n)
+    start, stop = query_row_range(rows, n)
     block = DEFAULT_BLOCK_SIZE if block_size is None else block_size
     if block < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -473,7 +473,7 @@ def checked_vectors(vectors: np.ndarray) -> np.ndarray:
     return vectors
 
 
-def checked_rows(rows: tuple[int, int] | None, n: int) -> tuple[int, int]:
+def query_row_range(rows: tuple[int, int] | None, n: int) -> tuple[int, int]:
     """The query range ``[start, stop)`` (all ``n`` rows for None), checked against ``n``."""
     if rows is None:
         return 0, n
