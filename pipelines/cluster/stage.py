@@ -1,13 +1,7 @@
 """The cluster stage: topics of embeddings by spherical k-means, or communities.
 
-Run from Python as ``cluster.run(cluster.Options(embeddings=[...], output=..., k=K))``, or as
-
-    sbert cluster --embeddings DIR [DIR ...] --output DIR --k K
-        [--method kmeans|communities] [--sample N] [--iterations I] [--refine-passes P]
-        [--seed S] [--text-from EMBEDDINGS_DIR_OR_CORPUS_GLOB]
-        [--threshold T] [--min-size M] [--neighbors K0]      (communities)
-        [--representatives R] [--terms T] [--memory-budget SIZE|auto] [--overwrite]
-        [Beam options]
+Run from Python as ``cluster.run(cluster.Options(embeddings=[...], output=..., k=K))``,
+or with the command ``sbert cluster`` (its ``--help`` lists the options).
 
 kmeans: cosine k-means fitted in this process on a random sample (default 64 rows per cluster,
 at least 20,000, at most what fits in 2 GiB), optionally refined by full passes over the data,

@@ -1,11 +1,7 @@
 """The embed stage: a text corpus -> Parquet embeddings + errors + manifest.
 
-Run from Python as ``embed.run(embed.Options(input=..., output=...))``, or as
-
-    sbert embed --input 'corpus/*.jsonl.gz' --output out/embeddings [--model M]
-        [--text-field text] [--id-field id] [--keep-fields a,b] [--keep-text]
-        [--dtype float32|float16] [--normalize/--no-normalize] [--max-error-rate R]
-        [--overwrite] [Beam options: --runner, --direct_num_workers, ...]
+Run from Python as ``embed.run(embed.Options(input=..., output=...))``,
+or with the command ``sbert embed`` (its ``--help`` lists the options).
 
 Every row read is either embedded or written to ``OUTPUT/_errors/`` with a reason, and
 ``_manifest.json`` (written last, only on success) records read == embedded + rejected. The run

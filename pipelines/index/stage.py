@@ -1,12 +1,7 @@
 """The index stage: embeddings -> a FAISS index chosen under a memory budget, with measured recall.
 
-Run from Python as ``index.run(index.Options(embeddings=..., output=...))``, or as
-
-    sbert index --embeddings out/embeddings --output out/index
-        [--factory auto|<faiss factory string>] [--memory-budget 4GB] [--target-recall 0.95]
-        [--metric ip|l2] [--train-sample N] [--trial-sample N] [--queries 1000]
-        [--shards S] [--overwrite]
-        [Beam options, with --shards: --runner, --direct_num_workers, ...]
+Run from Python as ``index.run(index.Options(embeddings=..., output=...))``,
+or with the command ``sbert index`` (its ``--help`` lists the options).
 
 ``auto`` picks Flat, HNSW, IVF-Flat or OPQ+IVF-PQ for the corpus size and budget (see
 ``pipelines/index/planner.py``); when both HNSW and IVF-Flat fit, both are tried on a sample and

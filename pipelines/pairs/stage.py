@@ -1,13 +1,7 @@
 """The pairs stage: every item's k most similar items, and every similar pair, from embeddings.
 
-Run from Python as ``pairs.run(pairs.Options(embeddings=[...], output=...))``, or as
-
-    sbert pairs --embeddings DIR [DIR ...] --output DIR [--k 10] [--threshold T]
-        [--method auto|exact|clustered] [--clusters C] [--nprobe P | --target-recall R]
-        [--tune-sample Q] [--recall-sample Q] [--max-block B] [--known-pairs FILE]
-        [--worker-memory 4GB] [--memory-budget auto|SIZE] [--ranges R]
-        [--shards S] [--sample N] [--seed S] [--precision auto|bfloat16|float32]
-        [--incremental] [--overwrite] [Beam options]
+Run from Python as ``pairs.run(pairs.Options(embeddings=[...], output=...))``,
+or with the command ``sbert pairs`` (its ``--help`` lists the options).
 
 exact: every vector against every vector (``sbert_pipeline.vectors.allpairs``: float32 inner
 products summed in float64 and rounded to float32, so the answer is brute force's ``X @ X.T`` to

@@ -1,12 +1,7 @@
 """The verify stage: every candidate pair of a pairs folder scored by a cross-encoder.
 
-Run from Python as ``verify.run(verify.Options(pairs=..., model=..., output=...))``, or as
-
-    sbert verify --pairs DIR --model CE_DIR --output DIR [--band LOW HIGH] [--corpus GLOB
-        [--id-field F] [--text-field F] [--format FMT]] [--device D] [--compute-dtype float32]
-        [--cpu-backend torch] [--batch-size 32] [--threads N] [--allow-pickle] [--max-length L]
-        [--overwrite] [--no-verify]
-        [Beam options]
+Run from Python as ``verify.run(verify.Options(pairs=..., model=..., output=...))``,
+or with the command ``sbert verify`` (its ``--help`` lists the options).
 
 Retrieve, then verify: the bi-encoder's pairs (``sbert pairs --threshold T``) are the
 candidates; the cross-encoder reads both texts of a pair together and decides it. Every pair
