@@ -206,7 +206,7 @@ def write_summary(path: str, summaries: Iterable[ClusterProfile]) -> None:
         pq.write_table(summary_table(summaries), handle)
 
 
-def report_html(
+def clusters_report_html(
     summaries: Sequence[ClusterProfile], facts: dict, *, max_clusters: int = 1000
 ) -> str:
     """A self-contained HTML report: key facts, the size histogram, and the clusters by size.

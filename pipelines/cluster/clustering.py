@@ -23,8 +23,8 @@ from sbert_pipeline.cluster.assign import (
 )
 from sbert_pipeline.cluster.cluster_summaries import (
     ClusterProfile,
+    clusters_report_html,
     nearest_members,
-    report_html,
     summarize,
     text_sample,
     write_summary,
@@ -271,5 +271,5 @@ def write_summaries(
     else:
         facts["sample / iterations"] = f"{details['sample']['used']} / {details['iterations']}"
         facts["re-seeded clusters"] = details["fit"]["reseeded_clusters"]
-    write_text(join(output, "report.html"), report_html(profiles, facts))
+    write_text(join(output, "report.html"), clusters_report_html(profiles, facts))
     return profiles

@@ -68,7 +68,7 @@ class PreviousClustering:
     changes: list[PartChanges]  # per input folder
 
 
-def find_previous(
+def find_previous_clustering(
     options: Options, datasets: Sequence[EmbeddingsDataset]
 ) -> PreviousClustering | str:
     """The previous clustering to update, or why this run fits from scratch.

@@ -1,13 +1,7 @@
 """The cluster stage: topics of embeddings by spherical k-means, or communities.
 
-Run from Python as ``cluster.run(cluster.Options(embeddings=[...], output=..., k=K))``, or as
-
-    sbert cluster --embeddings DIR [DIR ...] --output DIR --k K
-        [--method kmeans|communities] [--sample N] [--iterations I] [--refine-passes P]
-        [--seed S] [--text-from EMBEDDINGS_DIR_OR_CORPUS_GLOB]
-        [--threshold T] [--min-size M] [--neighbors K0]      (communities)
-        [--representatives R] [--terms T] [--memory-budget SIZE|auto] [--overwrite]
-        [Beam options]
+Run from Python as ``cluster.run(cluster.Options(embeddings=[...], output=..., k=K))``,
+or with the command ``sbert cluster`` (its ``--help`` lists the options).
 
 kmeans: cosine k-means fitted in this process on a random sample (default 64 rows per cluster,
 at least 20,000, at most what fits in 2 GiB), optionally refined by full passes over the data,
@@ -48,7 +42,7 @@ from sbert_pipeline.cluster.clustering import (
 from sbert_pipeline.cluster.incremental import (
     PreviousClustering,
     assign_new_rows,
-    find_previous,
+    find_previous_clustering,
     fit_options,
 )
 from sbert_pipeline.cluster.memory import communities_parts, kmeans_parts, require_parts
@@ -135,7 +129,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     source = text_source(options.text_from, datasets)
     beam_options = options_for(options.beam_options, pipeline)
     refuse_remote_workers(datasets, here=workers_here(beam_options, pipeline))
-    previous = find_previous(options, datasets)  # before the output is prepared
+    previous = find_previous_clustering(options, datasets)  # before the output is prepared
     out = stage_output(
         "cluster", options, LAYOUT, replace_kind="clusters" if options.incremental else None
     )

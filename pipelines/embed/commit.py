@@ -127,7 +127,7 @@ def manifest_counts(
     }
 
 
-def checked_rows(
+def checked_row_counts(
     directory: str, input_files: Iterable[str], tallies: Mapping[str, int], output: str
 ) -> tuple[dict[str, int], int, int]:
     """The rows a run wrote into ``directory`` (its parts, ``_errors/`` parts and read ledger),
@@ -206,7 +206,7 @@ def commit_embeddings(out: StagedOutput, plan: CommitPlan, tallies: Mapping[str,
         return done
     attempt = out.attempt
     parts = shard_paths(attempt)
-    ledger, embedded, rejected = checked_rows(attempt, plan.input_files, tallies, plan.output)
+    ledger, embedded, rejected = checked_row_counts(attempt, plan.input_files, tallies, plan.output)
     read = sum(ledger.values())
     check_rejections(read, embedded, rejected, plan, join(attempt, ERRORS_DIR))
     launch = dict(plan.manifest)

@@ -79,7 +79,7 @@ def hash_inputs(files: Sequence[tuple[str, str, int]]) -> list[InputFile]:
     ]
 
 
-def settings_of(manifest: Mapping) -> dict:
+def row_sharing_settings(manifest: Mapping) -> dict:
     """What must be equal for two embeddings versions to share rows: every launch field but
     :data:`NOT_SETTINGS`, and the reading options (``input`` without pattern and files), as
     JSON values (tuples read back as lists)."""
@@ -101,7 +101,7 @@ class VersionPlan:
     """How the new version of an embeddings folder relates to the published one.
 
     Attributes:
-        settings: this run's :func:`settings_of`.
+        settings: this run's :func:`row_sharing_settings`.
         kept: the published ``input.files`` entries whose file is unchanged (their parts stay).
         embed: the files to embed (new, changed, or all of them in a full run), sorted by path.
         removed: the published entries not kept (file gone or changed).
@@ -141,7 +141,7 @@ def plan_version(directory: str, launch: Mapping, inputs: Sequence[InputFile]) -
     says why) when there is no such version, it cannot be read, it has no per-file record
     (written by a run without ``--incremental``), its settings differ, or no file is unchanged.
     """
-    settings = settings_of(launch)
+    settings = row_sharing_settings(launch)
     everything = tuple(sorted(inputs, key=lambda f: f.path))
 
     def full(reason: str, previous: dict | None = None) -> VersionPlan:
@@ -164,7 +164,7 @@ def plan_version(directory: str, launch: Mapping, inputs: Sequence[InputFile]) -
         return full("the previous version has no per-file parts (written without --incremental)")
     if any(name not in listed for e in recorded for name in _file_parts(e)):
         return full("the previous version's per-file parts are not all in its commit")
-    before = settings_of(previous)
+    before = row_sharing_settings(previous)
     changed = sorted(
         name for name in {*before, *settings} if before.get(name) != settings.get(name)
     )

@@ -34,7 +34,7 @@ from sbert_pipeline.embed.commit import (
     CommitRefusedError,
     RecordTallies,
     check_rejections,
-    checked_rows,
+    checked_row_counts,
     manifest_counts,
 )
 from sbert_pipeline.embed.file_records import (
@@ -211,7 +211,7 @@ def _embed_file(
     if tallies is None:
         raise JobFailedError(f"the pipeline over {file.path} finished without its counts")
     try:
-        ledger, embedded, rejected = checked_rows(group, [file.path], tallies, options.output)
+        ledger, embedded, rejected = checked_row_counts(group, [file.path], tallies, options.output)
     except CommitRefusedError as err:
         raise JobFailedError(str(err)) from None
     sizes: dict[str, int] = {}

@@ -1,9 +1,9 @@
 """Beam ``ModelHandler`` around the SBERT core encoder.
 
-The encoder is loaded in ``load_model`` (once per worker process; once per machine on GPU
-workers, where ``share_model_across_processes`` is on), never pickled with the pipeline.
-Batches from ``BatchElements`` are large; inside each, the encoder sorts by token length and
-forms token-budget sub-batches, so padding stays small (smart batching at pipeline level).
+Loading and batching are the stages' shared handler base's: the encoder is loaded in
+``load_model`` on the worker, never pickled with the pipeline. Batches from ``BatchElements``
+are large; inside each, the encoder sorts by token length and forms token-budget sub-batches,
+so padding stays small (smart batching at pipeline level).
 
 Like Beam's own handlers it takes plain texts, so it drops into any pipeline::
 
@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 from apache_beam.metrics import Metrics
-from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+from apache_beam.ml.inference.base import PredictionResult
 from sbert_pipeline.io.corpus_reader import CorpusRecord
 from sbert_pipeline.io.counters import METRICS_NAMESPACE
+from sbert_pipeline.stage_api.model_handler_base import SettingsModelHandler
 from sbert_pipeline.vectors.checks import non_finite_rows
 from sbert_pipeline.vectors.progress import (
     EMBED_PROGRESS,
@@ -97,7 +98,7 @@ def example_text(example: Example) -> str:
     )
 
 
-class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]):
+class SbertModelHandler(SettingsModelHandler[Example, SentenceEncoder]):
     """Runs ``SentenceEncoder.encode_detailed`` on batches of texts.
 
     Each ``PredictionResult`` holds the example as given (a str, a ``(key, text)`` tuple or a
@@ -111,6 +112,8 @@ class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]
         share_across_processes: one model per machine instead of per process (GPU workers).
     """
 
+    metrics_namespace = "sbert"
+
     def __init__(
         self,
         settings: EncoderSettings | str,
@@ -119,14 +122,13 @@ class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]
         max_batch_size: int = 8192,
         share_across_processes: bool | None = None,
     ) -> None:
-        super().__init__()
         if isinstance(settings, str):
             settings = EncoderSettings(model=settings)
-        self._settings = settings
-        self._batching = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
-        device = settings.device or ""
-        self._share = (
-            device.startswith("cuda") if share_across_processes is None else share_across_processes
+        super().__init__(
+            settings,
+            min_batch_size=min_batch_size,
+            max_batch_size=max_batch_size,
+            share_across_processes=share_across_processes,
         )
         self._embedded = 0
         self._started = 0.0
@@ -140,7 +142,7 @@ class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]
 
     def load_model(self) -> SentenceEncoder:
         """Load the encoder on the worker (called once per process or machine)."""
-        encoder = self._settings.load()
+        encoder = super().load_model()
         logger.info(
             "loaded %s on %s (%s)", encoder.model_id, encoder.device, encoder.describe()["dtype"]
         )
@@ -231,21 +233,9 @@ class SbertModelHandler(ModelHandler[Example, PredictionResult, SentenceEncoder]
             for i, record in enumerate(batch)
         ]
 
-    def get_num_bytes(self, batch: Sequence[Example]) -> int:
-        """Text bytes in a batch (Beam's default pickles the batch just to measure it)."""
-        return sum(len(example_text(example)) for example in batch)
-
-    def get_metrics_namespace(self) -> str:
-        """Namespace of RunInference's own metrics."""
-        return "sbert"
-
-    def batch_elements_kwargs(self) -> dict:
-        """Large batches: the encoder re-batches them by token length inside."""
-        return dict(self._batching)
-
-    def share_model_across_processes(self) -> bool:
-        """One model per machine on GPU workers, one per process elsewhere."""
-        return self._share
+    def example_bytes(self, example: Example) -> int:
+        """Text bytes of one example."""
+        return len(example_text(example))
 
     def _log_progress(self, n: int) -> None:
         bar = shared_progress(EMBED_PROGRESS, "texts")

@@ -1,11 +1,7 @@
 """The embed stage: a text corpus -> Parquet embeddings + errors + manifest.
 
-Run from Python as ``embed.run(embed.Options(input=..., output=...))``, or as
-
-    sbert embed --input 'corpus/*.jsonl.gz' --output out/embeddings [--model M]
-        [--text-field text] [--id-field id] [--keep-fields a,b] [--keep-text]
-        [--dtype float32|float16] [--normalize/--no-normalize] [--max-error-rate R]
-        [--overwrite] [Beam options: --runner, --direct_num_workers, ...]
+Run from Python as ``embed.run(embed.Options(input=..., output=...))``,
+or with the command ``sbert embed`` (its ``--help`` lists the options).
 
 Every row read is either embedded or written to ``OUTPUT/_errors/`` with a reason, and
 ``_manifest.json`` (written last, only on success) records read == embedded + rejected. The run
@@ -355,30 +351,14 @@ def build_pipeline(
     n_groups, n_shards = _grouping(options.batching, beam_options, read_corpus.total_bytes)
     pipeline = new_pipeline(beam_options, test_pipeline)
     corpus = pipeline | "ReadCorpus" >> read_corpus
-    records, rejected = corpus[RECORDS], [corpus[REJECTED]]
-    # What the commit step counts, each element a {name: count} dict (pipelines/embed/commit.py).
+    rejected = [corpus[REJECTED]]
+    # What the commit step counts, each element a {name: count} dict (see the commit step).
     tallies = [
         corpus[RECORDS] | "TallyRecordsRead" >> beam.Map(counted_as(ROWS_READ)),
         corpus[REJECTED] | "TallyRejectedRead" >> beam.Map(counted_as(ROWS_READ)),
     ]
-    if options.id_field:
-        unique = records | "RejectDuplicateIds" >> RejectDuplicateIds()
-        records = unique[RECORDS]
-        rejected.append(unique[REJECTED])
-    if taken:
-        fresh = records | "RejectTakenIds" >> RejectTakenIds(taken)
-        records = fresh[RECORDS]
-        rejected.append(fresh[REJECTED])
-    # Grouping by id (or by normalised text) already redistributed the records; no second
-    # shuffle is needed.
-    embed = Embed(
-        handler, n_groups=n_groups, reshuffle=not (options.id_field or options.exact_dedup)
-    )
-    if options.accelerator:  # GPUs for this step only; local runners ignore the hint
-        embed = embed.with_resource_hints(accelerator=options.accelerator)
-    if options.exact_dedup:  # each normalised text embedded once (pipelines/embed/exact_copies.py)
-        embed = EmbedDistinctTexts(embed)
-    embedded = records | "Embed" >> embed
+    records = _reject_taken_ids(corpus[RECORDS], rejected, options.id_field, taken)
+    embedded = records | "Embed" >> _embed_step(options, handler, n_groups)
     rejected.append(embedded[REJECTED])
     tallies.append(embedded[EMBEDDED] | "TallyEmbedded" >> beam.Map(embedding_tally))
     if options.exact_dedup:
@@ -411,6 +391,41 @@ def build_pipeline(
     label = "Commit" if isinstance(last_step, CommitEmbeddings) else "RecordTallies"
     _ = tuple(tallies) | label >> last_step
     return pipeline
+
+
+def _reject_taken_ids(
+    records: beam.PCollection,
+    rejected: list[beam.PCollection],
+    id_field: str | None,
+    taken: tuple[tuple[str, str], ...],
+) -> beam.PCollection:
+    """The records whose id no other record (with ``id_field``) and no earlier file
+    (``taken``) has; the others are appended to ``rejected``."""
+    if id_field:
+        unique = records | "RejectDuplicateIds" >> RejectDuplicateIds()
+        records = unique[RECORDS]
+        rejected.append(unique[REJECTED])
+    if taken:
+        fresh = records | "RejectTakenIds" >> RejectTakenIds(taken)
+        records = fresh[RECORDS]
+        rejected.append(fresh[REJECTED])
+    return records
+
+
+def _embed_step(
+    options: Options, handler: SbertModelHandler, n_groups: int | None
+) -> beam.PTransform:
+    """The step that embeds the records (each normalised text once with ``exact_dedup``)."""
+    # Grouping by id (or by normalised text) already redistributed the records; no second
+    # shuffle is needed.
+    embed = Embed(
+        handler, n_groups=n_groups, reshuffle=not (options.id_field or options.exact_dedup)
+    )
+    if options.accelerator:  # GPUs for this step only; local runners ignore the hint
+        embed = embed.with_resource_hints(accelerator=options.accelerator)
+    if options.exact_dedup:
+        embed = EmbedDistinctTexts(embed)
+    return embed
 
 
 def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int | None]:

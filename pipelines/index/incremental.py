@@ -208,7 +208,7 @@ def _ids_of(shards: list[str]) -> pa.ChunkedArray:
     return pa.chunked_array(columns, pa.string())
 
 
-def find_previous(
+def find_previous_index(
     options: Options, data: EmbeddingsDataset, plan: IndexPlan | None
 ) -> PreviousIndex | str:
     """The previous index to update, or why the run is a full build.

@@ -1,12 +1,7 @@
 """The index stage: embeddings -> a FAISS index chosen under a memory budget, with measured recall.
 
-Run from Python as ``index.run(index.Options(embeddings=..., output=...))``, or as
-
-    sbert index --embeddings out/embeddings --output out/index
-        [--factory auto|<faiss factory string>] [--memory-budget 4GB] [--target-recall 0.95]
-        [--metric ip|l2] [--train-sample N] [--trial-sample N] [--queries 1000]
-        [--shards S] [--overwrite]
-        [Beam options, with --shards: --runner, --direct_num_workers, ...]
+Run from Python as ``index.run(index.Options(embeddings=..., output=...))``,
+or with the command ``sbert index`` (its ``--help`` lists the options).
 
 ``auto`` picks Flat, HNSW, IVF-Flat or OPQ+IVF-PQ for the corpus size and budget (see
 ``pipelines/index/planner.py``); when both HNSW and IVF-Flat fit, both are tried on a sample and
@@ -42,7 +37,7 @@ from sbert_pipeline.index.files import (
 from sbert_pipeline.index.incremental import (
     PreviousIndex,
     UpdatedIndex,
-    find_previous,
+    find_previous_index,
     update_index,
 )
 from sbert_pipeline.index.options import Options
@@ -170,7 +165,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         batch_size=options.batch_size,
         seed=options.seed,
     )
-    previous = find_previous(options, data, plan)  # before the output is prepared
+    previous = find_previous_index(options, data, plan)  # before the output is prepared
     out = stage_output(
         "index", options, LAYOUT, replace_kind="index" if options.incremental else None
     )

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from sbert_pipeline.io.filesystems import FileSystems
 
 
-def is_local(path: str) -> bool:
+def is_local_path(path: str) -> bool:
     """Whether ``path`` is on the local filesystem (where locks and ``os.replace`` work)."""
     return "://" not in path or path.startswith("file://")
 
@@ -45,7 +45,7 @@ def replace(staging: str, final: str) -> None:
     Locally one ``os.replace`` (atomic; the folder is made if missing); on object stores the old
     object is deleted first, then the new one renamed.
     """
-    if is_local(final):
+    if is_local_path(final):
         target = final.removeprefix("file://")
         os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
         os.replace(staging.removeprefix("file://"), target)
@@ -86,7 +86,7 @@ def write_bytes_replacing(
     path: str, data: bytes, *, mime_type: str = "application/octet-stream"
 ) -> None:
     """Write ``data`` to ``path`` so that it appears whole or not at all, on any filesystem."""
-    if not is_local(path):
+    if not is_local_path(path):
         with FileSystems.create(path, mime_type=mime_type) as handle:
             handle.write(data)
         return

@@ -39,7 +39,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import xxhash
-from sbert_pipeline.io.atomic import is_local
+from sbert_pipeline.io.atomic import is_local_path
 from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems
 
 _BUFFER = 1 << 20  # bytes per read: per-call costs vanish, and it stays in the CPU's cache
@@ -136,7 +136,7 @@ def forget_matches() -> None:
 def digest_of(entry: ListedFile) -> str:
     """The digest (``entry.algorithm``) of a file's bytes, as the commit computed it."""
     hasher = xxhash.xxh3_128() if entry.algorithm == "xxh3_128" else hashlib.sha256()
-    if is_local(entry.path):
+    if is_local_path(entry.path):
         # Read into one reused buffer: no allocation per chunk, and a chunk that stays in the
         # CPU's cache while it is hashed. (A memory map is no faster, and a file truncated
         # while mapped kills the process with SIGBUS instead of raising.)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sbert_pipeline.io.atomic import is_local
+from sbert_pipeline.io.atomic import is_local_path
 from sbert_pipeline.io.filesystems import FileSystems
 from sbert_pipeline.io.output_dir import join, listed_parts, read_manifest
 from sbert_pipeline.vectors.checks import require_finite
@@ -58,7 +58,7 @@ def parquet_source(path: str) -> Iterator[str | object]:
     """What ``pyarrow.parquet`` reads ``path`` from: a local file by its name, so Arrow reads it
     with its own I/O (in parallel, without taking Python's lock for every read, which a Python
     file object makes it do), else a handle of the Beam filesystem of its scheme."""
-    if is_local(path):
+    if is_local_path(path):
         yield path.removeprefix("file://")
         return
     with FileSystems.open(path) as handle:

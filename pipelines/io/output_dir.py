@@ -49,7 +49,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sbert_pipeline.io.atomic import is_local, json_text, write_json_replacing
+from sbert_pipeline.io.atomic import is_local_path, json_text, write_json_replacing
 from sbert_pipeline.io.content_checks import (
     ListedFile,
     changed_files,
@@ -178,7 +178,7 @@ def delete_quietly(paths: list[str]) -> None:
 def remove_empty_folders(directory: str, folders: tuple[str, ...]) -> None:
     """Remove ``folders`` of ``directory`` that are now empty (local disks; object stores have
     no folders); a folder that still holds anything stays."""
-    if not is_local(directory):
+    if not is_local_path(directory):
         return
     for folder in folders:
         with contextlib.suppress(OSError):

@@ -32,7 +32,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from sbert_pipeline.io.atomic import is_local, replace
+from sbert_pipeline.io.atomic import is_local_path, replace
 from sbert_pipeline.io.content_checks import ListedFile, digest_of, expected_digest
 from sbert_pipeline.io.filesystems import FileSystems
 from sbert_pipeline.io.output_dir import (
@@ -183,7 +183,7 @@ def _entries(directory: str) -> tuple[list[str], set[str]]:
     Locally the walk never follows a link below the folder (a linked folder is one entry);
     elsewhere it is Beam's listing, where there are no links.
     """
-    if not is_local(directory):
+    if not is_local_path(directory):
         return sorted(file_sizes(directory)), set()
     root = directory.removeprefix("file://")
     if not os.path.isdir(root):
@@ -303,7 +303,7 @@ def is_link_on_path(directory: str, relative: str) -> str | None:
 
     Local disks only (None elsewhere, and when no component is a link or exists).
     """
-    if not is_local(directory):
+    if not is_local_path(directory):
         return None
     path = directory.removeprefix("file://")
     walked = []
@@ -368,7 +368,7 @@ def clear_attempt(directory: str, run_id: str) -> None:
     checked) is left as it is, and so is the folder holding it.
     """
     area = join(directory, ATTEMPTS, run_id)
-    if not is_local(area):
+    if not is_local_path(area):
         delete_quietly(list_files(area))
         return
     local = area.removeprefix("file://")
@@ -394,7 +394,7 @@ def delete_owned(directory: str, names: list[str]) -> None:
     """
     for name in names:
         path = join(directory, name)
-        if not is_local(directory):
+        if not is_local_path(directory):
             delete_quietly([path])
             continue
         if is_link_on_path(directory, name):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import xxhash
 from sbert_pipeline.io import output_dir, ownership
-from sbert_pipeline.io.atomic import is_local, replace, write_json_replacing
+from sbert_pipeline.io.atomic import is_local_path, replace, write_json_replacing
 from sbert_pipeline.io.content_checks import checking_contents
 from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems
 from sbert_pipeline.io.output_dir import (
@@ -89,7 +89,7 @@ def take_lock(directory: str) -> DirectoryLock | None:
 
     Returns None where the filesystem has no such locks (object stores; some network mounts).
     """
-    if not is_local(directory):
+    if not is_local_path(directory):
         return None
     import fcntl
 
@@ -407,7 +407,7 @@ def prepare_output(
     found = ownership.survey(directory, layout)
     ownership.refuse_takeover(found, layout, overwrite=_may_replace(found, overwrite, replace_kind))
     run_id = uuid.uuid4().hex[:12]
-    if is_local(directory):
+    if is_local_path(directory):
         os.makedirs(directory.removeprefix("file://"), exist_ok=True)  # two runs may race here
     elif not FileSystems.exists(directory):
         FileSystems.mkdirs(directory)

@@ -54,46 +54,17 @@ def run_clustered(
     Writes ``centroids.npy`` and the outputs into ``settings.output``; adds the time of each
     part to ``seconds``. Returns ``(manifest details, the finished run, recall or None)``.
     """
-    k, n = settings.k, scan.count
     start = time.perf_counter()
-    tune_rows, _, tune_queries = scan.picked["tune"]
-    recall_rows, recall_ids, recall_queries = scan.picked["recall"]
-    truth = ExactTopK(
-        np.concatenate([tune_queries, recall_queries]),
-        k,
-        exclude_rows=np.concatenate([tune_rows, recall_rows]),
-        keep_vectors=True,
-    )
-    with stage_progress(TRUTH_PROGRESS, total=n, unit="vectors") as bar:
-        for ids, vectors in settings.reader.batches():
-            truth.add(vectors, ids)
-            bar.update(len(ids))
-    true_scores, _ = truth.result()
-    true_ids = truth.neighbor_ids()
+    truth = _sample_truth(settings, scan)
     seconds["exact_sample"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    tuning = None
-    if len(tune_rows):
-        tuning = ProbeTuning(
-            tune_queries, truth.neighbor_vectors()[: len(tune_rows)], options.target_recall
-        )
-    _, _, sample = scan.picked["fit"]
-    plan = _plan(settings, blocking, options, sample, n, tuning)
-    needed = clustered_disk_bytes(n, scan.id_bytes, settings.reader.dim, plan.nprobe, k)
-    require_disk(
-        needed,
-        join(settings.output, WORK_DIR),
-        f"clustered pairs of {n:,} vectors of {settings.reader.dim} float32 (each stored once, "
-        f"listed in {plan.nprobe} blocks, with their candidate lists)",
-        "use --nprobe 1 or a lower --target-recall (fewer blocks per vector), or --output on "
-        "a larger disk",
-    )
+    plan, needed = _fit_blocks(settings, blocking, scan, options, truth)
     centroids_path = join(settings.output, CENTROIDS)
     save_centroids(centroids_path, plan.centroids)
     seconds["fit"] = time.perf_counter() - start
 
-    n_shards = options.shards or math.ceil(n / ROWS_PER_SHARD)
+    n_shards = options.shards or math.ceil(scan.count / ROWS_PER_SHARD)
     groups = group_blocks(
         plan.estimated_sizes, blocking.group_rows, min_groups=min(MIN_GROUPS, len(plan.centroids))
     )
@@ -108,41 +79,116 @@ def run_clustered(
     with group_progress(settings.output, int(groups.max()) + 1):
         finished = run("ClusterBlockedPairs", transform)
     seconds["pipeline"] = finished.seconds
-    recall = None
-    if len(recall_rows):
-        table = read_neighbors(settings.output, recall_ids)
-        found = {row["id"]: (row["neighbor_ids"], row["scores"]) for row in table.to_pylist()}
-        recall = recall_at_k(
-            [found[i][0] for i in recall_ids],
-            true_ids[len(tune_rows) :],
-            k,
-            found_scores=[found[i][1] for i in recall_ids],
-            true_scores=true_scores[len(tune_rows) :],
-        )
-    reports = read_reports(settings.output)
-    sizes = np.array([size for report in reports for _, size in report["blocks"]], np.int64)
+    recall = _sample_recall(settings, scan, truth)
+    blocks, short_lists = _searched_blocks(settings.output, blocking.max_block)
     details = {
         "clusters": blocking.clusters,
         "nprobe": plan.nprobe,
         "nprobe_requested": blocking.nprobe,
         "target_recall": options.target_recall if blocking.nprobe is None else None,
         "max_block": blocking.max_block,
-        "sample": {"requested": options.sample, "used": len(sample)},
-        "tuning_queries": len(tune_rows),
+        "sample": {"requested": options.sample, "used": len(scan.picked["fit"][2])},
+        "tuning_queries": len(scan.picked["tune"][0]),
         **plan.describe(),
-        "blocks": {
-            "searched": len(sizes),
-            "largest": int(sizes.max()) if len(sizes) else 0,
-            "mean": float(sizes.mean()) if len(sizes) else 0.0,
-            "over_cap": int(np.sum(sizes > blocking.max_block)),
-            "vectors_searched": int(sizes.sum()),
-        },
+        "blocks": blocks,
         "block_groups": int(groups.max()) + 1,
         "output_shards": n_shards,
         "temporary_disk_bytes_estimated": needed,
-        "short_lists": sum(report["short_lists"] for report in reports),
+        "short_lists": short_lists,
     }
     return details, finished, recall
+
+
+@dataclass(frozen=True)
+class _SampleTruth:
+    """The exact top-k of the tuning queries, then the recall queries (in that order)."""
+
+    topk: ExactTopK
+    scores: np.ndarray
+    ids: list[list[str]]
+
+
+def _sample_truth(settings: PairsSettings, scan: Scan) -> _SampleTruth:
+    """Search every vector exactly for the sample queries (one streamed pass)."""
+    tune_rows, _, tune_queries = scan.picked["tune"]
+    recall_rows, _, recall_queries = scan.picked["recall"]
+    truth = ExactTopK(
+        np.concatenate([tune_queries, recall_queries]),
+        settings.k,
+        exclude_rows=np.concatenate([tune_rows, recall_rows]),
+        keep_vectors=True,
+    )
+    with stage_progress(TRUTH_PROGRESS, total=scan.count, unit="vectors") as bar:
+        for ids, vectors in settings.reader.batches():
+            truth.add(vectors, ids)
+            bar.update(len(ids))
+    true_scores, _ = truth.result()
+    return _SampleTruth(truth, true_scores, truth.neighbor_ids())
+
+
+def _fit_blocks(
+    settings: PairsSettings,
+    blocking: Blocking,
+    scan: Scan,
+    options: ClusteredOptions,
+    truth: _SampleTruth,
+) -> tuple[BlockPlan, int]:
+    """The fitted centroids and ``nprobe`` (tuned on the tuning queries' truth), once the
+    temporary disk the blocked search needs is known to be free: ``(plan, disk bytes)``.
+
+    Raises:
+        ResourceError: the output's disk has not the room the blocked search needs.
+    """
+    n, k, dim = scan.count, settings.k, settings.reader.dim
+    tune_rows, _, tune_queries = scan.picked["tune"]
+    tuning = None
+    if len(tune_rows):
+        tuning = ProbeTuning(
+            tune_queries, truth.topk.neighbor_vectors()[: len(tune_rows)], options.target_recall
+        )
+    _, _, sample = scan.picked["fit"]
+    plan = _plan(settings, blocking, options, sample, n, tuning)
+    needed = clustered_disk_bytes(n, scan.id_bytes, dim, plan.nprobe, k)
+    require_disk(
+        needed,
+        join(settings.output, WORK_DIR),
+        f"clustered pairs of {n:,} vectors of {dim} float32 (each stored once, "
+        f"listed in {plan.nprobe} blocks, with their candidate lists)",
+        "use --nprobe 1 or a lower --target-recall (fewer blocks per vector), or --output on "
+        "a larger disk",
+    )
+    return plan, needed
+
+
+def _sample_recall(settings: PairsSettings, scan: Scan, truth: _SampleTruth) -> float | None:
+    """Recall@k of the written lists on the recall queries (None without any)."""
+    n_tune = len(scan.picked["tune"][0])
+    recall_rows, recall_ids, _ = scan.picked["recall"]
+    if not len(recall_rows):
+        return None
+    table = read_neighbors(settings.output, recall_ids)
+    found = {row["id"]: (row["neighbor_ids"], row["scores"]) for row in table.to_pylist()}
+    return recall_at_k(
+        [found[i][0] for i in recall_ids],
+        truth.ids[n_tune:],
+        settings.k,
+        found_scores=[found[i][1] for i in recall_ids],
+        true_scores=truth.scores[n_tune:],
+    )
+
+
+def _searched_blocks(output: str, max_block: int) -> tuple[dict, int]:
+    """The searched blocks' sizes and the number of short lists, from the workers' reports."""
+    reports = read_reports(output)
+    sizes = np.array([size for report in reports for _, size in report["blocks"]], np.int64)
+    blocks = {
+        "searched": len(sizes),
+        "largest": int(sizes.max()) if len(sizes) else 0,
+        "mean": float(sizes.mean()) if len(sizes) else 0.0,
+        "over_cap": int(np.sum(sizes > max_block)),
+        "vectors_searched": int(sizes.sum()),
+    }
+    return blocks, sum(report["short_lists"] for report in reports)
 
 
 def _plan(

@@ -1,13 +1,7 @@
 """The pairs stage: every item's k most similar items, and every similar pair, from embeddings.
 
-Run from Python as ``pairs.run(pairs.Options(embeddings=[...], output=...))``, or as
-
-    sbert pairs --embeddings DIR [DIR ...] --output DIR [--k 10] [--threshold T]
-        [--method auto|exact|clustered] [--clusters C] [--nprobe P | --target-recall R]
-        [--tune-sample Q] [--recall-sample Q] [--max-block B] [--known-pairs FILE]
-        [--worker-memory 4GB] [--memory-budget auto|SIZE] [--ranges R]
-        [--shards S] [--sample N] [--seed S] [--precision auto|bfloat16|float32]
-        [--incremental] [--overwrite] [Beam options]
+Run from Python as ``pairs.run(pairs.Options(embeddings=[...], output=...))``,
+or with the command ``sbert pairs`` (its ``--help`` lists the options).
 
 exact: every vector against every vector (``sbert_pipeline.vectors.allpairs``: float32 inner
 products summed in float64 and rounded to float32, so the answer is brute force's ``X @ X.T`` to
@@ -62,6 +56,7 @@ empty input gives empty outputs and a manifest.
 
 from __future__ import annotations
 
+import importlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -70,28 +65,29 @@ from typing import TYPE_CHECKING
 from sbert_pipeline.io.atomic import write_table
 from sbert_pipeline.io.centroids import CENTROIDS
 from sbert_pipeline.io.content_checks import content_checks
-from sbert_pipeline.io.embeddings import all_shards, count_rows, shard_paths, version_digest
+from sbert_pipeline.io.embeddings import all_shards, count_rows, shard_paths
 from sbert_pipeline.io.external_vectors import ExternalColumns, open_inputs, refuse_remote_workers
 from sbert_pipeline.io.filesystems import FileSystems
-from sbert_pipeline.io.manifest_fields import created_now, model_fields, software_versions
 from sbert_pipeline.io.output_dir import OutputLayout, join
-from sbert_pipeline.io.pairs_output import NEIGHBORS, PAIRS, VERSION_DIGEST
+from sbert_pipeline.io.pairs_output import NEIGHBORS, PAIRS
 from sbert_pipeline.io.previous_output import full_run
 from sbert_pipeline.io.resources import peak_rss
 from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from sbert_pipeline.pairs.incremental import Reuse, plan_reuse, replace_kind
 from sbert_pipeline.pairs.known_pairs import known_pairs_recall
-from sbert_pipeline.pairs.memory import check_memory
+from sbert_pipeline.pairs.memory import MemoryPlan, check_memory
 from sbert_pipeline.pairs.options import Options
 from sbert_pipeline.pairs.output_tables import part_path
 from sbert_pipeline.pairs.plan import (
+    Blocking,
     BlockingRequest,
     choose_method,
     exact_path,
     exact_worker_bytes,
     plan_blocking,
 )
-from sbert_pipeline.pairs.vector_reader import VectorReader, needs_normalizing
+from sbert_pipeline.pairs.run_record import PairsSummary, pairs_manifest
+from sbert_pipeline.pairs.vector_reader import Scan, VectorReader, needs_normalizing
 from sbert_pipeline.stage_api.result import Result
 from sbert_pipeline.stage_api.stage_output import stage_output
 from sbert_pipeline.stage_api.stops import JobFailedError
@@ -99,46 +95,12 @@ from sbert_pipeline.vectors.progress import show_progress_unless_quiet
 
 if TYPE_CHECKING:
     import apache_beam as beam
+    import numpy as np
     from apache_beam.options.pipeline_options import PipelineOptions
     from sbert_pipeline.pairs.exact import RunTransform
 
 # What a pairs run writes (see docs/architecture.md, folder contracts).
 LAYOUT = OutputLayout(datasets=(NEIGHBORS, PAIRS), files=(CENTROIDS,))
-
-
-@dataclass(frozen=True)
-class PairsSummary:
-    """What a finished pairs run reports."""
-
-    output: str
-    method: str
-    items: int
-    k: int
-    threshold: float | None
-    pairs: int
-    recall: float | None
-    seconds: float
-    incremental: dict | None = None  # the manifest's section of an incremental run
-
-    def line(self) -> str:
-        """One-line human summary."""
-        pairs = f", {self.pairs} pairs >= {self.threshold}" if self.threshold is not None else ""
-        if self.incremental is not None:
-            done = self.incremental
-            pairs += (
-                f"; incremental: {done['rows_new']} new rows searched, {done['rows_old']} "
-                f"reused, {done['rows_gone']} gone"
-            )
-        if self.method == "exact":
-            recall = "exact"
-        elif self.recall is None:
-            recall = "recall not measured"
-        else:
-            recall = f"recall@{self.k} {self.recall:.3f} on a sample"
-        return (
-            f"top-{self.k} neighbours of {self.items} embeddings ({self.method}, {recall}){pairs} "
-            f"in {self.seconds:.1f}s -> {self.output}"
-        )
 
 
 def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
@@ -158,8 +120,59 @@ def run(options: Options, *, pipeline: beam.Pipeline | None = None) -> Result:
         return _run(options, pipeline)
 
 
+@dataclass
+class _PairsRun:
+    """What a run searches and how, settled before any vector is read (see :func:`_plan`)."""
+
+    datasets: list
+    n: int
+    dim: int
+    budget: int  # --worker-memory in bytes
+    method: str  # "exact" or "clustered"
+    reader: VectorReader
+    beam_options: PipelineOptions | None
+    local: bool  # a local runner (the launcher may search itself)
+    memory: MemoryPlan
+    blocking: Blocking | None  # clustered mode's plan
+    reuse: Reuse | str  # what an incremental run reuses, or why the run is a full one
+    in_process: bool  # the launcher searches the vectors its scan read
+    scan: Scan | None = None  # the checked vectors, until searched
+    # An incremental clustered run's previous centroids and every row's blocks.
+    blocks: tuple[np.ndarray, np.ndarray] | None = None
+
+
 def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     """:func:`run` inside the content checks."""
+    run = _plan(options, pipeline)
+    start = time.perf_counter()
+    run.scan = _scan(run, options)
+    seconds = {"scan": time.perf_counter() - start}
+    _assign_previous_blocks(run, options)
+    # --incremental replaces the folder's own previous pairs output (nothing else) as a rerun.
+    out = stage_output("pairs", options, LAYOUT, replace_kind=replace_kind(options))
+    # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
+    with out:
+        show_progress_unless_quiet(here=run.local)
+        runner, recall, details = _search(run, options, out.attempt, pipeline, seconds)
+        summary = _check_outputs(run, options, out.attempt, recall, details, start)
+        if not isinstance(run.reuse, Reuse):
+            details["incremental"] = full_run("pairs", options.output, run.reuse)
+        details["memory_budget"] = run.memory.describe(peak_rss())
+        manifest = pairs_manifest(
+            options, run.datasets, summary, run.reader, run.budget, details, runner, seconds
+        )
+        _delete_work_dir(out.attempt)
+        return Result(options.output, out.commit(manifest), summary)
+
+
+def _plan(options: Options, pipeline: beam.Pipeline | None) -> _PairsRun:
+    """Open the inputs and settle the method, the memory, the blocking and what is reused.
+
+    Raises:
+        ValueError: ``--k`` asks for more neighbours than there are other items.
+        ResourceError: the run would not fit (from the manifests' sizes, before any vector
+            is read).
+    """
     datasets = open_inputs(options.embeddings, ExternalColumns.from_args(options))
     dim = datasets[0].dim
     n = sum(dataset.count for dataset in datasets)
@@ -176,7 +189,6 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     beam_options = _beam_options(options, pipeline)
     local = beam_options is None or _is_local(beam_options)
     here = beam_options is None or _workers_here(beam_options, pipeline)
-    # Refused here, from the manifests' sizes, before any vector is read.
     memory = check_memory(
         options.budget(),
         method,
@@ -200,124 +212,167 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         method == "exact"
         and exact_path(n, dim, options.k, options.threshold is not None, budget) == "whole"
     )
-    start = time.perf_counter()
-    # Unique ids and finite values are checked here, before any output exists. Arrow decodes
-    # the shards on the scan's thread, without Python's lock, so the search modules (torch and
-    # numba: seconds of imports) load meanwhile; "scan" is the time until both are done.
+    return _PairsRun(
+        datasets=datasets,
+        n=n,
+        dim=dim,
+        budget=budget,
+        method=method,
+        reader=reader,
+        beam_options=beam_options,
+        local=local,
+        memory=memory,
+        blocking=blocking,
+        reuse=reuse,
+        in_process=in_process,
+    )
+
+
+# The search modules (torch and numba: seconds of imports) load while the scan reads.
+_SEARCH_MODULES = ("sbert_pipeline.pairs.exact", "sbert_pipeline.pairs.settings")
+_CLUSTERED_MODULES = ("sbert_pipeline.pairs.clustered",)  # its transforms load Beam
+
+
+def _scan(run: _PairsRun, options: Options) -> Scan:
+    """Read every vector once: unique ids and finite values are checked here, before any output
+    exists, and the rows the blocking samples (and, searched in process, every row) kept.
+
+    Arrow decodes the shards on the scan's thread, without Python's lock, so the search modules
+    load meanwhile; the scan's time is the time until both are done.
+    """
     with ThreadPoolExecutor(1, thread_name_prefix="pairs-scan") as pool:
-        picks = blocking.picks() if blocking is not None else {}
-        scanning = pool.submit(reader.scan, picks, in_process)
-        from sbert_pipeline.pairs.exact import run_exact
-        from sbert_pipeline.pairs.settings import WORK_DIR, PairsSettings
+        picks = run.blocking.picks() if run.blocking is not None else {}
+        scanning = pool.submit(run.reader.scan, picks, run.in_process)
         from sbert_pipeline.vectors.block_search import warm_up
 
-        if method == "clustered":  # its transforms load Beam
-            from sbert_pipeline.pairs.clustered import ClusteredOptions, run_clustered
-        if in_process:
-            warm_up(dim, options.k, options.precision)
-        scan = scanning.result()
-    seconds = {"scan": time.perf_counter() - start}
-    blocks = None
-    if isinstance(reuse, Reuse) and method == "clustered":
-        from sbert_pipeline.pairs.clustered_incremental import assign_blocks
+        clustered = _CLUSTERED_MODULES if run.method == "clustered" else ()
+        for module in (*_SEARCH_MODULES, *clustered):
+            importlib.import_module(module)
+        if run.in_process:
+            warm_up(run.dim, options.k, options.precision)
+        return scanning.result()
 
-        blocks = assign_blocks(options.output, reuse.previous, *scan.loaded, reuse.old_ids)
-        if isinstance(blocks, str):
-            reuse = blocks
-    # --incremental replaces the folder's own previous pairs output (nothing else) as a rerun.
-    out = stage_output("pairs", options, LAYOUT, replace_kind=replace_kind(options))
-    # Every write below goes to this run's attempt area; ``out.commit`` publishes it.
-    attempt = out.attempt
-    with out:
-        show_progress_unless_quiet(here=local)
 
-        settings = PairsSettings(attempt, reader, options.k, options.threshold, options.precision)
-        run_transform = _transform_runner(beam_options, pipeline)
-        details: dict = {}
-        recall = 1.0 if method == "exact" else None
-        if n == 0:
-            write_table(part_path(attempt, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
-            runner = "launcher"
-        elif isinstance(reuse, Reuse) and method == "clustered":
-            from sbert_pipeline.pairs.clustered_incremental import run_clustered_incremental
+def _assign_previous_blocks(run: _PairsRun, options: Options) -> None:
+    """An incremental clustered run's rows in the previous version's blocks, or the reason
+    (in ``run.reuse``) why the run is a full one after all."""
+    if not (isinstance(run.reuse, Reuse) and run.method == "clustered"):
+        return
+    from sbert_pipeline.pairs.clustered_incremental import assign_blocks
 
-            section, details["clustered"], recall = run_clustered_incremental(
-                settings,
-                *scan.loaded,
-                reuse,
-                options.output,
-                blocks,
-                recall_sample=options.recall_sample,
-                seed=options.seed,
-                shards=options.shards,
-            )
-            del scan
-            details["incremental"] = section
-            runner, seconds["pipeline"] = "in-process", section["seconds"]
-        elif isinstance(reuse, Reuse):
-            from sbert_pipeline.pairs.exact_incremental import run_exact_incremental
+    blocks = assign_blocks(options.output, run.reuse.previous, *run.scan.loaded, run.reuse.old_ids)
+    if isinstance(blocks, str):
+        run.reuse = blocks
+    else:
+        run.blocks = blocks
 
-            details["incremental"] = run_exact_incremental(
-                settings, *scan.loaded, reuse, options.output, options.ranges
-            )
-            del scan
-            details["exact"] = {
-                "ranges": details["incremental"]["ranges"],
-                "path": "incremental",
-                "worker_bytes_needed": exact_worker_bytes(n, dim),
-            }
-            runner, seconds["pipeline"] = "in-process", details["incremental"]["seconds"]
-        elif method == "exact":
-            details["exact"], finished = run_exact(
-                settings, n, dim, options.ranges, run_transform, budget, loaded=scan.loaded
-            )
-            del scan
-            runner, seconds["pipeline"] = finished.runner, finished.seconds
-        else:
-            clustered = ClusteredOptions(
-                options.target_recall,
-                options.iterations,
-                options.seed,
-                options.shards,
-                options.sample,
-            )
-            details["clustered"], finished, recall = run_clustered(
-                settings, blocking, scan, clustered, run_transform, seconds
-            )
-            runner = finished.runner
-        if options.threshold is None or n == 0:
-            write_table(part_path(attempt, PAIRS, 0, 1), PAIRS_SCHEMA.empty_table())
 
-        rows = count_rows(shard_paths(join(attempt, NEIGHBORS)))
-        if rows != n:
-            raise JobFailedError(
-                f"the search wrote neighbour lists for {rows} of {n} items; "
-                f"nothing was published and the previous content of {options.output} is "
-                "unchanged"
-            )
-        pairs = count_rows(shard_paths(join(attempt, PAIRS)))
-        if options.known_pairs:
-            details["known_pairs"] = known_pairs_recall(
-                options.known_pairs, attempt, options.threshold
-            )
-        summary = PairsSummary(
+def _search(
+    run: _PairsRun, options: Options, attempt: str, pipeline, seconds: dict
+) -> tuple[str, float | None, dict]:
+    """Write the neighbour lists (and the pairs) into ``attempt`` by the planned search.
+
+    Returns:
+        ``(runner, recall, manifest sections)``; ``seconds["pipeline"]`` is set.
+    """
+    from sbert_pipeline.pairs.settings import PairsSettings
+
+    settings = PairsSettings(attempt, run.reader, options.k, options.threshold, options.precision)
+    scan, run.scan = run.scan, None  # the vectors are freed once searched
+    details: dict = {}
+    recall = 1.0 if run.method == "exact" else None
+    if run.n == 0:
+        write_table(part_path(attempt, NEIGHBORS, 0, 1), NEIGHBORS_SCHEMA.empty_table())
+        return "launcher", recall, details
+    if isinstance(run.reuse, Reuse) and run.method == "clustered":
+        from sbert_pipeline.pairs.clustered_incremental import run_clustered_incremental
+
+        section, details["clustered"], recall = run_clustered_incremental(
+            settings,
+            *scan.loaded,
+            run.reuse,
             options.output,
-            method,
-            n,
-            options.k,
-            options.threshold,
-            pairs,
-            recall,
-            time.perf_counter() - start,
-            details.get("incremental"),
+            run.blocks,
+            recall_sample=options.recall_sample,
+            seed=options.seed,
+            shards=options.shards,
         )
-        if not isinstance(reuse, Reuse):
-            details["incremental"] = full_run("pairs", options.output, reuse)
-        details["memory_budget"] = memory.describe(peak_rss())
-        manifest = _manifest(options, datasets, summary, reader, budget, details, runner, seconds)
-        if FileSystems.exists(join(attempt, WORK_DIR)):
-            FileSystems.delete([join(attempt, WORK_DIR)])
-        return Result(options.output, out.commit(manifest), summary)
+        details["incremental"] = section
+        seconds["pipeline"] = section["seconds"]
+        return "in-process", recall, details
+    if isinstance(run.reuse, Reuse):
+        from sbert_pipeline.pairs.exact_incremental import run_exact_incremental
+
+        details["incremental"] = run_exact_incremental(
+            settings, *scan.loaded, run.reuse, options.output, options.ranges
+        )
+        details["exact"] = {
+            "ranges": details["incremental"]["ranges"],
+            "path": "incremental",
+            "worker_bytes_needed": exact_worker_bytes(run.n, run.dim),
+        }
+        seconds["pipeline"] = details["incremental"]["seconds"]
+        return "in-process", recall, details
+    run_transform = _transform_runner(run.beam_options, pipeline)
+    if run.method == "exact":
+        from sbert_pipeline.pairs.exact import run_exact
+
+        details["exact"], finished = run_exact(
+            settings, run.n, run.dim, options.ranges, run_transform, run.budget, loaded=scan.loaded
+        )
+        seconds["pipeline"] = finished.seconds
+        return finished.runner, recall, details
+    from sbert_pipeline.pairs.clustered import ClusteredOptions, run_clustered
+
+    clustered = ClusteredOptions(
+        options.target_recall, options.iterations, options.seed, options.shards, options.sample
+    )
+    details["clustered"], finished, recall = run_clustered(
+        settings, run.blocking, scan, clustered, run_transform, seconds
+    )
+    return finished.runner, recall, details
+
+
+def _check_outputs(
+    run: _PairsRun, options: Options, attempt: str, recall, details: dict, start: float
+) -> PairsSummary:
+    """Complete the outputs (an empty pairs shard where none is written), check that every item
+    has its list, and sum the run up.
+
+    Raises:
+        JobFailedError: the search lost items; nothing is published.
+    """
+    if options.threshold is None or run.n == 0:
+        write_table(part_path(attempt, PAIRS, 0, 1), PAIRS_SCHEMA.empty_table())
+    rows = count_rows(shard_paths(join(attempt, NEIGHBORS)))
+    if rows != run.n:
+        raise JobFailedError(
+            f"the search wrote neighbour lists for {rows} of {run.n} items; "
+            f"nothing was published and the previous content of {options.output} is "
+            "unchanged"
+        )
+    pairs = count_rows(shard_paths(join(attempt, PAIRS)))
+    if options.known_pairs:
+        details["known_pairs"] = known_pairs_recall(options.known_pairs, attempt, options.threshold)
+    return PairsSummary(
+        options.output,
+        run.method,
+        run.n,
+        options.k,
+        options.threshold,
+        pairs,
+        recall,
+        time.perf_counter() - start,
+        details.get("incremental"),
+    )
+
+
+def _delete_work_dir(attempt: str) -> None:
+    """The search's temporary files are not part of the output."""
+    from sbert_pipeline.pairs.settings import WORK_DIR
+
+    if FileSystems.exists(join(attempt, WORK_DIR)):
+        FileSystems.delete([join(attempt, WORK_DIR)])
 
 
 def _reuse(options, datasets, method, reader, local, budget) -> Reuse | str:
@@ -389,62 +444,3 @@ def _blocking_request(options: Options) -> BlockingRequest:
         seed=options.seed,
         worker_memory=options.worker_memory,
     )
-
-
-def _manifest(options: Options, datasets, summary, reader, budget, details, runner, seconds):
-    """The ``_manifest.json`` of a finished run (model fields first, for later stages' checks)."""
-    first = datasets[0].manifest
-    clustered = summary.method == "clustered"
-    if summary.method == "exact":
-        recall = {"measured": False, "why": "exact search: every list is the exact top-k"}
-    else:
-        queries = min(options.recall_sample, summary.items)
-        recall = {
-            "measured": summary.recall is not None,
-            "queries": queries,
-            "seed": options.seed,
-            "definition": "mean over random queries of |found neighbours that are among the "
-            "exact top-k (or tie with its k-th score)| / k; exact = fp32 search of all vectors",
-        }
-    if options.threshold is None:
-        completeness = None
-    elif clustered:
-        completeness = "every pair >= threshold that shares a cluster block (see recall_at_k)"
-    else:
-        completeness = "every pair >= threshold (exact)"
-    return {
-        "kind": "pairs",
-        **model_fields(first),
-        "method": summary.method,
-        "method_requested": options.method,
-        "k": options.k,
-        "threshold": options.threshold,
-        "recall_at_k": None if summary.recall is None else round(summary.recall, 6),
-        "recall": recall,
-        "pairs": {"count": summary.pairs, "threshold": options.threshold, "complete": completeness},
-        "counts": {
-            "items": summary.items,
-            "neighbor_rows": summary.items,
-            "short_lists": details.get("clustered", {}).get("short_lists", 0),
-            "pairs": summary.pairs,
-        },
-        "normalized_here": reader.normalize,
-        "worker_memory_bytes": budget,
-        **details,
-        "precision": options.precision,
-        "seed": options.seed,
-        # Each input's version too, so verify and dedup refuse embeddings made again since.
-        "embeddings": [
-            {
-                "directory": dataset.directory,
-                "manifest": dataset.manifest,
-                VERSION_DIGEST: version_digest(dataset.manifest),
-            }
-            for dataset in datasets
-        ],
-        "runner": runner,
-        "software": software_versions(),
-        "seconds": round(summary.seconds, 3),
-        "seconds_parts": {name: round(value, 3) for name, value in seconds.items()},
-        "created": created_now(),
-    }

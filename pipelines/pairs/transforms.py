@@ -51,7 +51,7 @@ from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA, PAIRS_SCHEMA
 from sbert_pipeline.io.shards import stable_bucket
 from sbert_pipeline.pairs.merge import merge_neighbors, merge_pairs
 from sbert_pipeline.pairs.output_tables import neighbors_table, pairs_table, part_path
-from sbert_pipeline.pairs.row_store import gather_rows, write_rows
+from sbert_pipeline.pairs.row_store import read_rows_at, write_rows
 from sbert_pipeline.pairs.settings import (
     METRICS_NAMESPACE,
     SEARCHED_DIR,
@@ -208,7 +208,7 @@ def group_vectors(output: str, dim: int, sources: np.ndarray, rows: np.ndarray) 
     vectors = np.empty((len(rows), dim), np.float32)
     for source in np.unique(sources).tolist():
         places = np.flatnonzero(sources == source)
-        vectors[places] = gather_rows(vectors_path(output, source), dim, rows[places])
+        vectors[places] = read_rows_at(vectors_path(output, source), dim, rows[places])
     return vectors
 
 

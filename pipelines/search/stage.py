@@ -1,10 +1,7 @@
 """The search stage: the nearest neighbours of queries in an ``sbert index`` output.
 
 Run from Python as ``search.run(search.Options(index="out/index", query=("a question",)))``,
-or as
-
-    sbert search --index out/index "how do I learn python?" "best pizza in town" [--k 10]
-    sbert search --index out/index --queries questions.txt --output hits.jsonl [--k 10]
+or with the command ``sbert search`` (its ``--help`` lists the options).
 
 Queries are encoded with the model that embedded the corpus (recorded in the index manifest);
 ``--model`` may name another copy of it, and is refused if it is not the same model with the

@@ -87,6 +87,12 @@ class SelfTopkStats:
     rescored_pairs: int = 0  # pairs scored again in float32/float64
     fallback_rows: int = 0  # rows searched again in fp32 because their list was unproven
 
+    def count_call(self, rows: int, bf16: bool, width: int) -> None:
+        """Add one call's query rows and record how its candidate pass ran."""
+        self.rows += rows
+        self.precision = "bfloat16" if bf16 else "float32"
+        self.candidate_width = width
+
 
 def candidate_error_bound(dim: int, bf16: bool) -> float:
     """``c`` with ``|candidate score - final score| <= c |x| |y|`` for every pair ``x, y``.
@@ -155,18 +161,11 @@ def self_topk(
     """
     vectors = checked_vectors(vectors)
     n, dim = vectors.shape
-    if not 1 <= k <= n - 1:
-        raise ValueError(f"k must be between 1 and {n - 1} (the other rows), got {k}")
-    start, stop = checked_rows(rows, n)
-    block = DEFAULT_BLOCK_SIZE if block_size is None else block_size
-    if block < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    start, stop, block = _checked_query(n, k, rows, block_size)
     bf16 = use_bf16(precision)
     width = min(n - 1, k + max(_MIN_EXTRA, k))
     if stats is not None:
-        stats.rows += stop - start
-        stats.precision = "bfloat16" if bf16 else "float32"
-        stats.candidate_width = width
+        stats.count_call(stop - start, bf16, width)
     with exact_fp32_matmul(), torch.inference_mode():
         data = torch.from_numpy(vectors)
         # An upper bound on the norms: fp32 rounding is far inside the bound's 1% slack.
@@ -197,6 +196,19 @@ def self_topk(
             indices[unproven] = again_ids
             scores[unproven] = again_scores
     return indices, scores
+
+
+def _checked_query(
+    n: int, k: int, rows: tuple[int, int] | None, block_size: int | None
+) -> tuple[int, int, int]:
+    """``(start, stop, block)`` of a :func:`self_topk` call, checked against ``n`` rows."""
+    if not 1 <= k <= n - 1:
+        raise ValueError(f"k must be between 1 and {n - 1} (the other rows), got {k}")
+    start, stop = query_row_range(rows, n)
+    block = DEFAULT_BLOCK_SIZE if block_size is None else block_size
+    if block < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    return start, stop, block
 
 
 @dataclass(frozen=True)
@@ -473,7 +485,7 @@ def checked_vectors(vectors: np.ndarray) -> np.ndarray:
     return vectors
 
 
-def checked_rows(rows: tuple[int, int] | None, n: int) -> tuple[int, int]:
+def query_row_range(rows: tuple[int, int] | None, n: int) -> tuple[int, int]:
     """The query range ``[start, stop)`` (all ``n`` rows for None), checked against ``n``."""
     if rows is None:
         return 0, n

@@ -437,13 +437,7 @@ def fit_spherical_kmeans(
             (one such row would pull every centroid to NaN and every row into one cluster).
     """
     n = len(vectors)
-    if n == 0:
-        raise ValueError("cannot fit k-means on zero vectors")
-    require_finite(vectors)
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be between 1 and the number of vectors ({n}), got {k}")
-    if iterations < 0:
-        raise ValueError(f"iterations must be >= 0, got {iterations}")
+    _check_fit(vectors, k, iterations)
     data = normalize_rows(vectors)
     rng = np.random.default_rng(seed)
     pool_size = min(n, seeding_pool or 16 * k)
@@ -489,3 +483,15 @@ def fit_spherical_kmeans(
         seed=seed,
         history=history,
     )
+
+
+def _check_fit(vectors: np.ndarray, k: int, iterations: int) -> None:
+    """Refuse what :func:`fit_spherical_kmeans` cannot fit (see its Raises)."""
+    n = len(vectors)
+    if n == 0:
+        raise ValueError("cannot fit k-means on zero vectors")
+    require_finite(vectors)
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and the number of vectors ({n}), got {k}")
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0, got {iterations}")

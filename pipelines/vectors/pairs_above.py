@@ -17,10 +17,10 @@ import torch
 from sbert_pipeline.vectors.allpairs import (
     DEFAULT_BLOCK_SIZE,
     candidate_error_bound,
-    checked_rows,
     checked_vectors,
     exact_fp32_matmul,
     pair_scores,
+    query_row_range,
 )
 from sbert_pipeline.vectors.checks import check_cosine
 from sbert_pipeline.vectors.precision import Precision, one_thread, use_bf16
@@ -100,7 +100,7 @@ def self_pairs_above(
     vectors = checked_vectors(vectors)
     check_cosine(threshold)
     n, dim = vectors.shape
-    start, stop = checked_rows(rows, n)
+    start, stop = query_row_range(rows, n)
     block = DEFAULT_BLOCK_SIZE if block_size is None else block_size
     if block < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")

@@ -1,8 +1,7 @@
 """Beam ``ModelHandler`` around the cross-encoder: text pairs in, one score each out.
 
-As :class:`sbert_pipeline.embed.model_handler.SbertModelHandler` does for texts: the cross-encoder
-is loaded in ``load_model`` (once per worker process; once per machine on GPU workers, where
-``share_model_across_processes`` is on), never pickled with the pipeline. ``BatchElements``
+As embed's handler does for texts, on the stages' shared handler base: the cross-encoder is
+loaded in ``load_model`` on the worker, never pickled with the pipeline. ``BatchElements``
 hands it large batches; inside each, ``CrossEncoder.predict`` sorts the pairs by token length
 and runs ``batch_size`` pairs per forward pass, so padding stays small. Keyed elements keep
 their ids::
@@ -17,7 +16,8 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+from apache_beam.ml.inference.base import PredictionResult
+from sbert_pipeline.stage_api.model_handler_base import SettingsModelHandler
 from sbert_pipeline.verify.model_check import require_one_score
 
 from sbert_core import CrossEncoder
@@ -58,7 +58,7 @@ class CrossEncoderSettings:
         )
 
 
-class CrossEncoderModelHandler(ModelHandler[Pair, PredictionResult, CrossEncoder]):
+class CrossEncoderModelHandler(SettingsModelHandler[Pair, CrossEncoder]):
     """Runs ``CrossEncoder.predict`` on batches of ``(text_a, text_b)`` pairs.
 
     Each ``PredictionResult`` holds the pair and its score (a float). A batch that fails fails
@@ -71,6 +71,8 @@ class CrossEncoderModelHandler(ModelHandler[Pair, PredictionResult, CrossEncoder
             CUDA devices).
     """
 
+    metrics_namespace = "sbert_verify"
+
     def __init__(
         self,
         settings: CrossEncoderSettings,
@@ -79,17 +81,16 @@ class CrossEncoderModelHandler(ModelHandler[Pair, PredictionResult, CrossEncoder
         max_batch_size: int = 4096,
         share_across_processes: bool | None = None,
     ) -> None:
-        super().__init__()
-        self._settings = settings
-        self._batching = {"min_batch_size": min_batch_size, "max_batch_size": max_batch_size}
-        device = settings.device or ""
-        self._share = (
-            device.startswith("cuda") if share_across_processes is None else share_across_processes
+        super().__init__(
+            settings,
+            min_batch_size=min_batch_size,
+            max_batch_size=max_batch_size,
+            share_across_processes=share_across_processes,
         )
 
     def load_model(self) -> CrossEncoder:
         """Load the cross-encoder on the worker (called once per process or machine)."""
-        model = self._settings.load()
+        model = super().load_model()
         require_one_score(self._settings.model, model.num_labels)
         logger.info("loaded the cross-encoder %s on %s", model.model_id, model.device)
         return model
@@ -106,18 +107,6 @@ class CrossEncoderModelHandler(ModelHandler[Pair, PredictionResult, CrossEncoder
             PredictionResult(pair, float(score)) for pair, score in zip(batch, scores, strict=True)
         ]
 
-    def get_num_bytes(self, batch: Sequence[Pair]) -> int:
-        """Text bytes in a batch (Beam's default pickles the batch just to measure it)."""
-        return sum(len(a) + len(b) for a, b in batch)
-
-    def get_metrics_namespace(self) -> str:
-        """Namespace of RunInference's own metrics."""
-        return "sbert_verify"
-
-    def batch_elements_kwargs(self) -> dict:
-        """Large batches: the cross-encoder re-batches them by token length inside."""
-        return dict(self._batching)
-
-    def share_model_across_processes(self) -> bool:
-        """One model per machine on GPU workers, one per process elsewhere."""
-        return self._share
+    def example_bytes(self, example: Pair) -> int:
+        """Text bytes of one pair."""
+        return len(example[0]) + len(example[1])

@@ -1,12 +1,7 @@
 """The verify stage: every candidate pair of a pairs folder scored by a cross-encoder.
 
-Run from Python as ``verify.run(verify.Options(pairs=..., model=..., output=...))``, or as
-
-    sbert verify --pairs DIR --model CE_DIR --output DIR [--band LOW HIGH] [--corpus GLOB
-        [--id-field F] [--text-field F] [--format FMT]] [--device D] [--compute-dtype float32]
-        [--cpu-backend torch] [--batch-size 32] [--threads N] [--allow-pickle] [--max-length L]
-        [--overwrite] [--no-verify]
-        [Beam options]
+Run from Python as ``verify.run(verify.Options(pairs=..., model=..., output=...))``,
+or with the command ``sbert verify`` (its ``--help`` lists the options).
 
 Retrieve, then verify: the bi-encoder's pairs (``sbert pairs --threshold T``) are the
 candidates; the cross-encoder reads both texts of a pair together and decides it. Every pair
@@ -67,6 +62,7 @@ from sbert_pipeline.io.pairs_output import (
 )
 from sbert_pipeline.io.schemas import NEIGHBORS_SCHEMA
 from sbert_pipeline.stage_api.beam_run import (
+    TransformRunner,
     options_for,
     show_progress,
     transform_runner,
@@ -156,20 +152,8 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     source = open_candidates(options.pairs)
     candidates = source.read_pairs(-math.inf)
     split = split_band(candidates.scores, options.band_edges())
-    scored_a = candidates.id_a.filter(pa.array(split.scored))
-    scored_b = candidates.id_b.filter(pa.array(split.scored))
-    ids = pc.unique(pa.concat_arrays([scored_a, scored_b])).to_pylist()
-    texts, text_source = pair_texts(source, options, ids)
-    settings = CrossEncoderSettings(
-        model=options.model,
-        device=options.device,
-        dtype=options.compute_dtype,
-        backend=options.cpu_backend,
-        allow_pickle=options.allow_pickle,
-        max_length=options.max_length,
-        num_threads=options.threads,
-        batch_size=options.batch_size,
-    )
+    band = _band_texts(source, options, candidates, split.scored)
+    settings = _cross_encoder_settings(options)
     beam_options = options_for(options.beam_options, pipeline)
     here = workers_here(beam_options, pipeline)
     if not here and "://" not in options.output:
@@ -183,26 +167,10 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     with out:
         show_progress(beam_options)
         work = out.path(WORK_DIR)
-        text_a = [texts[item] for item in scored_a.to_pylist()]
-        text_b = [texts[item] for item in scored_b.to_pylist()]
-        del texts
-        chunks = write_chunks(work, text_a, text_b)
-        runner, pipeline_seconds = "none (no pair in the band)", None
-        if chunks:
-            finished = transform_runner(beam_options, pipeline)(
-                "VerifyPairs", ScorePairs(chunks, settings, work)
-            )
-            runner, pipeline_seconds = finished.runner, finished.seconds
-        try:
-            scored = read_scores(work, len(chunks), len(text_a))
-        except ValueError as err:
-            raise JobFailedError(
-                f"{err}; nothing was published and the previous content of {options.output} "
-                "is unchanged"
-            ) from err
-        _check_scores(scored, scored_a, scored_b, options.model)
-        scores = verified_scores(split, scored)
-        written = _write_pairs(out.attempt, candidates, scores)
+        run = transform_runner(beam_options, pipeline)
+        scored, runner, pipeline_seconds = _score_band(band, settings, work, run, options.output)
+        _check_scores(scored, band.id_a, band.id_b, options.model)
+        written = _write_pairs(out.attempt, candidates, verified_scores(split, scored))
         neighbor_rows = _copy_neighbors(source, out.attempt)
         if written != len(candidates):
             raise JobFailedError(
@@ -216,24 +184,88 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
         rate = None
         if pipeline_seconds and counts["scored"]:
             rate = counts["scored"] / pipeline_seconds
+        seconds = time.perf_counter() - start
         summary = VerifySummary(
-            options.output,
-            verifier["model_id"],
-            counts,
-            movement,
-            rate,
-            time.perf_counter() - start,
+            options.output, verifier["model_id"], counts, movement, rate, seconds
         )
         facts = {
             "verifier": verifier,
-            "text_source": text_source,
-            "text_ids": len(ids),
+            "text_source": band.text_source,
+            "text_ids": band.text_ids,
             "neighbor_rows": neighbor_rows,
             "runner": runner,
             "pipeline_seconds": pipeline_seconds,
         }
         manifest = _manifest(options, source, summary, facts)
         return Result(options.output, out.commit(manifest), summary)
+
+
+@dataclass(frozen=True)
+class _BandTexts:
+    """The pairs to score (those in the band) and their two texts."""
+
+    id_a: pa.Array
+    id_b: pa.Array
+    text_a: list[str]
+    text_b: list[str]
+    text_source: str  # where the texts were read from (for the manifest)
+    text_ids: int  # distinct ids whose text was read
+
+
+def _band_texts(
+    source: PairsOutput, options: Options, candidates: PairColumns, scored: np.ndarray
+) -> _BandTexts:
+    """Read the texts of the band's pairs (only those): each pair's two texts, in order.
+
+    Raises:
+        DataFileError, ValueError: a text is missing, or its source is not the pairs' version.
+    """
+    id_a = candidates.id_a.filter(pa.array(scored))
+    id_b = candidates.id_b.filter(pa.array(scored))
+    ids = pc.unique(pa.concat_arrays([id_a, id_b])).to_pylist()
+    texts, text_source = pair_texts(source, options, ids)
+    text_a = [texts[item] for item in id_a.to_pylist()]
+    text_b = [texts[item] for item in id_b.to_pylist()]
+    return _BandTexts(id_a, id_b, text_a, text_b, text_source, len(ids))
+
+
+def _cross_encoder_settings(options: Options) -> CrossEncoderSettings:
+    """How each worker loads and runs the cross-encoder."""
+    return CrossEncoderSettings(
+        model=options.model,
+        device=options.device,
+        dtype=options.compute_dtype,
+        backend=options.cpu_backend,
+        allow_pickle=options.allow_pickle,
+        max_length=options.max_length,
+        num_threads=options.threads,
+        batch_size=options.batch_size,
+    )
+
+
+def _score_band(
+    band: _BandTexts, settings: CrossEncoderSettings, work: str, run: TransformRunner, output: str
+) -> tuple[np.ndarray, str, float | None]:
+    """Score the band's pairs on Beam workers, through chunk files in ``work``.
+
+    Returns:
+        ``(scores in the band's order, runner, pipeline seconds or None)``.
+
+    Raises:
+        JobFailedError: the workers' scores do not cover every pair.
+    """
+    chunks = write_chunks(work, band.text_a, band.text_b)
+    runner, pipeline_seconds = "none (no pair in the band)", None
+    if chunks:
+        finished = run("VerifyPairs", ScorePairs(chunks, settings, work))
+        runner, pipeline_seconds = finished.runner, finished.seconds
+    try:
+        scored = read_scores(work, len(chunks), len(band.text_a))
+    except ValueError as err:
+        raise JobFailedError(
+            f"{err}; nothing was published and the previous content of {output} is unchanged"
+        ) from err
+    return scored, runner, pipeline_seconds
 
 
 def _describe_verifier(settings: CrossEncoderSettings, *, here: bool) -> dict:

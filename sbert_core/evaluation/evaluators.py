@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -28,14 +29,36 @@ from sbert_core.errors import DataFileError
 from sbert_core.evaluation.pair_metrics import average_precision, best_f1
 from sbert_core.inference.encoder import SentenceEncoder
 from sbert_core.tabular import float_column, read_table, text_column
-from sbert_core.training.data import ExampleSet
-from sbert_core.training.losses import SoftmaxLoss
 
 SIMILARITIES = ("cosine", "manhattan", "euclidean", "dot")
 
 # A callable on the encoder returning a dict of metrics, with a ``primary_metric`` attribute
 # naming the one to compare models by.
 Evaluator = Callable[..., dict]
+
+
+# Evaluation sits below training: it names what it reads from training's examples and softmax
+# loss by the attributes it uses, so it never imports sbert_core.training.
+class Examples(Protocol):
+    """Examples stored by column (training's ``ExampleSet`` is one)."""
+
+    kind: str  # "scored_pairs", "labelled_pairs", "triplets" or "pairs"
+    texts: tuple[tuple[str, ...], ...]  # one tuple of strings per text column
+    targets: np.ndarray | None  # (N,) scores or label indices
+    source: str  # where the examples were read from, for messages
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class PairClassifier(Protocol):
+    """A classifier head over a pair's embeddings (training's ``SoftmaxLoss`` is one)."""
+
+    classifier: nn.Linear
+
+    def logits(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``(N, k)`` class logits of the pairs ``(u[i], v[i])``."""
+        ...
 
 
 def paired_similarities(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
@@ -201,11 +224,11 @@ class SimilarityClassificationEvaluator:
 
 
 class SoftmaxClassificationEvaluator:
-    """Accuracy (%) of a :class:`SoftmaxLoss` classifier on labelled sentence pairs."""
+    """Accuracy (%) of a softmax loss's classifier on labelled sentence pairs."""
 
     primary_metric = "accuracy"
 
-    def __init__(self, examples: ExampleSet, loss: SoftmaxLoss, name: str = "") -> None:
+    def __init__(self, examples: Examples, loss: PairClassifier, name: str = "") -> None:
         self.examples = examples
         self.loss = loss
         self.name = name or examples.source
@@ -228,7 +251,7 @@ class TripletEvaluator:
 
     primary_metric = "cosine_accuracy"
 
-    def __init__(self, examples: ExampleSet, name: str = "") -> None:
+    def __init__(self, examples: Examples, name: str = "") -> None:
         self.examples = examples
         self.name = name or examples.source
 
@@ -248,9 +271,7 @@ class TripletEvaluator:
         }
 
 
-def build_evaluator(
-    examples: ExampleSet, loss: nn.Module | None = None, name: str = ""
-) -> Evaluator:
+def build_evaluator(examples: Examples, loss: nn.Module | None = None, name: str = "") -> Evaluator:
     """The metric for a dev or test set: STS correlations for scored pairs, the softmax head's
     accuracy for labelled pairs, triplet accuracy for triplets.
 
@@ -262,7 +283,7 @@ def build_evaluator(
         first, second = examples.texts
         return STSEvaluator(list(first), list(second), examples.targets.tolist(), name=name)
     if examples.kind == "labelled_pairs":
-        if not isinstance(loss, SoftmaxLoss):
+        if not isinstance(loss, PairClassifier):
             raise ValueError(
                 f"{examples.source}: labelled pairs are scored by the softmax classifier, "
                 "which only the softmax loss trains"

@@ -47,6 +47,8 @@ from sbert_core.model.prompts import PromptSettings, PromptTask, prompt_token_co
 from sbert_core.model.source import DEFAULT_MODEL
 
 logger = logging.getLogger(__name__)
+_BAR_LEVELS = (logging.INFO, logging.DEBUG)  # where encode shows its bar by default
+Embeddings = np.ndarray | torch.Tensor | list[torch.Tensor]  # what encode returns
 
 
 class SentenceEncoder(nn.Module):
@@ -329,19 +331,17 @@ class SentenceEncoder(nn.Module):
         prompt: str | None = None,
         task: PromptTask | None = None,
         truncate_dim: int | None = None,
-    ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
+    ) -> Embeddings:
         """Embed one text or a sequence of texts, as sentence-transformers' ``encode`` does.
 
-        Batches are formed from texts of similar token length, by ``batch_size`` texts and/or a
-        ``token_budget`` of padded tokens (default: a budget of
-        :data:`sbert_core.inference.batching.DEFAULT_TOKEN_BUDGET`; the vectors do not depend on the
-        batching). The number of truncated inputs is logged; use
-        :meth:`encode_detailed` to get it.
+        Batches group texts of similar token length (the vectors do not depend on the batching).
+        The number of truncated inputs is logged; :meth:`encode_detailed` returns it.
 
         Args:
             texts: one string (one vector comes back) or a sequence of strings.
             batch_size: at most this many texts per forward pass.
-            token_budget: at most this many padded tokens per forward pass.
+            token_budget: at most this many padded tokens per forward pass (default:
+                :data:`sbert_core.inference.batching.DEFAULT_TOKEN_BUDGET`).
             normalize: None keeps the model's chain (sentence-transformers' default), True
                 L2-normalises the final (truncated) vectors, False drops Normalize modules.
             normalize_embeddings: sentence-transformers' name for ``normalize=True``: unit
@@ -380,10 +380,7 @@ class SentenceEncoder(nn.Module):
         """
         single = isinstance(texts, str)
         if show_progress_bar is None:
-            show_progress_bar = show_progress or logger.getEffectiveLevel() in (
-                logging.INFO,
-                logging.DEBUG,
-            )
+            show_progress_bar = show_progress or logger.getEffectiveLevel() in _BAR_LEVELS
         result = self.encode_detailed(
             [texts] if single else texts,
             batch_size=batch_size,
@@ -396,6 +393,11 @@ class SentenceEncoder(nn.Module):
             task=task,
             truncate_dim=truncate_dim,
         )
+        embeddings = self._as_requested(result, convert_to_tensor, convert_to_numpy)
+        return embeddings[0] if single else embeddings
+
+    def _as_requested(self, result: EncodeResult, to_tensor: bool, to_numpy: bool) -> Embeddings:
+        """:meth:`encode`'s ``(N, d)`` embeddings in the type asked for; logs the truncations."""
         if result.n_truncated:
             logger.info(
                 "%d of %d inputs were truncated at max_seq_length=%d",
@@ -403,13 +405,7 @@ class SentenceEncoder(nn.Module):
                 len(result.n_tokens),
                 self.max_seq_length,
             )
-        embeddings = result.embeddings  # (N, d)
-        if convert_to_tensor or not convert_to_numpy:
-            # sentence-transformers leaves tensors on the model's device.
-            embeddings = torch.from_numpy(embeddings).to(self.device)
-            if not convert_to_tensor:
-                embeddings = list(embeddings)
-        return embeddings[0] if single else embeddings
+        return result.converted(self.device, to_tensor=to_tensor, to_numpy=to_numpy)
 
     def encode_query(self, texts: str | Sequence[str], **options) -> np.ndarray | torch.Tensor:
         """:meth:`encode` with ``task="query"``: the model's ``query`` prompt unless a prompt or

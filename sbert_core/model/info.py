@@ -138,22 +138,8 @@ def inspect_model(
     # Before anything is built from the config.
     uses_pickle = check_weight_files(config, files, source)
 
-    hidden = int(getattr(config, "hidden_size", 0) or 0)
-    pooling_config = layout.pooling or PoolingConfig(dim=hidden, mode="mean")
-    if pooling is not None:
-        pooling_config = PoolingConfig(
-            dim=pooling_config.dim, mode=pooling, include_prompt=pooling_config.include_prompt
-        )
-    if hidden and pooling_config.dim != hidden:
-        raise ModelLoadError(
-            f"{directory}: pooling dimension {pooling_config.dim} != hidden size {hidden}"
-        )
-    heads: list[HeadModule] = []
-    width = pooling_config.output_dim
-    for entry in layout.heads:
-        module = load_head_module(entry.kind, entry.path, allow_pickle=allow_pickle, width=width)
-        heads.append(module)
-        width = out_width(module, width)
+    pooling_config = _pooling_config(layout, config, pooling, directory)
+    heads, width = _head_modules(layout, pooling_config.output_dim, allow_pickle)
     head_files = [f for f in (head_weight_file(entry.path) for entry in layout.heads) if f]
     heads = with_normalize(heads, normalize)
     return ModelInfo(
@@ -171,6 +157,40 @@ def inspect_model(
         prompts=layout.prompts,
         truncate_dim=check_truncate_dim(truncate_dim, width),
     )
+
+
+def _pooling_config(
+    layout: ModelLayout, config, pooling: PoolingMode | None, directory: Path
+) -> PoolingConfig:
+    """The model's pooling (mean over the hidden size when it names none), with the mode
+    ``pooling`` asks for.
+
+    Raises:
+        ModelLoadError: the pooling's dimension is not the transformer's hidden size.
+    """
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    pooling_config = layout.pooling or PoolingConfig(dim=hidden, mode="mean")
+    if pooling is not None:
+        pooling_config = PoolingConfig(
+            dim=pooling_config.dim, mode=pooling, include_prompt=pooling_config.include_prompt
+        )
+    if hidden and pooling_config.dim != hidden:
+        raise ModelLoadError(
+            f"{directory}: pooling dimension {pooling_config.dim} != hidden size {hidden}"
+        )
+    return pooling_config
+
+
+def _head_modules(
+    layout: ModelLayout, width: int, allow_pickle: bool
+) -> tuple[list[HeadModule], int]:
+    """The modules after pooling, loaded and checked in chain order, and the final width."""
+    heads: list[HeadModule] = []
+    for entry in layout.heads:
+        module = load_head_module(entry.kind, entry.path, allow_pickle=allow_pickle, width=width)
+        heads.append(module)
+        width = out_width(module, width)
+    return heads, width
 
 
 def load_transformer(info: ModelInfo, dtype: torch.dtype) -> nn.Module:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from sbert_pipeline.cluster.cluster_summaries import ClusterProfile
-from sbert_pipeline.cluster.cluster_summaries import report_html as cluster_report
+from sbert_pipeline.cluster.cluster_summaries import clusters_report_html as cluster_report
 from sbert_pipeline.cluster.report_section import _cluster_sizes
 from sbert_pipeline.dedup.report import report_page as dedup_report
 from sbert_pipeline.dedup.summary import similarity_histogram

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from sbert_pipeline.cluster.cluster_summaries import (
     SUMMARY_SCHEMA,
+    clusters_report_html,
     distinctive_terms,
     nearest_members,
-    report_html,
     summarize,
     summary_table,
     text_sample,
@@ -64,7 +64,7 @@ def test_summary_table_and_report():
     assert rows[0]["mean_score"] == pytest.approx(0.8) and rows[2]["mean_score"] is None
     assert rows[0]["representative_ids"] == ["a"] and rows[1]["representative_ids"] == ["c"]
     assert rows[0]["terms"][0] == "guitar" and rows[1]["terms"][0] in {"dog", "park"}
-    page = report_html(profiles, {"method": "kmeans"})
+    page = clusters_report_html(profiles, {"method": "kmeans"})
     assert "guitar &lt;b&gt;solo&lt;/b&gt;" in page and "<b>solo" not in page
     assert page.count("<tr><td>") == 3 and "<svg" in page
 

@@ -15,7 +15,7 @@ from sbert_pipeline.embed.file_records import (
     hash_inputs,
     part_digest,
     plan_version,
-    settings_of,
+    row_sharing_settings,
 )
 from sbert_pipeline.stage_api.options import OptionError
 
@@ -138,7 +138,7 @@ def test_adopts_only_records_of_the_same_file_settings_and_id_basis(tmp_path):
         tmp_path / "in", {"a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n", "d.txt": "d"}
     )
     plan = plan_version(str(tmp_path / "out"), LAUNCH, inputs)
-    settings = settings_of(LAUNCH)
+    settings = row_sharing_settings(LAUNCH)
     area = tmp_path / "area"
     a, b, c, d = inputs
     _done(area, a, settings, plan.basis(a))  # adopted
@@ -163,8 +163,8 @@ def test_a_part_rewritten_after_its_record_or_a_record_without_digests_is_not_ad
     plan = plan_version(str(tmp_path / "out"), LAUNCH, inputs)
     area = tmp_path / "area"
     a, b = inputs
-    _done(area, a, settings_of(LAUNCH), plan.basis(a))
-    _done(area, b, settings_of(LAUNCH), plan.basis(b))
+    _done(area, a, row_sharing_settings(LAUNCH), plan.basis(a))
+    _done(area, b, row_sharing_settings(LAUNCH), plan.basis(b))
     assert adoptable(plan, None, str(area)) == {
         name
         for f in (a, b)

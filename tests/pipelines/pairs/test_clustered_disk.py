@@ -23,7 +23,7 @@ from sbert_pipeline.pairs import transforms
 from sbert_pipeline.pairs.group_progress import DESCRIPTION
 from sbert_pipeline.pairs.merge import merge_neighbors, merge_pairs
 from sbert_pipeline.pairs.output_tables import neighbors_table, pairs_table
-from sbert_pipeline.pairs.row_store import gather_rows, write_rows
+from sbert_pipeline.pairs.row_store import read_rows_at, write_rows
 from sbert_pipeline.vectors.block_plan import nearest_centroids
 from sbert_pipeline.vectors.block_search import search_block
 from sbert_pipeline.vectors.progress import enable_progress
@@ -178,8 +178,8 @@ def test_rows_are_gathered_by_number(tmp_path):
     path = str(tmp_path / "v.f32")
     assert write_rows(path, [rows[:6], rows[6:]]) == 10
     assert os.path.getsize(path) == rows.nbytes
-    np.testing.assert_array_equal(gather_rows(path, 4, np.array([7, 0, 7, 3])), rows[[7, 0, 7, 3]])
+    np.testing.assert_array_equal(read_rows_at(path, 4, np.array([7, 0, 7, 3])), rows[[7, 0, 7, 3]])
     with pytest.raises(ValueError, match="row 10 asked of a file of 10 rows"):
-        gather_rows(path, 4, np.array([10]))
+        read_rows_at(path, 4, np.array([10]))
     with pytest.raises(ValueError, match="not a whole number of 3-d rows"):
-        gather_rows(path, 3, np.array([0]))
+        read_rows_at(path, 3, np.array([0]))
