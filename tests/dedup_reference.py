@@ -1,8 +1,8 @@
 """Pure-Python references for the dedup components and threshold sweep (the test oracle).
 
 These are the union-find implementations production used before it moved to scipy's csgraph
-(``sbert_pipeline.vectors.components.component_labels``) and a numba-compiled sweep
-(``sbert_pipeline.vectors.components.merge_counts``). The tests check the production code against
+(``sbert_core.graph.component_labels``) and a numba-compiled sweep
+(``sbert_pipeline.grouping.sweep.merge_counts``). The tests check the production code against
 them, and ``benchmarks/dedup_scale.py`` times them as the "before".
 """
 

@@ -32,9 +32,9 @@ from sbert_pipeline.io.pairs_output import PairsOutput
 from sbert_pipeline.io.resources import ResourceError
 from sbert_pipeline.jobs.cli import main as cli_main
 from sbert_pipeline.stage_api.options import OptionError
-from sbert_pipeline.vectors.components import component_labels
 from sbert_pipeline.vectors.progress import enable_progress
 
+from sbert_core.graph import component_labels
 from tests.jobs.test_dedup_job import CHAIN, write_embeddings, write_pairs
 from tests.stage_commands import dedup as run
 
