@@ -410,7 +410,7 @@ def changes_html(changes: dict | None, stable: dict | None) -> str:
     groups, rows = changes["groups"], changes["rows"]
     if stable and stable["pinned"]:
         changed = ", ".join(stable["settings_changed"])
-        though = f" (--stable-keep on, though {changed})" if changed else ""
+        though = f" (--stable-keep, though {changed})" if changed else ""
         pinned = (
             f"The {stable['rows_pinned']} rows it kept that still exist were kept again{though}."
         )

@@ -8,7 +8,7 @@ A dedup run reads the version its output folder holds before it prepares the new
   (:mod:`sbert_pipeline.dedup.decide`) when the settings that decide groups are those it was made
   with (``--stable-keep auto``, the default: "kept stays kept" is for new data). A changed
   setting (a lowered threshold, another method) asks for other decisions, so the run decides
-  afresh unless ``--stable-keep on`` pins them anyway; ``off`` never pins. Never across a
+  afresh unless ``--stable-keep`` pins them anyway; ``--no-stable-keep`` never pins. Never across a
   changed model identity (weights, prompt, dimension, ...): the similarities are not
   comparable. The manifest's ``stable_keep`` and the summary line say which happened and why.
 * **Stable group ids** (:func:`stable_group_ids`): a group whose members are exactly those of
@@ -160,7 +160,7 @@ def _decision(
 ) -> tuple[bool, str]:
     """Whether the previous version's kept rows are pinned, and why."""
     if stable_keep == "off":
-        return False, "decided afresh: --stable-keep off"
+        return False, "decided afresh: --no-stable-keep"
     try:
         require_compatible(manifest, model, "the previous dedup version and these embeddings")
     except IncompatibleEmbeddingsError as err:
@@ -171,10 +171,10 @@ def _decision(
     if stable_keep == "on":
         return (
             True,
-            f"the previous version's kept rows kept again (--stable-keep on), though {what}",
+            f"the previous version's kept rows kept again (--stable-keep), though {what}",
         )
     return False, (
-        f"decided afresh: {what} since the previous version; --stable-keep on keeps its decisions"
+        f"decided afresh: {what} since the previous version; --stable-keep keeps its decisions"
     )
 
 

@@ -1,6 +1,6 @@
 """Vectors ``sbert embed`` did not make: a Parquet dataset read into an embeddings dataset.
 
-``--embedding-column C --id-column I [--text-column T] [--model-name NAME]`` name the columns of
+``--embedding-field C --id-field I [--text-field T] [--model-name NAME]`` name the columns of
 a folder of ``*.parquet`` files (or one file, or a glob) that has no ``_manifest.json``. The
 files are read in name order and every value is checked as our own folders are: no null id or
 vector, one dimension for all rows, finite values, each id once. The rows are then written as
@@ -54,31 +54,31 @@ class ExternalColumns:
 
     @classmethod
     def from_args(cls, args) -> ExternalColumns | None:
-        """The columns given on a command line (None when ``--embedding-column`` is not).
+        """The columns given on a command line (None when ``--embedding-field`` is not).
 
         Raises:
-            ValueError: ``--id-column``, ``--text-column`` or ``--model-name`` without
-                ``--embedding-column``, or ``--embedding-column`` without ``--id-column``.
+            ValueError: ``--id-field``, ``--text-field`` or ``--model-name`` without
+                ``--embedding-field``, or ``--embedding-field`` without ``--id-field``.
         """
-        embedding = getattr(args, "embedding_column", None)
+        embedding = getattr(args, "embedding_field", None)
         if embedding is None:
             given = [
                 flag
                 for flag, attr in (
-                    ("--id-column", "id_column"),
-                    ("--text-column", "text_column"),
+                    ("--id-field", "id_field"),
+                    ("--text-field", "text_field"),
                     ("--model-name", "model_name"),
                 )
                 if getattr(args, attr, None) is not None
             ]
             if given:
                 raise ValueError(
-                    f"{', '.join(given)} apply to external vectors; give --embedding-column too"
+                    f"{', '.join(given)} apply to external vectors; give --embedding-field too"
                 )
             return None
-        if getattr(args, "id_column", None) is None:
-            raise ValueError("--embedding-column needs --id-column (the column of unique ids)")
-        return cls(embedding, args.id_column, args.text_column, args.model_name)
+        if getattr(args, "id_field", None) is None:
+            raise ValueError("--embedding-field needs --id-field (the column of unique ids)")
+        return cls(embedding, args.id_field, args.text_field, args.model_name)
 
 
 def is_embed_output(path: str) -> bool:
@@ -108,9 +108,9 @@ def external_files(path: str) -> list[str]:
 def _check_columns(path: str, schema: pa.Schema, columns: ExternalColumns) -> None:
     """Refuse a file without a named column, or whose vector or id column has another type."""
     wanted = [
-        ("--embedding-column", columns.embedding),
-        ("--id-column", columns.id),
-        ("--text-column", columns.text),
+        ("--embedding-field", columns.embedding),
+        ("--id-field", columns.id),
+        ("--text-field", columns.text),
     ]
     for flag, name in wanted:
         if name is not None and name not in schema.names:
@@ -123,7 +123,7 @@ def _check_columns(path: str, schema: pa.Schema, columns: ExternalColumns) -> No
     )
     if not listed or kind.value_type not in _FLOATS:
         raise ExternalVectorsError(
-            f"{path}: column {columns.embedding!r} is {kind}; --embedding-column needs a list "
+            f"{path}: column {columns.embedding!r} is {kind}; --embedding-field needs a list "
             "or fixed-size list of float16, float32 or float64"
         )
     id_type = schema.field(columns.id).type
@@ -133,7 +133,7 @@ def _check_columns(path: str, schema: pa.Schema, columns: ExternalColumns) -> No
         or pa.types.is_integer(id_type)
     ):
         raise ExternalVectorsError(
-            f"{path}: column {columns.id!r} is {id_type}; --id-column needs strings or integers"
+            f"{path}: column {columns.id!r} is {id_type}; --id-field needs strings or integers"
         )
 
 
@@ -289,9 +289,9 @@ def manifest_for(path: str, columns: ExternalColumns, dim: int, extra: dict) -> 
         "keep_text": columns.text is not None,
         "external": {
             "path": path,
-            "embedding_column": columns.embedding,
-            "id_column": columns.id,
-            "text_column": columns.text,
+            "embedding_field": columns.embedding,
+            "id_field": columns.id,
+            "text_field": columns.text,
             **extra,
         },
     }
@@ -337,7 +337,7 @@ def recorded_columns(manifest: dict) -> ExternalColumns | None:
     identity = str(manifest["model_id"]).removeprefix("external: ")
     name = None if identity == external["path"] else identity
     return ExternalColumns(
-        external["embedding_column"], external["id_column"], external["text_column"], name
+        external["embedding_field"], external["id_field"], external["text_field"], name
     )
 
 
@@ -372,7 +372,7 @@ def refuse_remote_workers(datasets: list[EmbeddingsDataset], *, here: bool) -> N
     external = [d.directory for d in datasets if "external" in d.manifest]
     if external:
         raise ValueError(
-            f"--embedding-column: {', '.join(external)} is converted on this machine, where "
+            f"--embedding-field: {', '.join(external)} is converted on this machine, where "
             "remote workers cannot read it; run this stage with the local runner, or write the "
             "vectors as an sbert embed folder on storage the workers read"
         )

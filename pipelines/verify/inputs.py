@@ -2,7 +2,7 @@
 can verify) and the texts of the pairs it scores (Beam-free).
 
 Texts come from the embeddings the pairs were computed from, when the embed job kept them
-(``--keep-text``) or the own vectors were read with a ``--text-column``, and only from the very
+(``--keep-text``) or the own vectors were read with a ``--text-field``, and only from the very
 version the pairs recorded; or from the corpus files (``--corpus``), read by id with the spec the
 embed job recorded (``--id-field``, ``--text-field``, ``--format`` override it, and name the id
 field of the corpus of own vectors). A pair whose text is found in neither is refused, naming
@@ -105,7 +105,7 @@ def _no_texts(source: PairsOutput, dataset: EmbeddingsDataset) -> str:
     if "external" in dataset.manifest:
         return (
             f"the own vectors of the pairs in {source.directory} ({dataset.directory}) were "
-            "read without --text-column, so they hold no texts; pass the corpus with --corpus "
+            "read without --text-field, so they hold no texts; pass the corpus with --corpus "
             "GLOB --id-field FIELD"
         )
     return (

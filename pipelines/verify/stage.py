@@ -15,7 +15,7 @@ writes those as chunk files in the run's attempt area, which the workers read: i
 in memory, and remote workers need an output on storage they read (gs://, s3://).
 
 Texts come from the embeddings the pairs were made from when they kept them (``sbert embed
---keep-text``, or own vectors read with ``--text-column``), and only from the version the pairs
+--keep-text``, or own vectors read with ``--text-field``), and only from the version the pairs
 recorded (embeddings made again since are refused, naming both versions); else from
 ``--corpus`` (the corpus files, read by id as the embed job read them, or by ``--id-field`` for
 the pairs of own vectors). A pair whose text is missing is refused, naming the id, before the

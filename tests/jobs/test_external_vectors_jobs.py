@@ -207,7 +207,7 @@ def refusal_tables() -> dict[str, tuple[pa.Table, str]]:
         ),
         "missing column": (
             pa.table({"doc_id": ids, "embedding": pa.array(good, f32)}),
-            "no column 'vec' \\(--embedding-column\\)",
+            "no column 'vec' \\(--embedding-field\\)",
         ),
     }
 
@@ -262,9 +262,9 @@ def test_two_external_datasets_pair_under_one_model_name(tmp_path, planted):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--id-column", "doc_id"], "--id-column apply to external vectors"),
+        (["--id-field", "doc_id"], "--id-field apply to external vectors"),
         (["--model-name", "m"], "--model-name apply to external vectors"),
-        (["--embedding-column", "vec"], "--embedding-column needs --id-column"),
+        (["--embedding-field", "vec"], "--embedding-field needs --id-field"),
     ],
 )
 def test_column_flags_need_each_other(tmp_path, planted, extra, message):
@@ -295,6 +295,6 @@ def test_remote_workers_are_refused_before_any_output(tmp_path, planted, stage):
     }[stage]
     remote = ["--runner=DataflowRunner", "--project=p", "--region=us-central1"]
     run = {"pairs": pairs, "cluster": cluster, "index": index}[stage]
-    with pytest.raises(ValueError, match=r"--embedding-column: .* converted on this machine"):
+    with pytest.raises(ValueError, match=r"--embedding-field: .* converted on this machine"):
         run([*argv, *remote, "--temp_location=gs://b/tmp"])
     assert not out.exists()

@@ -112,7 +112,7 @@ def test_stable_keep_off_lets_the_keep_rule_decide(yesterday):
     assert "a0" in kept and "a1" not in kept
     manifest = _manifest(out)
     assert manifest["stable_keep"]["pinned"] is False
-    assert "off" in manifest["stable_keep"]["reason"]
+    assert "--no-stable-keep" in manifest["stable_keep"]["reason"]
     assert manifest["changes"]["rows"]["previously_kept_removed"] == 1
 
 
@@ -130,7 +130,7 @@ def test_a_changed_model_pins_nothing_and_says_why(yesterday, caplog):
 @pytest.mark.parametrize("method", ["components", "star"])
 def test_a_group_with_two_pinned_rows_keeps_both(yesterday, method):
     """x joins b1's group and lone (both kept yesterday): both stay kept, x goes to b1 (with
-    star, a method yesterday's version was not made with, as --stable-keep on asks)."""
+    star, a method yesterday's version was not made with, as --stable-keep asks)."""
     tmp_path, out = yesterday
     pairs = [*DAY1_PAIRS, ("x", "b1", 0.93), ("x", "lone", 0.91)]
     argv = _day(tmp_path, "2", [*DAY1_IDS, "x"], pairs)
@@ -239,7 +239,7 @@ def test_a_lowered_threshold_decides_afresh_and_says_why(at_096, tmp_path):
     assert stable["settings_changed"] == ["threshold changed 0.96 -> 0.9"]
     assert (
         "decided afresh: threshold changed 0.96 -> 0.9 since the previous version; "
-        "--stable-keep on keeps its decisions" in summary.line()
+        "--stable-keep keeps its decisions" in summary.line()
     )
     assert "2 rows newly removed (2 of them kept before)" in summary.line()
     report = (out / "report.html").read_text()
@@ -253,9 +253,9 @@ def test_stable_keep_on_keeps_the_decisions_of_other_settings(at_096):
     stable = _manifest(out)["stable_keep"]
     assert stable["option"] == "on" and stable["pinned"] is True
     assert stable["settings_changed"] == ["threshold changed 0.96 -> 0.9"]
-    assert "kept again (--stable-keep on), though threshold changed 0.96 -> 0.9" in summary.line()
+    assert "kept again (--stable-keep), though threshold changed 0.96 -> 0.9" in summary.line()
     report = (out / "report.html").read_text()
-    assert "kept again (--stable-keep on, though threshold changed 0.96 -&gt; 0.9)" in report
+    assert "kept again (--stable-keep, though threshold changed 0.96 -&gt; 0.9)" in report
 
 
 def test_unchanged_settings_keep_the_decisions_and_say_so(yesterday):

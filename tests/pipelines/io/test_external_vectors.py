@@ -125,7 +125,7 @@ def test_every_value_is_checked(tmp_path):
     check(
         "no text",
         pa.table({"doc_id": ids, "vec": pa.array(rows, f16)}),
-        "no column 'body' \\(--text-column\\)",
+        "no column 'body' \\(--text-field\\)",
     )
     check(
         "strings",
@@ -173,13 +173,13 @@ def test_identities_are_not_mixed(tmp_path, vectors):
 @pytest.mark.parametrize(
     ("given", "message"),
     [
-        ({"id_column": "i"}, "--id-column apply"),
-        ({"text_column": "t", "model_name": "m"}, "--text-column, --model-name apply"),
-        ({"embedding_column": "e"}, "needs --id-column"),
+        ({"id_field": "i"}, "--id-field apply"),
+        ({"text_field": "t", "model_name": "m"}, "--text-field, --model-name apply"),
+        ({"embedding_field": "e"}, "needs --id-field"),
     ],
 )
 def test_column_options(given, message):
-    args = {"embedding_column": None, "id_column": None, "text_column": None, "model_name": None}
+    args = {"embedding_field": None, "id_field": None, "text_field": None, "model_name": None}
     with pytest.raises(ValueError, match=message):
         ExternalColumns.from_args(SimpleNamespace(**{**args, **given}))
     assert ExternalColumns.from_args(SimpleNamespace(**args)) is None

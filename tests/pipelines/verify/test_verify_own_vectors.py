@@ -1,4 +1,4 @@
-"""``sbert verify`` on pairs made from own vectors (``sbert pairs --embedding-column``): texts
+"""``sbert verify`` on pairs made from own vectors (``sbert pairs --embedding-field``): texts
 from the dataset's recorded text column, or from ``--corpus`` read by ``--id-field``; and
 ``sbert dedup`` on the verified pairs."""
 
@@ -81,7 +81,7 @@ def test_own_vectors_without_texts_take_them_from_a_corpus_by_its_id_field(
     data = own_dataset(tmp_path / "own", tiny_encoder)
     pairs = own_pairs(tmp_path, data)
     out = tmp_path / "verified"
-    with pytest.raises(ValueError, match=r"read without --text-column.*--corpus GLOB --id-field"):
+    with pytest.raises(ValueError, match=r"read without --text-field.*--corpus GLOB --id-field"):
         verify(pairs, cross_encoder_dir, out)
     corpus = write_corpus(tmp_path / "corpus.jsonl", TEXTS)
     with pytest.raises(ValueError, match=r"not computed from an sbert embed output.*--id-field"):
