@@ -21,7 +21,7 @@ Checked, not only timed:
 - against the union embedded from scratch, whose vectors differ in the last bits (each text is
   batched with other texts), the pairs and lists agree up to neighbours whose scores lie within
   1e-5 of each other or of the threshold (counted apart), and the dedup groups are the same
-  partition (dedup runs with ``stable_keep: off`` in both jobs, so the keep rule decides
+  partition (dedup runs with ``stable_keep: false`` in both jobs, so the keep rule decides
   alone). Each job's per-stage seconds come from its ``_job_state.json``; each stage's
 ``incremental`` manifest section says what it reused.
 
@@ -75,7 +75,7 @@ def job_config(job_dir: Path, corpus: Path, *, incremental: bool) -> dict:
         # The index budget is the default (auto: most of the free memory), as a user runs it.
         "cluster": {"method": "kmeans", "k": 100},
         "pairs": {"k": 10, "threshold": PAIRS_THRESHOLD, "method": "exact"},
-        "dedup": {"threshold": DEDUP_THRESHOLD, "stable_keep": "off"},
+        "dedup": {"threshold": DEDUP_THRESHOLD, "stable_keep": False},
     }
 
 
