@@ -72,6 +72,7 @@ from sbert_pipeline.jobs.run_table import (
 from sbert_pipeline.jobs.stage_cli import stage_package
 from sbert_pipeline.stage_api.job_stage import JobContext
 from sbert_pipeline.stage_api.options import BEAM_FIELD, options_from_mapping
+from sbert_pipeline.stage_api.shared_options import ExternalVectorOptions
 
 from sbert_core import DEFAULT_MODEL
 from sbert_core.config import apply_override, config_from_dict, config_to_dict, read_config_file
@@ -122,7 +123,7 @@ class InputConfig:
 class EmbeddingsInput:
     """Vectors made before the job (``embeddings:``), read by index, cluster and pairs when the
     job has no embed stage: an ``sbert embed`` output folder, or a Parquet dataset (a folder of
-    ``*.parquet``, one file or a glob) whose columns are named as the stages' ``--embedding-column``
+    ``*.parquet``, one file or a glob) whose columns are named as the stages' ``--embedding-field``
     ... options name them (``pipelines/io/external_vectors.py``)."""
 
     path: str = ""
@@ -306,7 +307,11 @@ def _wired(config: RunConfig, wired: dict[str, Any]) -> dict[str, Any]:
     where the input is a Parquet dataset, and no corpus where the job has none."""
     if not config.external_embeddings:
         return wired
-    columns = config.embeddings.columns()
+    # The config's keys (embeddings.id_column) are the stages' field options (id_field).
+    columns = {
+        ExternalVectorOptions.RENAMED.get(key, key): value
+        for key, value in config.embeddings.columns().items()
+    }
     wired = {key: columns.get(key, value) for key, value in wired.items()}
     corpus = config.input.path
     # Without a corpus the options that name it (dedup's corpus, cluster's text_from) are unset.

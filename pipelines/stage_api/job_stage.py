@@ -71,7 +71,7 @@ class ReportContext:
 
 # The columns of vectors from outside (``ExternalVectorOptions``): in a job, the vectors are
 # the embed stage's, so the job sets them (to none).
-OWN_VECTORS = {"embedding_column": None, "id_column": None, "text_column": None, "model_name": None}
+OWN_VECTORS = {"embedding_field": None, "id_field": None, "text_field": None, "model_name": None}
 
 
 def _reads_inputs(stage: JobStage, context: JobContext) -> tuple[str, ...]:
