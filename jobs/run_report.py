@@ -1,10 +1,12 @@
 """The job's ``report.html``: one self-contained page for everything ``sbert run`` produced.
 
-It shows the counts per stage (read, embedded, rejected, clusters, pairs, duplicate groups,
-removed), each stage's status and time, then each stage's own sections in run order
-(``jobs/run_table.py``, each rendered by its stage's ``report_section.py``): the cluster-size
-histogram and the largest clusters with their distinctive terms, the pair-similarity histogram
-(inline SVG), the largest duplicate groups side by side; and relative links to every output.
+A table of contents, the headline counts (read, embedded, rejected, clusters, pairs, duplicate
+groups, removed), then each stage's own sections (each rendered by its stage's
+``report_section.py``) from the last stage back to the first: what the job ends in comes first
+(when dedup ran, its figures, sweep and groups), then what it was made from (the verified and
+the similar pairs, the clusters). Then each stage's status, time and output folder, and, folded
+away in "Run details", what only the one who runs the job needs: each stage's peak memory and
+every file of every output (part names carry run ids).
 No script, stylesheet, font or image is loaded from anywhere: it opens from disk with no server
 and no network. Every text from the data is HTML-escaped.
 
@@ -16,6 +18,7 @@ data as the first one.
 from __future__ import annotations
 
 import posixpath
+import re
 import time
 from collections.abc import Sequence
 
@@ -58,7 +61,17 @@ th { background: #f3f5f7; }
 .score { color: #777; font-size: 0.85em; font-variant-numeric: tabular-nums; }
 code { font-size: 0.9em; } .error { color: #c62828; }
 ul.files { columns: 2; } svg { max-width: 100%; height: auto; }
+nav.contents { border: 1px solid #d6dce4; border-radius: 6px; padding: 0.3em 1.2em;
+               background: #f7f9fb; display: inline-block; }
+nav.contents h2 { margin: 0.3em 0; border: none; font-size: 1.1em; }
+nav.contents ol { columns: 2; column-gap: 4em; margin: 0.2em 0 0.4em 0; }
+nav.contents li { white-space: nowrap; }
+details { margin-top: 1.6em; } details > summary { font-size: 1.3em; font-weight: bold;
+                                                   cursor: pointer; }
 """
+# A section's title: every section of the page starts with one (stage sections included).
+_HEADING = re.compile(r"<h2>(.*?)</h2>", re.DOTALL)
+_DETAILS_ID = "run-details"
 
 
 def write_job_report(
@@ -80,23 +93,22 @@ def render_report(
     by_stage = {plan.name: plan for plan in plans}
     outputs = {name: plan.output for name, plan in by_stage.items()}
     facts = {result.name: result.facts for result in results}
-    sections = [
-        _header(config),
-        _counts(facts),
-        _stage_table(config.job_dir, results),
-    ]
     options = {name: plan.options for name, plan in by_stage.items()}
     context = ReportContext(config.job_dir, outputs, options, config.verify)
-    for spec in STAGES:
+    sections = [_counts(facts)]
+    # The last stage's sections first: what the job ends in, then what it was made from.
+    for spec in reversed(STAGES):
         if spec.report is not None and spec.name in outputs and facts.get(spec.name):
             sections += spec.report(context)
-    sections.append(_links(config.job_dir, plans))
+    sections.append(_stage_table(config.job_dir, results))
+    body, contents = _titled("\n".join(section for section in sections if section))
+    details = _run_details(config.job_dir, plans, results)
     generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>sbert run: {_e(_job_name(config.job_dir))}</title>"
         f"<style>{_STYLE}</style></head><body>\n"
-        + "\n".join(sections)
+        + "\n".join([_header(config), contents, body, details])
         + f'\n<p class="meta">Generated {generated} by sbert run.</p>\n</body></html>\n'
     )
 
@@ -123,12 +135,11 @@ def _counts(facts: dict[str, dict]) -> str:
 
 
 def _stage_table(job_dir: str, results: Sequence[StageResult]) -> str:
+    """Each stage's status, time, counts and output folder."""
     rows = []
     for result in results:
-        memory = result.peak_rss_text()
         if result.status == "skipped":
             shown = f"({_seconds(result.recorded_seconds)})"
-            memory = f"({memory})" if result.peak_rss is not None else memory
         else:
             shown = _seconds(result.seconds)
         counts = ", ".join(f"{k} {_number(v)}" for k, v in result.facts.items())
@@ -139,28 +150,43 @@ def _stage_table(job_dir: str, results: Sequence[StageResult]) -> str:
         css = result.status.replace(" ", "-")
         rows.append(
             f"<tr><td>{_e(result.name)}</td><td class={css}>{_e(result.status)}</td>"
-            f"<td class=num>{_e(shown)}</td><td class=num>{_e(memory)}</td>"
+            f"<td class=num>{_e(shown)}</td>"
             f"<td>{counts if result.error else _e(counts)}</td>"
             f'<td><a href="{_e(folder)}/">{_e(folder)}/</a></td></tr>'
         )
-    note = (
-        '<p class="meta">Peak RSS is the process\'s at the end of the stage; the stages share '
-        "one process, so &le; marks a stage that did not raise it (its own peak is at most "
-        "that).</p>"
-    )
+    note = ""
     if any(result.status == "skipped" for result in results):
-        note += (
+        note = (
             '<p class="meta">A skipped stage\'s inputs and parameters were unchanged and its '
-            "output is the one its last run wrote; its time and peak RSS (in brackets) are that "
-            "run's.</p>"
+            "output is the one its last run wrote; its time (in brackets) is that run's.</p>"
         )
     return (
-        "<h2>Stages</h2><table><tr><th>stage</th><th>status</th><th>time</th><th>peak RSS</th>"
+        "<h2>Stages</h2><table><tr><th>stage</th><th>status</th><th>time</th>"
         f"<th>counts</th><th>output</th></tr>{''.join(rows)}</table>{note}"
     )
 
 
-def _links(job_dir: str, plans: Sequence[StagePlan]) -> str:
+def _run_details(job_dir: str, plans: Sequence[StagePlan], results: Sequence[StageResult]) -> str:
+    """Folded away: each stage's peak memory and every file of every output."""
+    rows = []
+    for result in results:
+        memory = result.peak_rss_text()
+        if result.status == "skipped" and result.peak_rss is not None:
+            memory = f"({memory})"
+        rows.append(f"<tr><td>{_e(result.name)}</td><td class=num>{_e(memory)}</td></tr>")
+    note = (
+        '<p class="meta">Peak RSS is the process\'s at the end of the stage; the stages share '
+        "one process, so &le; marks a stage that did not raise it (its own peak is at most "
+        "that). A skipped stage's (in brackets) is that of the run that wrote its output.</p>"
+    )
+    return (
+        f'<details id="{_DETAILS_ID}"><summary>Run details</summary>'
+        "<h3>Memory</h3><table><tr><th>stage</th><th>peak RSS</th></tr>"
+        f"{''.join(rows)}</table>{note}{_files(job_dir, plans)}</details>"
+    )
+
+
+def _files(job_dir: str, plans: Sequence[StagePlan]) -> str:
     """Relative links to every file of every stage output (long shard lists are cut)."""
     sections = []
     for plan in plans:
@@ -171,12 +197,36 @@ def _links(job_dir: str, plans: Sequence[StagePlan]) -> str:
         items = "".join(f'<li><a href="{_e(name)}">{_e(name)}</a></li>' for name in shown)
         if len(files) > len(shown):
             items += f"<li>and {len(files) - len(shown)} more files</li>"
-        sections.append(f"<h3>{_e(plan.name)}</h3><ul class=files>{items}</ul>")
+        sections.append(f"<h4>{_e(plan.name)}</h4><ul class=files>{items}</ul>")
     extra = (
         f"<p>{link(CONFIG_COPY)} (the effective config) · {link(STATE_FILE)} (what each "
         "stage last ran with)</p>"
     )
-    return "<h2>Outputs</h2>" + extra + "".join(sections)
+    return "<h3>Files</h3>" + extra + "".join(sections)
+
+
+def _titled(body: str) -> tuple[str, str]:
+    """``body`` with an anchor on each section title, and the table of contents linking them
+    (Run details last)."""
+    taken: set[str] = set()
+    entries = []
+
+    def anchor(match: re.Match) -> str:
+        title = match.group(1)
+        slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"<[^>]+>", "", title).lower()).strip("-")
+        slug = slug or "section"
+        unique, n = slug, 1
+        while unique in taken or unique == _DETAILS_ID:
+            n += 1
+            unique = f"{slug}-{n}"
+        taken.add(unique)
+        entries.append(f'<li><a href="#{unique}">{title}</a></li>')
+        return f'<h2 id="{unique}">{title}</h2>'
+
+    titled = _HEADING.sub(anchor, body)
+    entries.append(f'<li><a href="#{_DETAILS_ID}">Run details</a></li>')
+    contents = f'<nav class="contents"><h2>Contents</h2><ol>{"".join(entries)}</ol></nav>'
+    return titled, contents
 
 
 def _job_name(job_dir: str) -> str:

@@ -7,12 +7,8 @@ Given every item's cluster and its cosine score to the cluster's centre, this mo
 * ``summary.parquet`` (:data:`SUMMARY_SCHEMA`) and a self-contained ``report.html`` with the
   cluster-size histogram drawn as inline SVG (no plotting library needed).
 
-Distinctive terms (c-TF-IDF, Grootendorst 2022, "BERTopic"): the texts of each cluster are
-joined into one document, scikit-learn's ``CountVectorizer`` counts terms per cluster, and term
-``t`` scores in cluster ``c`` as ``tf(t, c) * log(1 + A / f(t))``, where ``tf`` is the term's share
-of the cluster's words, ``A`` the mean number of words per cluster and ``f(t)`` the term's count
-over all clusters. Frequent-everywhere words score low; words a cluster uses much more than the
-rest score high.
+Distinctive terms (whole words, scored by class-based TF-IDF with each cluster's texts as one
+document) come from :mod:`sbert_pipeline.cluster.terms`.
 
 Texts come from the embeddings (``--keep-text``) or from the corpus they were embedded from, and
 only for the items the summary needs: the representatives and a bounded sample per cluster.
@@ -29,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from sbert_pipeline.cluster.terms import distinctive_terms
 from sbert_pipeline.io.html import SIZE_AXIS, Bins, histogram_svg, shown_text
 from sbert_pipeline.vectors.cosine_range import clamp_cosines
-from sklearn.feature_extraction.text import CountVectorizer
 
 SUMMARY_SCHEMA = pa.schema(
     [
@@ -95,42 +91,6 @@ def text_sample(
     return [order[s : s + min(per_cluster, n)] for s, n in zip(starts, sizes, strict=True)]
 
 
-def distinctive_terms(
-    documents: Sequence[str], top_n: int = 8, *, stop_words: str | None = "english"
-) -> list[list[tuple[str, float]]]:
-    """Class-based TF-IDF: the ``top_n`` terms that set each document (cluster) apart.
-
-    Args:
-        documents: one document per cluster, its texts joined.
-        top_n: terms per cluster.
-        stop_words: scikit-learn's stop-word list name, or None.
-
-    Returns:
-        For each document, ``(term, score)`` pairs by score descending (ties: alphabetical);
-        fewer than ``top_n`` when the cluster has fewer distinct terms; empty when there are no
-        terms at all (e.g. no texts).
-    """
-    vectorizer = CountVectorizer(stop_words=stop_words, lowercase=True)
-    try:
-        counts = vectorizer.fit_transform(documents).astype(np.float64)  # (clusters, terms)
-    except ValueError:  # empty vocabulary: no texts, or only stop words
-        return [[] for _ in documents]
-    vocabulary = vectorizer.get_feature_names_out()
-    words_per_cluster = np.asarray(counts.sum(axis=1)).ravel()
-    term_totals = np.asarray(counts.sum(axis=0)).ravel()
-    mean_words = words_per_cluster.mean()
-    idf = np.log1p(mean_words / term_totals)
-    shares = counts.multiply(1.0 / np.maximum(words_per_cluster, 1.0)[:, None]).tocsr()
-    weights = shares.multiply(idf[None, :]).tocsr()
-    result = []
-    for row in range(weights.shape[0]):
-        start, end = weights.indptr[row], weights.indptr[row + 1]
-        columns, values = weights.indices[start:end], weights.data[start:end]
-        order = np.lexsort((vocabulary[columns], -values))[:top_n]
-        result.append([(str(vocabulary[columns[i]]), float(values[i])) for i in order])
-    return result
-
-
 def summarize(
     ids: Sequence[str],
     labels: np.ndarray,
@@ -163,8 +123,9 @@ def summarize(
     nearest = nearest_members(labels, scores, n_clusters, representatives)
     if term_rows is None:
         term_rows = nearest_members(labels, scores, n_clusters, len(labels))
+    # One text a line: a period at the end of a text ends a sentence (see terms.py).
     documents = [
-        " ".join(texts[ids[row]] for row in rows if ids[row] in texts) for rows in term_rows
+        "\n".join(texts[ids[row]] for row in rows if ids[row] in texts) for rows in term_rows
     ]
     terms = distinctive_terms(documents, top_terms) if texts else [[] for _ in range(n_clusters)]
     return [
