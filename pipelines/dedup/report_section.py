@@ -226,9 +226,9 @@ def _nearest_section(
     return (
         f"<h2>Groups nearest the threshold</h2><p>The {len(chosen)} groups whose least similar "
         f"member is nearest the threshold {threshold:g}: the kept member first, then up to "
-        f"{SHOWN_WEAKEST} members, the least similar to it first. Rows that are not duplicates of the kept "
-        "one here ask for a higher threshold; groups that all look right allow a lower one "
-        f"(the sweep shows what each would remove). All groups: "
+        f"{SHOWN_WEAKEST} members, the least similar to it first. Rows that are not "
+        "duplicates of the kept one here ask for a higher threshold; groups that all look "
+        "right allow a lower one (the sweep shows what each would remove). All groups: "
         f"{link(where, 'groups.parquet')}.</p>"
         f'<div class="groups">{"".join(cards)}</div>'
     )
