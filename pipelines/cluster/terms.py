@@ -9,8 +9,9 @@ left out:
   (``Obama's`` counts as ``obama``).
 * abbreviations (``(Zool.)``, ``(Bot.)``, ``etc.,``): a word is one when at least half of its
   uses are written with a period that ends no sentence: one followed by ``)``, ``,``, ``;``,
-  ``:`` or a lowercase letter, or inside parentheses. A period before a capital, a digit, a
-  quote or the end of a text ends a sentence, so a word that often closes a sentence stays.
+  ``:``, a lowercase letter or a digit (``fig. 3``), or inside parentheses. A period before a
+  capital, a quote or the end of a text ends a sentence, so a word that often closes a sentence
+  stays.
 
 Scores (c-TF-IDF, Grootendorst 2022, "BERTopic"): the texts of each cluster are one document,
 and term ``t`` scores in cluster ``c`` as ``tf(t, c) * log(1 + A / f(t))``, where ``tf`` is the
@@ -34,7 +35,7 @@ MIN_LETTERS = 3
 # Letters, with apostrophes inside (a contraction or a possessive is one match).
 _WORD = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*")
 _SPACES = re.compile(r"[ \t]*")
-# Besides capitals and digits, what may open the next sentence after a period.
+# Besides capitals, what may open the next sentence after a period.
 _OPENERS = "\"'\u2018\u201c(["
 _CONTRACTION_ENDS = ("n't", "'re", "'ve", "'ll", "'d", "'m")
 
@@ -118,11 +119,11 @@ def _words(text: str) -> Iterator[tuple[str, bool]]:
 
 def _opens_sentence(text: str, position: int) -> bool:
     """Whether what follows ``position`` (after spaces) starts a sentence: the end of the text
-    or of a line, a capital, a digit, a quote or an opening bracket."""
+    or of a line, a capital, a quote or an opening bracket."""
     at = _SPACES.match(text, position).end()
     if at == len(text) or text[at] in "\r\n":
         return True
-    return text[at].isupper() or text[at].isdigit() or text[at] in _OPENERS
+    return text[at].isupper() or text[at] in _OPENERS
 
 
 def _given_words(words: list[str]) -> list[str]:

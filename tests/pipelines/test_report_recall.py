@@ -13,9 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from sbert_pipeline.dedup.known import known_found, read_known_duplicates
-from sbert_pipeline.dedup.report_section import _duplicate_groups, _known_duplicates
+from sbert_pipeline.dedup.report_section import dedup_sections
 from sbert_pipeline.io.embeddings import EmbeddingsDataset
 from sbert_pipeline.io.schemas import ERRORS_DIR, ERRORS_SCHEMA, embeddings_table
+from sbert_pipeline.stage_api.job_stage import ReportContext
 
 from tests.stage_commands import dedup as run
 
@@ -120,6 +121,12 @@ def test_known_pairs_and_recall_by_hand(corpus):
     assert found.recall == pytest.approx(1 / 3)
 
 
+def job_sections(tmp_path: Path, out: str = "out", emb: Path | None = None) -> str:
+    """sbert run's dedup sections of report.html for the dedup output ``out``."""
+    outputs = {"dedup": str(tmp_path / out), **({"embed": str(emb)} if emb else {})}
+    return "".join(dedup_sections(ReportContext(str(tmp_path), outputs, {}, verify=False)))
+
+
 def _points(manifest: dict, method: str) -> dict[float, tuple[int, float]]:
     (entry,) = [m for m in manifest["known_duplicates"]["methods"] if m["method"] == method]
     return {round(p["threshold"], 2): (p["found"], p["recall"]) for p in entry["points"]}
@@ -159,7 +166,7 @@ def test_recall_per_method_and_threshold_in_the_manifest_report_and_summary(corp
     # the missed pairs are listed with their scores and texts
     assert "0.820 text of a" in text and "0.800 text of d" in text and "text of e" in text
     # sbert run's report section, from the manifest
-    section = re.sub(r"<[^>]+>", "", _known_duplicates(str(tmp_path / "out")))
+    section = re.sub(r"<[^>]+>", "", job_sections(tmp_path))
     assert "Of the 3 known duplicate pairs" in section and "1 ended in one group" in section
     assert "recall 0.333" in section
 
@@ -187,7 +194,7 @@ def test_no_known_duplicates_without_the_field_or_labels(tmp_path, corpus):
     summary, manifest, page = dedup(tmp_path, pairs)
     assert manifest["known_duplicates"] is None and summary.known is None
     assert "Known duplicates" not in page and "known duplicates" not in summary.line()
-    assert _known_duplicates(str(tmp_path / "out")) == ""
+    assert "Known duplicates" not in job_sections(tmp_path)
     # the field is there but turned off
     root, with_field, _ = corpus
     _, manifest, page = dedup(root, with_field, "--known-duplicates-field", "none", out="off")
@@ -204,7 +211,7 @@ def test_a_named_field_the_embeddings_lack_is_refused(corpus):
 def test_chained_is_the_one_word_in_the_reports(corpus):
     tmp_path, pairs, emb = corpus
     _, _, page = dedup(tmp_path, pairs, "--method", "components")
-    job_section = _duplicate_groups(str(tmp_path), str(tmp_path / "out"), str(emb))
+    job_section = job_sections(tmp_path, emb=emb)
     for html in (page, job_section):
         # c is in a's group only through b (a-c is 0.82 < 0.85): shown as chained, with the
         # legend that defines the word
