@@ -128,16 +128,20 @@ def test_report_has_the_counts_and_needs_nothing_from_outside(job) -> None:
         (facts["dedup"]["removed"], "removed"),
     ]:
         assert f"<b>{value:,}</b><span>{label}</span>" in page, label
-    assert page.count("<svg") == 2  # cluster sizes, pair similarity
+    assert page.count("<svg") == 3  # threshold sweep, pair similarity, cluster sizes
     assert "Largest duplicate groups" in page and "Largest clusters" in page
     # Self-contained: no script, stylesheet, font or image from anywhere else.
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page)
     assert not re.search(r"<script|<link|<iframe|<img|@import|url\(", page, re.IGNORECASE)
-    # Every link is relative and points at something in the job directory.
+    # Every link is relative and points at something in the job directory, or at a section.
     links = re.findall(r'href="([^"]+)"', page)
     assert "embeddings/" in links and "dedup/groups.parquet" in links
+    anchors = set(re.findall(r'id="([^"]+)"', page))
     for link in links:
-        assert (job_dir / link).exists(), link
+        if link.startswith("#"):
+            assert link[1:] in anchors, link
+        else:
+            assert (job_dir / link).exists(), link
 
 
 def test_report_escapes_texts_from_the_corpus(job) -> None:
