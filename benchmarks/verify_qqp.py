@@ -13,9 +13,10 @@ it, the benchmark runs the commands a user runs, as subprocesses:
 and reads each method's best pair-F1 under a largest-group cap of ``--max-largest`` (a sweep
 point whose largest group is over it does not count) and, beside it, the uncapped best, each
 with its largest group and share of questions removed, from the two dedup manifests (dedup runs
-with no group-size limit of its own here, so the sweep shows each method's groups unsplit). It also reports, for cosine band edges, how
-many candidate pairs lie above the edge and which share of the labelled duplicates they keep
-(the recall the bi-encoder leaves to the verifier), and verify's wall time and pairs/s.
+with no group-size limit of its own here, so the sweep shows each method's groups unsplit). It
+also reports, for cosine band edges, how many candidate pairs lie above the edge and which
+share of the labelled duplicates they keep (the recall the bi-encoder leaves to the verifier),
+and verify's wall time and pairs/s.
 
     python -m benchmarks.verify_qqp --model runs/minilm-qqp-cross-encoder [--work DIR]
         [--threshold 0.7] [--band LOW HIGH] [--compute-dtype float32] [--cpu-backend torch]
@@ -121,17 +122,18 @@ def best_points(manifest: dict, max_largest: int, questions: int) -> dict:
         if not points:
             continue
         limited = [p for p in points if p["largest"] <= max_largest]
-        keys = ("threshold", "precision", "recall", "f1", "largest", "removed")
-
-        def best(among: list[dict]) -> dict:
-            top = max(among, key=lambda p: p["f1"])
-            return {**{k: top[k] for k in keys}, "removed_share": top["removed"] / questions}
-
         out[sweep["method"]] = {
-            "best": best(points),
-            "best_within_limit": best(limited) if limited else None,
+            "best": _best(points, questions),
+            "best_within_limit": _best(limited, questions) if limited else None,
         }
     return out
+
+
+def _best(points: list[dict], questions: int) -> dict:
+    """The best-F1 point of ``points``, with the share of the questions it removes."""
+    top = max(points, key=lambda p: p["f1"])
+    keys = ("threshold", "precision", "recall", "f1", "largest", "removed")
+    return {**{k: top[k] for k in keys}, "removed_share": top["removed"] / questions}
 
 
 def band_recall(embeddings: Path, labels: Path, edges: tuple[float, ...]) -> list[dict]:
