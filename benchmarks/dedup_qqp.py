@@ -49,6 +49,7 @@ from sbert_pipeline.grouping.labels import (
 from sbert_pipeline.grouping.methods import sweep_groupings
 from sbert_pipeline.grouping.pairs import IndexedPairs
 from sbert_pipeline.grouping.ranking import rank_items
+from sbert_pipeline.grouping.sizes import size_distribution
 from sbert_pipeline.grouping.sweep import sweep_thresholds
 
 from benchmarks.common import DATA_DIR, read_tsv, write_result
@@ -158,8 +159,9 @@ def sweep_contender(
     thresholds: list[float],
     labelled,
     floor: float,
-) -> list[LabelPoint]:
-    """The contender's label sweep over ``thresholds`` (radii never below the pair floor)."""
+) -> tuple[list[LabelPoint], list[dict[str, int]]]:
+    """The contender's label sweep over ``thresholds`` (radii never below the pair floor), and
+    the group-size distribution at each threshold."""
 
     def rank_at(threshold: float) -> np.ndarray:
         return rank_items(contender.ranking, n, pairs=pairs, threshold=threshold)
@@ -177,14 +179,26 @@ def sweep_contender(
         max_group_size=contender.max_group_size,
         **contender.params,
     )
-    return label_sweep(groupings, labelled)
+    distributions: list[dict[str, int]] = []
+
+    def recorded():
+        for grouping in groupings:
+            distributions.append(size_distribution(grouping.sizes))
+            yield grouping
+
+    return label_sweep(recorded(), labelled), distributions
 
 
 def _child(contender, n, pairs, thresholds, labelled, floor, queue) -> None:
     try:
         start = time.perf_counter()
-        points = sweep_contender(contender, n, pairs, thresholds, labelled, floor)
-        queue.put((time.perf_counter() - start, [point.to_json() for point in points]))
+        points, sizes = sweep_contender(contender, n, pairs, thresholds, labelled, floor)
+        queue.put(
+            (
+                time.perf_counter() - start,
+                [{**p.to_json(), "group_sizes": d} for p, d in zip(points, sizes, strict=True)],
+            )
+        )
     except Exception as err:  # reported by the parent, which must not wait forever
         queue.put((None, f"{type(err).__name__}: {err}"))
 
@@ -283,9 +297,9 @@ def main() -> None:
                 "holds_threshold": contender.holds_threshold,
                 "sweep_s": round(seconds, 2),
                 "peak_rss_mib": round(peak, 1),
-                "best": _with_share(best.to_json(), n),
+                "best": _with_share(best.to_json(), n, points),
                 "best_within_limit": (
-                    _with_share(best_bounded.to_json(), n) if best_bounded else None
+                    _with_share(best_bounded.to_json(), n, points) if best_bounded else None
                 ),
                 "points": [_with_share(point, n) for point in points],
                 "pr_curve": pr_curve(objects),
@@ -331,14 +345,20 @@ def main() -> None:
         point, free = top["best_within_limit"], top["best"]
         print(
             f"best capped {what}: {top['name']} F1 {point['f1']:.3f} at T={point['threshold']} "
-            f"(largest group {point['largest']}, {point['removed_share']:.1%} removed); "
+            f"(largest group {point['largest']}, sizes {point['group_sizes']}, "
+            f"{point['removed_share']:.1%} removed); "
             f"uncapped {free['f1']:.3f} at T={free['threshold']} (largest {free['largest']})"
         )
 
 
-def _with_share(point: dict, n: int) -> dict:
-    """A sweep point with the share of the questions it removes."""
-    return {**point, "removed_share": round(point["removed"] / n, 6)}
+def _with_share(point: dict, n: int, points: list[dict] | None = None) -> dict:
+    """A sweep point with the share of the questions it removes (and, from ``points``, its
+    group-size distribution)."""
+    out = {**point, "removed_share": round(point["removed"] / n, 6)}
+    if points is not None:
+        same = next(p for p in points if p["threshold"] == point["threshold"])
+        out["group_sizes"] = same["group_sizes"]
+    return out
 
 
 def _cells(point: LabelPoint | None, n: int) -> str:
