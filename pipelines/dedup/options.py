@@ -51,7 +51,8 @@ _INPUTS, _GROUPS, _MEASURE, _CORPUS, _SWEEP = "inputs", "groups", "measure", "co
 @dataclass(frozen=True)
 class Options(StageOptions):
     """Group near-duplicate rows from the similar pairs of ``sbert pairs`` and keep one row of
-    each group; writes the groups, the kept and removed ids and a report."""
+    each group; writes the groups, the kept and removed ids and a report. By default a row is
+    removed only for a kept row it scores at least the threshold with."""
 
     INPUT_OPTIONS = ("pairs", "embeddings", "corpus", "against", "labels")
     # Old names and values, accepted for one version with a deprecation line.

@@ -162,9 +162,9 @@ def sweep_groupings(
     if bar is None:
         bar = stage_progress(f"dedup sweep ({method})", total=len(thresholds), unit="thresholds")
     bar.start()  # counted as the caller takes the next grouping; closed at the total
-    # Sorted once for every threshold (grouping/adjacency.py); the size limit walks it too.
-    walks = method in GRAPH_METHODS or max_group_size is not None
-    graph = PairGraph(n, pairs) if walks and len(thresholds) else None
+    # Sorted once for every threshold (grouping/adjacency.py); the size limit walks it too, and
+    # makes it for the other methods only at a threshold with a group over the limit.
+    graph = PairGraph(n, pairs) if method in GRAPH_METHODS and len(thresholds) else None
     if method == "average" and len(thresholds):
         tree = average_linkage(n, pairs, min(thresholds), missing_score)
         for threshold in thresholds:
