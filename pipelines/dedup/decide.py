@@ -10,10 +10,13 @@ reference row is not pinned: the reference wins, so decontamination holds.
 Pinned rows are rows a run must keep whatever the keep rule says. The method groups the rows as
 usual; then every group that holds pinned rows is split around them (:func:`pin`): every pinned
 row is kept; every other member joins the pinned row of its group it is most similar to (the
-highest score of a loaded pair at or above the radius, ties to the better-ranked pinned row; a
-member with no such pair joins the best-ranked pinned row, with no score: "chained"); a pinned
+highest score of a loaded pair at or above the radius, ties to the better-ranked pinned row). A
+member with no such pair is kept when the method removes rows only at or above the threshold
+to their kept row (star, split, ranked at their default radius), so pins never break that rule;
+with the other methods it joins the best-ranked pinned row, with no score ("chained"). A pinned
 row nobody joined is in no group. :func:`merge_groups` first joins groups linked by the corpus x
-reference pairs, so a corpus group that holds a row matching a reference row is removed whole.
+reference pairs, so a corpus group that holds a row matching a reference row is removed with
+it (with a tight method: the members at or above the radius to a reference row).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def decide_groups(
     radius: float,
     previous_kept: np.ndarray,
     reference: Reference | None,
+    chain: bool = False,
 ) -> Decisions:
     """The method's ``grouping`` of the corpus with the reference rows and the pins applied.
 
@@ -83,6 +87,8 @@ def decide_groups(
             star/split radius).
         previous_kept: ``(n,)`` bool, the corpus rows to pin (the previous version kept them).
         reference: the reference corpus and its pairs with the corpus, if any.
+        chain: whether a member with no pair at or above the radius to a pinned row of its
+            group joins one anyway (a method that chains); else it is kept.
     """
     n = grouping.n
     pinned = np.asarray(previous_kept, bool).copy()
@@ -97,7 +103,7 @@ def decide_groups(
             np.concatenate([pairs.scores, reference.pairs.scores]),
         )
         grouping = merge_groups(extend(grouping, n + m), reference.pairs, rank)
-    final = pin(grouping, pinned, rank, pairs, radius)
+    final = pin(grouping, pinned, rank, pairs, radius, chain)
     return Decisions(final, np.asarray(rank, np.int64), pairs, pinned, n)
 
 
@@ -180,6 +186,7 @@ def pin(
     rank: np.ndarray,
     pairs: IndexedPairs,
     radius: float,
+    chain: bool = True,
 ) -> Grouping:
     """``grouping`` with every pinned row kept and every group that holds one split around
     its pinned rows (module docstring).
@@ -190,6 +197,8 @@ def pin(
         rank: ``(n,)`` distinct ints, the keep order (0 first) that breaks ties.
         pairs: the loaded pairs (a member joins a pinned row by their pair's score).
         radius: the least score of a pair a member joins a pinned row by.
+        chain: whether a member with no such pair joins its group's best-ranked pinned row
+            (chained); else it is kept, in no group.
     """
     n = grouping.n
     pinned = np.asarray(pinned, bool)
@@ -230,13 +239,17 @@ def pin(
         head[x[first]] = y[first]
         score[x[first]] = s[first]
 
+    # Without a pair near a pinned row a member stays only where the method chains anyway.
+    strays = others & np.isnan(score) & (not chain)
+    others = others & ~strays
+    rows = np.flatnonzero(others)
     members = np.bincount(head[rows], minlength=n) if len(rows) else np.zeros(n, np.int64)
     group = grouping.group.copy()
     representative = grouping.representative.copy()
     # Touched rows get provisional numbers above the old ones: their pinned row's.
     group[touched] = grouping.n_groups + head[touched]
     lonely = touched & pinned & (members == 0)
-    group[lonely] = -1
+    group[lonely | strays] = -1
     representative[touched] = pinned[touched] & (members[np.maximum(head[touched], 0)] > 0)
     pinned_grouping = dataclasses.replace(
         grouping,
@@ -293,6 +306,9 @@ class Grouped:
     groups: Grouping  # with the exact copies joined
     sweeps: list[MethodSweep]  # the chosen method first
     radius: float | None  # star, split: the radius at the threshold
+    # Whether every removed row is at or above the threshold to its kept row (the method's
+    # rule at its radius); else the method may remove rows below it (an explicit choice).
+    holds_threshold: bool = True
 
 
 @dataclass(frozen=True)
@@ -328,6 +344,7 @@ def decide(inputs: DedupInputs, grouped: Grouped) -> Decided:
         options.threshold if radius is None else radius,
         pinned_rows(inputs.stability, inputs.ids, n),
         inputs.reference,
+        chain=not grouped.holds_threshold,
     )
     reference, texts = inputs.reference, inputs.corpus.texts
     every_id, shown = shown_ids(inputs.ids.array, reference)

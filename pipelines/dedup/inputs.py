@@ -209,8 +209,8 @@ def read_inputs(options: Options) -> DedupInputs:
     budget = checked_memory_budget(options.memory_budget)
     compared = None if options.dry_run else options.output  # a previous version there counts
     memory = check_dedup_memory(budget, pairs_output, datasets, options.threshold, compared)
-    keep = options.keep_for(options.method)
-    needs_text = "longest" in (keep, settings.keep)
+    keep = options.keep_policy
+    needs_text = keep == "longest"
     if needs_text and options.corpus is None and not all(d.has_text for d in datasets):
         raise ValueError(
             "--keep longest needs the texts: the embeddings were written without --keep-text, "

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sbert_pipeline.grouping.choices import (
-    DEFAULT_COMPONENTS_KEEP,
     DEFAULT_KEEP,
+    DEFAULT_MAX_GROUP_SIZE,
     DEFAULT_METHOD,
     DEFAULT_MUTUAL_K,
     DEFAULT_RADIUS_GAP,
@@ -19,7 +19,6 @@ from sbert_pipeline.grouping.choices import (
     RADIUS_METHODS,
     Method,
     canonical_keep,
-    default_keep,
     is_keep,
 )
 from sbert_pipeline.stage_api.old_spellings import Sets
@@ -52,7 +51,8 @@ _INPUTS, _GROUPS, _MEASURE, _CORPUS, _SWEEP = "inputs", "groups", "measure", "co
 @dataclass(frozen=True)
 class Options(StageOptions):
     """Group near-duplicate rows from the similar pairs of ``sbert pairs`` and keep one row of
-    each group; writes the groups, the kept and removed ids and a report."""
+    each group; writes the groups, the kept and removed ids and a report. By default a row is
+    removed only for a kept row it scores at least the threshold with."""
 
     INPUT_OPTIONS = ("pairs", "embeddings", "corpus", "against", "labels")
     # Old names and values, accepted for one version with a deprecation line.
@@ -78,16 +78,26 @@ class Options(StageOptions):
         metavar="REF_EMBEDDINGS",
         group=_INPUTS,
     )
-    threshold: float = option(help="cosine at or above which pairs join", required=True)
-    method: Method = option(DEFAULT_METHOD, "how pairs become groups", group=_GROUPS)
-    keep: str | None = option(
-        help=f"the member kept: {', '.join(KEEP_CHOICES)} (default: {DEFAULT_COMPONENTS_KEEP} "
-        f"with components, else {DEFAULT_KEEP})",
-        metavar="POLICY",
+    threshold: float = option(
+        help="least score (cosine, or verify score) of a removed row to its kept row",
+        required=True,
+    )
+    method: Method = option(
+        DEFAULT_METHOD,
+        "how pairs become groups; components, mutual, average may remove rows below T",
         group=_GROUPS,
     )
+    keep: str = option(
+        DEFAULT_KEEP, f"the member kept: {', '.join(KEEP_CHOICES)}", metavar="POLICY",
+        group=_GROUPS,
+    )  # fmt: skip
     radius: float | None = option(
-        help=f"star, split: least score to the kept row (default T - {DEFAULT_RADIUS_GAP:g})",
+        help="star, split: least score to the kept row (default T; lower removes rows below T)",
+        group=_GROUPS,
+    )
+    max_group_size: int = option(
+        DEFAULT_MAX_GROUP_SIZE,
+        "a larger group is split (star at T, then T + 0.01, ... inside it)",
         group=_GROUPS,
     )
     seed: int = option(0, "seed of --keep random", advanced=True)
@@ -155,6 +165,7 @@ class Options(StageOptions):
         if self.apply and self.corpus is None:
             raise OptionError("apply", "writes the deduplicated corpus and needs --corpus GLOB")
         at_least("report_groups", self.report_groups, 0)
+        at_least("max_group_size", self.max_group_size, 2)
         field = self.known_duplicates_field
         if field is not None and (not field.strip() or field in ("id", "embedding")):
             raise OptionError(
@@ -175,8 +186,6 @@ class Options(StageOptions):
 
     def _check_keep(self) -> None:
         keep = self.keep_policy
-        if keep is None:
-            return
         if not is_keep(keep):
             raise OptionError("keep", f"must be one of {', '.join(KEEP_CHOICES)}; got {keep!r}")
         if keep.startswith("column:") and self.corpus is None:
@@ -211,9 +220,9 @@ class Options(StageOptions):
             raise OptionError("sweep_step", f"must be positive, got {self.sweep_step}")
 
     @property
-    def keep_policy(self) -> str | None:
-        """``keep`` with an old value spelled the new way (None: each method's default)."""
-        return None if self.keep is None else canonical_keep(self.keep)
+    def keep_policy(self) -> str:
+        """``keep`` with an old value spelled the new way."""
+        return canonical_keep(self.keep)
 
     @property
     def stable_mode(self) -> str:
@@ -229,11 +238,6 @@ class Options(StageOptions):
         if not self.known_duplicates or self.known_duplicates_field == NO_KNOWN_FIELD:
             return NO_KNOWN_FIELD
         return self.known_duplicates_field
-
-    def keep_for(self, method: str) -> str:
-        """The member ``method`` keeps of each group: ``keep``, else the method's default."""
-        keep = self.keep_policy
-        return keep if keep is not None else default_keep(method)
 
     def method_settings(self, floor: float | None) -> MethodSettings:
         """The grouping settings of this run; ``floor``: the pairs stage's threshold.
@@ -253,13 +257,13 @@ class Options(StageOptions):
         gap = DEFAULT_RADIUS_GAP if self.radius is None else round(self.threshold - self.radius, 6)
         return MethodSettings(
             method=self.method,
-            # The methods of the sweep other than components (which only count there).
-            keep=self.keep_policy if self.keep_policy is not None else DEFAULT_KEEP,
+            keep=self.keep_policy,
             radius_gap=gap,
             floor=floor,
             k=self.mutual_k,
             missing_score=self.missing_score,
             seed=self.seed,
+            max_group_size=self.max_group_size,
         )
 
 
@@ -272,12 +276,15 @@ def deciding_settings(
     mutual_k: int,
     missing_score: float,
     seed: int,
+    max_group_size: int | None = None,
 ) -> dict:
     """The settings that decide a run's groups and kept rows, as a manifest records them:
     method, threshold and keep rule always, the others only where the method or keep rule uses
     them. ``radius`` is the radius used (star, split). The inputs are not settings: new data
     is what a stable keep is for."""
     out: dict = {"method": method, "threshold": threshold, "keep": keep}
+    if max_group_size is not None:
+        out["max_group_size"] = max_group_size
     if method in RADIUS_METHODS:
         out["radius"] = radius
     if method == "mutual":
@@ -296,11 +303,12 @@ def run_deciding_settings(options: Options, settings: MethodSettings) -> dict:
     return deciding_settings(
         method=method,
         threshold=options.threshold,
-        keep=options.keep_for(method),
+        keep=options.keep_policy,
         radius=radius,
         mutual_k=settings.k,
         missing_score=settings.missing_score,
         seed=settings.seed,
+        max_group_size=settings.max_group_size,
     )
 
 

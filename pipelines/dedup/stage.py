@@ -14,14 +14,13 @@ A run is four phases over small frozen records (docs/architecture.md, "Dedup in 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from sbert_pipeline.dedup.decide import Grouped, decide
 from sbert_pipeline.dedup.inputs import DedupInputs, read_inputs
 from sbert_pipeline.dedup.options import Options
 from sbert_pipeline.dedup.write import LAYOUT, DedupResult, write
-from sbert_pipeline.grouping.choices import METHODS, RADIUS_METHODS
+from sbert_pipeline.grouping.choices import METHODS, RADIUS_METHODS, holds_threshold
 from sbert_pipeline.grouping.compare import Ranker, sweep_methods
 from sbert_pipeline.grouping.methods import group_items
 from sbert_pipeline.io.content_checks import content_checks
@@ -69,20 +68,18 @@ def group(inputs: DedupInputs) -> Grouped:
         copies=inputs.copies,
         known=None if inputs.known is None else inputs.known.pairs,
     )
-    # The chosen method keeps by ``keep``; the sweep's other methods by settings.keep (the
-    # same unless the keep policy was left to each method's default).
-    keeping = Ranker(dataclasses.replace(settings, keep=inputs.keep), n, pairs, corpus.rank,
-                     corpus.lengths, values)  # fmt: skip
     groups = group_items(
         options.method,
         n,
         pairs,
         threshold,
-        keeping(threshold),
+        ranker(threshold),
         rep_threshold=settings.radius_at(threshold),
         k=settings.k,
         missing_score=settings.missing_score,
         order_rank=corpus.rank,
+        max_group_size=settings.max_group_size,
     )
     radius = settings.radius_at(threshold) if options.method in RADIUS_METHODS else None
-    return Grouped(inputs.copies.join(groups, corpus.rank), sweeps, radius)
+    tight = holds_threshold(options.method, radius, threshold)
+    return Grouped(inputs.copies.join(groups, corpus.rank), sweeps, radius, tight)

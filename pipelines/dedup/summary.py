@@ -22,6 +22,7 @@ from sbert_pipeline.dedup.versions import (
 from sbert_pipeline.grouping.compare import MethodSettings, MethodSweep
 from sbert_pipeline.grouping.labels import LabelledPairs, LabelPoint
 from sbert_pipeline.grouping.model import Grouping
+from sbert_pipeline.grouping.sizes import distribution_text, removed_share
 from sbert_pipeline.grouping.sweep import SweepPoint
 from sbert_pipeline.io.embeddings import EmbeddingsDataset
 from sbert_pipeline.io.manifest_fields import created_now, model_fields, software_versions
@@ -72,6 +73,41 @@ class DedupSummary:
     stable: str | None = None
     # --against: the manifest's ``against`` section (pipelines/dedup/against.py).
     against: dict | None = None
+    # The guard's figures: groups per size bin (grouping/sizes.py), the group-size limit and
+    # how many groups over it were split, whether the method holds the threshold (every
+    # removed row >= T to its kept row) and how many removed rows are below it.
+    group_sizes: dict[str, int] = field(default_factory=dict)
+    max_group_size: int | None = None
+    split_groups: int = 0
+    holds_threshold: bool = True
+    below_threshold: int = 0
+    score_name: str = "cosine"  # what the threshold compares: cosine or verify score
+
+    @property
+    def removed_share(self) -> float:
+        """The share of the rows removed."""
+        return removed_share(self.removed, self.rows_in)
+
+    def groups_text(self) -> str:
+        """``"12 groups (largest 5; sizes 2: 9, 3-5: 3, ...)"``."""
+        sizes = f"; sizes {distribution_text(self.group_sizes)}" if self.group_sizes else ""
+        return f"{self.groups} groups (largest {self.largest}{sizes})"
+
+    def guard_text(self) -> str:
+        """What the summary line says of the group-size limit and of the threshold rule."""
+        text = ""
+        if self.split_groups:
+            text += (
+                f"; {self.split_groups} groups over --max-group-size {self.max_group_size} "
+                "were split"
+            )
+        if not self.holds_threshold:
+            text += (
+                f"; {self.how()} may remove rows below the threshold to their kept row "
+                f"({self.below_threshold} of {self.removed} removed rows are below "
+                f"{self.threshold:g} or chained)"
+            )
+        return text
 
     @property
     def chosen(self) -> MethodSweep | None:
@@ -86,9 +122,7 @@ class DedupSummary:
         return next(p for p in chosen.labels if p.threshold == self.threshold)
 
     def how(self) -> str:
-        """The method in words: ``keep first`` for components, else method, keep, radius."""
-        if self.method == "components":
-            return f"keep {self.keep}"
+        """The method in words: method, keep and (star, split) radius."""
         radius = f", radius {self.radius:g}" if self.radius is not None else ""
         return f"method {self.method}, keep {self.keep}{radius}"
 
@@ -103,8 +137,8 @@ class DedupSummary:
         if self.dry_run:
             return (
                 f"dry run: at threshold {self.threshold:g}, {self.removed} of {self.rows_in} rows "
-                f"would be removed ({self.groups} groups, largest {self.largest}); nothing "
-                f"written{labels}"
+                f"({self.removed_share:.1%}) would be removed ({self.groups_text()})"
+                f"{self.guard_text()}; nothing written{labels}"
             )
         corpus = ""
         if self.corpus is not None:
@@ -122,9 +156,9 @@ class DedupSummary:
         since = changes_line(self.changes, self.stable)
         return (
             f"deduplicated {self.rows_in} rows at threshold {self.threshold:g} ({self.how()}): "
-            f"{self.groups} groups (largest {self.largest}), kept {self.kept}, removed "
-            f"{self.removed}{against}{copies}{corpus}{labels}{since} in "
-            f"{self.seconds:.1f}s -> {self.output}"
+            f"{self.groups_text()}, kept {self.kept}, removed {self.removed} "
+            f"({self.removed_share:.1%}){against}{copies}{self.guard_text()}{corpus}{labels}"
+            f"{since} in {self.seconds:.1f}s -> {self.output}"
         )
 
     def _labels_line(self) -> str:
@@ -235,6 +269,13 @@ def dedup_manifest(
             "sweep_keep": settings.keep,  # the other methods of the sweep keep by this
         },
         "counts": _counts(summary, groups),
+        # The guard's figures, at the top for readers of the manifest (the job report).
+        "largest_group": groups.largest,
+        "group_sizes": summary.group_sizes,
+        "removed_share": summary.removed_share,
+        "max_group_size": summary.max_group_size,
+        "split_groups": summary.split_groups,
+        "threshold_rule": threshold_rule(summary),
         "pairs": _pairs(options, pairs_output, source, groups),
         "pairs_manifest": None if pairs_output is None else pairs_output.manifest,
         "embeddings": [
@@ -263,6 +304,23 @@ def dedup_manifest(
         "software": software_versions(),
         "seconds": round(summary.seconds, 3),
         "created": created_now(),
+    }
+
+
+def threshold_rule(summary: DedupSummary) -> dict:
+    """The manifest's ``threshold_rule``: whether every removed row is at or above the
+    threshold to its kept row, by which score, and how many removed rows are not."""
+    note = (
+        f"every removed row is at or above the threshold to its kept row ({summary.score_name})"
+        if summary.holds_threshold
+        else f"{summary.how()} may remove rows below the threshold to their kept row (chosen "
+        "explicitly; the default star at its radius T does not)"
+    )
+    return {
+        "holds": summary.holds_threshold,
+        "score": summary.score_name,
+        "removed_below_threshold": summary.below_threshold,
+        "note": note,
     }
 
 

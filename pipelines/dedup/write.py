@@ -37,6 +37,7 @@ from sbert_pipeline.dedup.versions import (
 )
 from sbert_pipeline.grouping.item_ids import ItemIds
 from sbert_pipeline.grouping.model import REASONS, Grouping
+from sbert_pipeline.grouping.sizes import removed_below, size_distribution
 from sbert_pipeline.io.atomic import write_table
 from sbert_pipeline.io.filesystems import FileSystems
 from sbert_pipeline.io.output_dir import OutputLayout, join
@@ -275,7 +276,19 @@ def _facts(inputs: DedupInputs, grouped: Grouped, decided: Decided) -> dict:
         copies=inputs.copies.n_copies if inputs.copies.n_copies else None,
         known=None if known is None else known_found(groups.group[: inputs.n], known),
         against=None if inputs.reference is None else inputs.reference.to_json(),
+        group_sizes=size_distribution(groups.sizes),
+        max_group_size=inputs.settings.max_group_size,
+        split_groups=grouped.groups.split_groups,
+        holds_threshold=grouped.holds_threshold,
+        below_threshold=removed_below(groups, options.threshold, inputs.n),
+        score_name=score_name(inputs.pairs_output),
     )
+
+
+def score_name(pairs_output) -> str:
+    """What the pairs' scores are: ``verify score`` for verified pairs, else ``cosine``."""
+    verified = pairs_output is not None and pairs_output.manifest.get("verify") is not None
+    return "verify score" if verified else "cosine"
 
 
 def _write_lists(folder: str, inputs: DedupInputs, decided: Decided) -> tuple[int, int]:

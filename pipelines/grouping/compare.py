@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from sbert_pipeline.grouping.choices import (
     DEFAULT_KEEP,
+    DEFAULT_MAX_GROUP_SIZE,
     DEFAULT_METHOD,
     DEFAULT_MUTUAL_K,
     DEFAULT_RADIUS_GAP,
@@ -45,13 +46,15 @@ class MethodSettings:
 
     Attributes:
         method: one of :data:`sbert_pipeline.grouping.choices.METHODS`.
-        keep: the member every method but components keeps: ``first``, ``longest``,
-            ``central``, ``random`` or ``column:NAME`` (the ranking of the same name).
-        radius_gap: star, split: the radius at threshold ``t`` is ``t - radius_gap``.
+        keep: the member every method keeps: ``first``, ``longest``, ``central``,
+            ``random`` or ``column:NAME`` (the ranking of the same name).
+        radius_gap: star, split: the radius at threshold ``t`` is ``t - radius_gap`` (0: the
+            threshold, so every removed row is at or above it to its kept row).
         floor: the pairs' threshold (None: unknown); a radius never goes below it.
         k: mutual: neighbours per item.
         missing_score: average: the score of a pair that is not given.
         seed: the random ranking's seed.
+        max_group_size: a group over this many members is split (None: no limit).
     """
 
     method: str = DEFAULT_METHOD
@@ -61,6 +64,7 @@ class MethodSettings:
     k: int = DEFAULT_MUTUAL_K
     missing_score: float = 0.0
     seed: int = 0
+    max_group_size: int | None = DEFAULT_MAX_GROUP_SIZE
 
     @property
     def column(self) -> str | None:
@@ -130,6 +134,7 @@ def group_at(
         rep_threshold=settings.radius_at(threshold),
         k=settings.k,
         missing_score=settings.missing_score,
+        max_group_size=settings.max_group_size,
     )
 
 
@@ -235,6 +240,9 @@ def _sweep_one(
     if method == "components":
         edges = copies.with_copy_edges(pairs)
         counted = copies.counted(threshold_sweep(ranker.n, edges, thresholds))
+        limit = settings.max_group_size
+        if limit is not None and any(point.largest > limit for point in counted):
+            counted = None  # groups over the limit are split: count the split groupings
     points, labels, found = [], [], []
     if counted is None or labelled is not None or known is not None:
         groupings = sweep_groupings(
@@ -247,6 +255,7 @@ def _sweep_one(
             k=settings.k,
             missing_score=settings.missing_score,
             progress=bar,
+            max_group_size=settings.max_group_size,
         )
         # One grouping at a time: they hold several (n,) arrays each.
         for grouping in groupings:

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 from sbert_pipeline.grouping.adjacency import PairGraph, ranked_leaders
 from sbert_pipeline.grouping.choices import KEEP_POLICIES, METHODS, Method
+from sbert_pipeline.grouping.limit import limit_group_size
 from sbert_pipeline.grouping.linkage import average_linkage
 from sbert_pipeline.grouping.model import (
     KEPT,
@@ -106,6 +107,7 @@ def group_items(
     missing_score: float = 0.0,
     graph: PairGraph | None = None,
     order_rank: np.ndarray | None = None,
+    max_group_size: int | None = None,
 ) -> Grouping:
     """Duplicate groups of ``n`` items at ``threshold`` by ``method`` (module docstring).
 
@@ -117,15 +119,19 @@ def group_items(
         rank: ``(n,)`` distinct ranks (:func:`sbert_pipeline.grouping.ranking.rank_items`); the
             best-ranked member of a group is its representative.
         rep_threshold, k, missing_score, graph, order_rank: :class:`MethodParams`.
+        max_group_size: a group over this many members is split
+            (:func:`sbert_pipeline.grouping.limit.limit_group_size`; None: no limit).
 
     Raises:
-        ValueError: an unknown method, a bad threshold, rank, ``rep_threshold`` or ``k``.
+        ValueError: an unknown method, a bad threshold, rank, ``rep_threshold``, ``k`` or
+            ``max_group_size``.
     """
     if method not in METHOD_TABLE:
         raise ValueError(f"unknown dedup method {method!r}; choose one of {', '.join(METHODS)}")
     check_grouping_inputs(n, pairs, threshold, rank)
     params = MethodParams(rep_threshold, k, missing_score, order_rank, graph)
-    return METHOD_TABLE[method](n, pairs, threshold, rank, params)
+    grouping = METHOD_TABLE[method](n, pairs, threshold, rank, params)
+    return limit_group_size(grouping, pairs, rank, max_group_size, graph)
 
 
 def sweep_groupings(
@@ -139,6 +145,7 @@ def sweep_groupings(
     k: int = 5,
     missing_score: float = 0.0,
     progress: Progress | None = None,
+    max_group_size: int | None = None,
 ) -> Iterator[Grouping]:
     """:func:`group_items` at every threshold, in the order given.
 
@@ -147,7 +154,7 @@ def sweep_groupings(
     Args:
         rank_at: the ranking to use at a threshold (``central`` depends on it).
         rep_threshold: ``star``, ``split``: the radius at a threshold (default: the threshold).
-        k, missing_score: as for :func:`group_items`.
+        k, missing_score, max_group_size: as for :func:`group_items`.
         progress: the bar to count each threshold on (:func:`sbert_pipeline.grouping.compare.
             sweep_methods` counts every method on one); default: a bar of this method's own.
     """
@@ -155,14 +162,17 @@ def sweep_groupings(
     if bar is None:
         bar = stage_progress(f"dedup sweep ({method})", total=len(thresholds), unit="thresholds")
     bar.start()  # counted as the caller takes the next grouping; closed at the total
+    # Sorted once for every threshold (grouping/adjacency.py); the size limit walks it too, and
+    # makes it for the other methods only at a threshold with a group over the limit.
+    graph = PairGraph(n, pairs) if method in GRAPH_METHODS and len(thresholds) else None
     if method == "average" and len(thresholds):
         tree = average_linkage(n, pairs, min(thresholds), missing_score)
         for threshold in thresholds:
-            yield tree.cut(threshold, rank_at(threshold), pairs)
+            rank = rank_at(threshold)
+            cut = tree.cut(threshold, rank, pairs)
+            yield limit_group_size(cut, pairs, rank, max_group_size, graph)
             bar.update()
         return
-    # Sorted once for every threshold (grouping/adjacency.py).
-    graph = PairGraph(n, pairs) if method in GRAPH_METHODS and len(thresholds) else None
     for threshold in thresholds:
         radius = None if rep_threshold is None else rep_threshold(threshold)
         yield group_items(
@@ -175,6 +185,7 @@ def sweep_groupings(
             k=k,
             missing_score=missing_score,
             graph=graph,
+            max_group_size=max_group_size,
         )
         bar.update()
 

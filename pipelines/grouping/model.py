@@ -55,6 +55,8 @@ class Grouping:
     # normalised text" for a copy joined by grouping/copies.py.
     reason: np.ndarray
     pairs_used: int  # pairs at or above the threshold
+    # Groups that were over the group-size limit and were split (grouping/limit.py).
+    split_groups: int = 0
 
     @property
     def n(self) -> int:

@@ -162,7 +162,7 @@ def test_groups_lists_report_and_manifest(small):
     root, pairs = small
     out = root / "dedup"
     argv = ["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9"]
-    summary = run([*argv, "--method", "components"])
+    summary = run([*argv, "--method", "components", "--keep", "first"])
     assert (summary.rows_in, summary.groups, summary.removed, summary.kept) == (9, 3, 4, 5)
     groups = pq.read_table(out / "groups.parquet")
     assert groups.schema == GROUPS_SCHEMA
@@ -427,7 +427,7 @@ def test_apply_writes_the_kept_rows_in_the_corpus_format(tmp_path, fmt, gz):
     # "first" in corpus order, though the embeddings' rows are shuffled (--stable-keep off:
     # else the rows the longest run kept would stay kept).
     argv += ["--overwrite", "--stable-keep", "off"]
-    run([*argv, "--corpus", pattern, "--apply", "--method", "components"])
+    run([*argv, "--corpus", pattern, "--apply", "--method", "components", "--keep", "first"])
     assert [record.text for record in _records(out / "corpus", spec)] == [
         "alpha one",
         "beta two",
@@ -612,10 +612,9 @@ def test_every_method_is_selectable_and_reports_its_largest_group(chain, method)
     assert manifest["counts"]["largest_group"] == summary.largest
     assert manifest["counts"]["removed"] == summary.removed
     # Hand-checked at T = 0.9 (central ranking: p1, p2, p3 have the largest score sums, ties
-    # to id order): components chain all five; star (radius 0.8) puts p3 with p1 (0.86) and
-    # leaves p4 (its neighbours p2, p3 are removed); ranked takes only pairs >= 0.9, so p3 is
-    # kept (p2 is removed) and p4 joins p3.
-    expected = {"components": (5, 4), "star": (4, 3), "ranked": (3, 3)}
+    # to id order): components chain all five; ranked takes only pairs >= 0.9, so p3 is
+    # kept (p2 is removed) and p4 joins p3; star at its default radius (T) is the same.
+    expected = {"components": (5, 4), "star": (3, 3), "ranked": (3, 3)}
     if method in expected:
         assert (summary.largest, summary.removed) == expected[method]
 
@@ -624,11 +623,18 @@ def test_star_is_the_default_and_components_is_todays_grouping(chain):
     _, pairs = chain
     argv = ["--pairs", str(pairs), "--threshold", "0.9", "--dry-run"]
     star = run(argv)
-    assert (star.method, star.largest, star.radius) == ("star", 4, 0.8)
-    assert run([*argv, "--method", "components"]).largest == 5
-    # An explicit radius is kept as a gap below every sweep threshold, floored at the pairs'.
-    tight = run([*argv, "--radius", "0.9"])
-    assert tight.radius == 0.9 and tight.largest == 3  # = ranked: only pairs >= 0.9
+    # The default radius is T: every removed row is >= T to its kept row (= ranked).
+    assert (star.method, star.largest, star.radius, star.holds_threshold) == ("star", 3, 0.9, True)
+    assert star.below_threshold == 0
+    components = run([*argv, "--method", "components"])
+    assert components.largest == 5 and not components.holds_threshold
+    assert components.below_threshold == 2  # p3 and p4 are chained to p1
+    assert "may remove rows below the threshold to their kept row" in components.line()
+    # An explicit radius is kept as a gap below every sweep threshold, floored at the pairs';
+    # one under T is the looser rule (p3 joins p1 at 0.86), and the summary says so.
+    loose = run([*argv, "--radius", "0.8"])
+    assert loose.radius == 0.8 and loose.largest == 4 and not loose.holds_threshold
+    assert "(1 of 3 removed rows are below 0.9 or chained)" in loose.line()
     # --keep applies to every method; --rank and its value corpus are its old spellings.
     assert run([*argv, "--keep", "first"]).keep == run([*argv, "--rank", "corpus"]).keep == "first"
 
@@ -645,7 +651,7 @@ def test_sweep_covers_every_method_in_the_manifest_and_the_dry_run(chain, capsys
             p["threshold"] for p in manifest["sweep"]
         ]
     by_method = {e["method"]: {p["threshold"]: p for p in e["points"]} for e in manifest["methods"]}
-    assert by_method["components"][0.9]["largest"] == 5 and by_method["star"][0.9]["largest"] == 4
+    assert by_method["components"][0.9]["largest"] == 5 and by_method["star"][0.9]["largest"] == 3
     assert by_method["ranked"][0.9]["removed"] == 3
     assert manifest["sweep"] == [
         {k: v for k, v in p.items() if k in manifest["sweep"][0]}
@@ -668,7 +674,7 @@ def test_sweep_covers_every_method_in_the_manifest_and_the_dry_run(chain, capsys
         "average",
     ]
     row = next(line.split() for line in table if line.split()[:1] == ["0.9"])
-    assert row[1:4] == ["3/4", "4/5", "3/3"] and row[-1] == "<"
+    assert row[1:4] == ["3/3", "4/5", "3/3"] and row[-1] == "<"
 
 
 LABELS = [  # at T = 0.9 the groups are {a1, a2, a3}, {b1, b2}, {c1, c2}
@@ -844,14 +850,13 @@ def test_rank_longest_keeps_the_longest_text_of_a_star(small):
     out = root / "longest"
     run(["--pairs", str(pairs), "--output", str(out), "--threshold", "0.9", "--rank", "longest"])
     rows = pq.read_table(out / "groups.parquet").to_pylist()
-    first = [(r["id"], r["is_representative"], r["score"]) for r in rows if r["group"] == 0]
-    # a3 is the longest; a1 joins it at 0.88 (>= the radius 0.8, under T), a2 at 0.91.
-    assert first == [
-        ("a3", True, None),
-        ("a1", False, pytest.approx(0.88)),
-        ("a2", False, pytest.approx(0.91)),
-    ]
-    assert manifest_of(out)["keep"] == "longest" and manifest_of(out)["settings"]["radius"] == 0.8
+    group = next(r["group"] for r in rows if r["id"] == "a1")
+    first = [(r["id"], r["is_representative"], r["score"]) for r in rows if r["group"] == group]
+    # a3 is the longest and kept first, but a1 is 0.88 to it (under T), so a1 is kept too;
+    # a2 joins the most similar of the two, a1 (0.97; central would have kept a2).
+    assert first == [("a1", True, None), ("a2", False, pytest.approx(0.97))]
+    assert "a3" in read_id_list(str(out / "kept_ids.txt"))
+    assert manifest_of(out)["keep"] == "longest" and manifest_of(out)["settings"]["radius"] == 0.9
 
 
 def test_run_config_dedup_keys_become_the_commands_options(tmp_path, tiny_st_dir):

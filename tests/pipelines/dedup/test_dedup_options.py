@@ -15,13 +15,27 @@ ARGV = ["--pairs", "p", "--output", "o", "--threshold", "0.9"]
 @pytest.mark.parametrize("keep", ["first", "longest", "central", "random", "column:votes"])
 def test_every_keep_value_applies_to_every_method(method, keep):
     options = dedup.Options(**BASE, method=method, keep=keep, corpus="c.jsonl")
-    assert options.keep == options.keep_for(method) == keep
+    assert options.keep == options.keep_policy == keep
+    assert options.method_settings(None).keep == keep
 
 
-def test_without_keep_components_keep_the_first_and_the_others_the_central():
+@pytest.mark.parametrize("method", ["components", "star", "ranked", "average"])
+def test_without_keep_every_method_keeps_the_central_member(method):
+    # One keep default everywhere (components kept the first before).
+    options = dedup.Options(**BASE, method=method)
+    assert options.keep == options.keep_policy == options.method_settings(None).keep == "central"
+
+
+def test_the_defaults_hold_the_threshold_and_limit_the_group_size():
     options = dedup.Options(**BASE)
-    assert options.keep is None
-    assert (options.keep_for("components"), options.keep_for("star")) == ("first", "central")
+    settings = options.method_settings(0.7)
+    assert (options.method, settings.radius_at(0.9), settings.max_group_size) == (
+        "star",
+        0.9,
+        1000,
+    )
+    with pytest.raises(OptionError, match="--max-group-size: must be at least 2"):
+        dedup.Options(**BASE, max_group_size=1)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +59,7 @@ def test_the_old_names_and_values_are_declared_for_the_options_base():
     assert dedup.Options.OLD_VALUES["keep"] == {"corpus": "first"}
     assert dedup.Options.OLD_VALUES["stable_keep"] == {"auto": None, "on": True, "off": False}
     options = dedup.Options(**BASE, keep="corpus")
-    assert (options.keep_policy, options.keep_for("star")) == ("first", "first")
+    assert (options.keep_policy, options.method_settings(None).keep) == ("first", "first")
 
 
 @pytest.mark.parametrize(

@@ -216,7 +216,7 @@ def test_pin_keeps_every_pinned_row_and_leaves_other_groups_alone(seed):
 def at_096(tmp_path):
     """Day 1 at threshold 0.96 (components, keep first): only a1 ~ a2 and c1 ~ c2 join, so
     a3 and b2 are kept. Gives the output and the arguments of the same run at 0.9."""
-    argv = [*_day(tmp_path, "1", DAY1_IDS, DAY1_PAIRS), "--method", "components"]
+    argv = [*_day(tmp_path, "1", DAY1_IDS, DAY1_PAIRS), "--method", "components", "--keep", "first"]
     argv[argv.index("--threshold") + 1] = "0.96"
     run(argv)
     out = tmp_path / "dedup"
