@@ -116,20 +116,20 @@ def _checked(
 ) -> InputRows:
     if not texts:
         raise ValueError(f"{argument}: no rows to deduplicate")
-    where = "item" if kind == "texts" else "row"
     for row, value in enumerate(texts):
         problem = (
             "no text (null)"
             if value is None
-            else f"a {type(value).__name__}, not a text"
+            else f"{value!r}, not a text"
             if not isinstance(value, str)
             else "an empty text"
             if not value.strip()
             else None
         )
         if problem is not None:
-            name = "data" if kind == "texts" else "text"
-            raise ValueError(f"{name}: {where} {row} of {argument} ({text!r}) has {problem}")
+            if kind == "texts":
+                raise ValueError(f"{argument}: item {row} has {problem}")
+            raise ValueError(f"text: row {row} of {argument} (column {text!r}) has {problem}")
     ids = []
     for row, value in enumerate(id_values):
         if value is None or str(value).strip() == "":
