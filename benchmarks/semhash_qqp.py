@@ -27,8 +27,8 @@ from collections.abc import Callable
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is on disk: nothing may download
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.common import DATA_DIR, read_tsv, write_result  # noqa: E402
-from benchmarks.parser import benchmark_parser  # noqa: E402
+from benchmarks.common import DATA_DIR, read_tsv, write_result
+from benchmarks.parser import benchmark_parser
 
 QQP = DATA_DIR / "qqp"
 FULL_N = 60_000

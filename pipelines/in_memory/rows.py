@@ -69,7 +69,7 @@ def input_rows(data: Any, text: str, id: str | None, argument: str) -> InputRows
             raise ValueError(f"id: {argument} is a list of texts, which has no id column")
         prefix = "" if argument == "data" else f"{argument}-"
         numbers = [f"{prefix}{row}" if prefix else row for row in range(len(texts))]
-        frame = _pandas().DataFrame({ID_COLUMN: numbers, text: texts})
+        frame = pandas_module().DataFrame({ID_COLUMN: numbers, text: texts})
         return _checked(frame, "texts", texts, numbers, text, argument)
     columns = [str(name) for name in (data.columns if kind == "frame" else data.column_names)]
     for name, column in (("text", text), ("id", id)):
@@ -96,9 +96,14 @@ def _kind(data: Any, argument: str) -> Kind:
     )
 
 
-def _pandas() -> Any:
-    import pandas
-
+def pandas_module() -> Any:
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError(
+            "data: a list of texts comes back as pandas DataFrames; install pandas, or pass a "
+            "pyarrow Table (pa.table({'text': texts}))"
+        ) from None
     return pandas
 
 
@@ -107,7 +112,7 @@ def _values(data: Any, kind: Kind, column: str) -> list[Any]:
         by_name = {str(name): name for name in data.columns}
         values = data[by_name[column]].tolist()
         # pandas holds a missing value as NaN or NaT as often as None.
-        return [None if _pandas().isna(value) is True else value for value in values]
+        return [None if pandas_module().isna(value) is True else value for value in values]
     return data.column(column).to_pylist()
 
 

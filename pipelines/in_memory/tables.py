@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import pyarrow as pa
-from sbert_pipeline.in_memory.rows import InputRows
+from sbert_pipeline.in_memory.rows import InputRows, pandas_module
 
 # The columns ``removed`` adds to the rows.
 ADDED_COLUMNS = ("duplicate_of", "score")
@@ -64,7 +64,7 @@ def joined(
         kept_table = rows.data.take(pa.array(kept_rows, pa.int64()))
         removed_table = rows.data.take(pa.array(removed_rows, pa.int64()))
         return kept_table, _with_columns(removed_table, added), _arrow_table(columns)
-    pandas = _pandas()
+    pandas = pandas_module()
     removed_frame = rows.data.iloc[removed_rows].assign(**added)
     return rows.data.iloc[kept_rows], removed_frame, pandas.DataFrame(columns)
 
@@ -85,9 +85,3 @@ def _array(values: list) -> pa.Array:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return pa.array([None if v is None else str(v) for v in values], pa.string())
-
-
-def _pandas() -> Any:
-    import pandas
-
-    return pandas

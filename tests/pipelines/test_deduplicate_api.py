@@ -202,7 +202,7 @@ def test_output_keeps_the_stage_folders_and_a_rerun_reuses_them(frame, api_run, 
             r"id: 1 ids of data occur more than once \(first: '1'\)",
         ),
         (pd.DataFrame({"text": ["a", None]}), {}, ValueError, "text: row 1 of data .* no text"),
-        (pd.DataFrame({"text": ["a", 3]}), {}, ValueError, "text: row 1 of data .* has 3, not a text"),
+        (pd.DataFrame({"text": ["a", 3]}), {}, ValueError, "text: row 1 .* has 3, not a text"),
         (
             pd.DataFrame({"text": ["a"], "qid": [None]}),
             {"id": "qid"},
