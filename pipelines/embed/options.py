@@ -172,8 +172,8 @@ class Options(ModelOptions):
         """A glob apart from the output, or rows in memory that can be read (errors in
         Python's words: only Python passes rows)."""
         if not is_in_memory(self.input):
-            message = overlap_error(self.output, "--input", self.input)
-            if message is not None:
+            message = self.input and overlap_error(self.output, "--input", self.input)
+            if message:
                 raise OptionError("output", message)
             return
         check_rows(self.input, self.text_field, self.id_field, self.keep_fields)
