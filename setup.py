@@ -76,8 +76,9 @@ setup(
         "openvino": ["openvino>=2025.0", "nncf>=2.14"],
         "dask": ["apache-beam[dask]>=2.60"],
         # benchmarks/encode.py's sentence-transformers+OpenVINO contender (its optimum-intel
-        # pins an older transformers and goes on a side path: see that script's docstring).
-        "bench": ["openvino>=2025.0", "nncf>=2.14", "datasets>=3"],
+        # pins an older transformers and goes on a side path: see that script's docstring);
+        # SemHash, the contender of benchmarks/semhash_qqp.py.
+        "bench": ["openvino>=2025.0", "nncf>=2.14", "datasets>=3", "semhash>=0.5"],
         "gpu": ["faiss-gpu>=1.8"],
         "gcp": ["apache-beam[gcp]>=2.60"],
     },

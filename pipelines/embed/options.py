@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from sbert_pipeline.embed.rows_input import check_rows, is_in_memory
 from sbert_pipeline.io.output_names import refuse_output_folder
+from sbert_pipeline.io.path_relations import overlap_error
 from sbert_pipeline.io.record_limits import (
     COPY_OF,
     DEFAULT_MAX_RECORD_BYTES,
@@ -47,10 +49,13 @@ class Options(ModelOptions):
     of vectors with a Beam pipeline. Rows that cannot be read are set aside in _errors/ and
     counted; the output is published with its manifest only when the run succeeds."""
 
-    INPUT_OPTIONS = ("input", "model")
+    # ``input`` is kept apart from the output by check(): rows in memory name no path.
+    INPUT_OPTIONS = ("model",)
     DOCS = ("docs/models.md", "docs/incremental.md", "docs/distributed.md")
 
-    input: str = option(
+    # From Python also the rows themselves (``rows_input.py``): a list of texts, a pandas
+    # Series or DataFrame, a pyarrow Table.
+    input: str | tuple[str, ...] | Any = option(
         help="glob of corpus files on any Beam filesystem", required=True, metavar="GLOB"
     )
     output: str = output_option()
@@ -161,6 +166,23 @@ class Options(ModelOptions):
                 f"must be at least 1 and at most --max-batch-size ({self.max_batch_size}), "
                 f"got {self.min_batch_size}",
             )
+        self._check_input()
+
+    def _check_input(self) -> None:
+        """A glob apart from the output, or rows in memory that can be read (errors in
+        Python's words: only Python passes rows)."""
+        if not is_in_memory(self.input):
+            message = self.input and overlap_error(self.output, "--input", self.input)
+            if message:
+                raise OptionError("output", message)
+            return
+        check_rows(self.input, self.text_field, self.id_field, self.keep_fields)
+        if self.incremental:
+            raise ValueError(
+                "incremental: needs input files (rows in memory are embedded whole each run)"
+            )
+        if self.format not in (None, "parquet"):
+            raise ValueError(f"format: not for rows in memory (got {self.format!r})")
 
     def budget(self) -> MemoryBudget:
         """``memory_budget`` resolved (``auto``: a share of the memory available now).
