@@ -71,7 +71,7 @@ def resolve_model_dir(
 
     Raises:
         ModelLoadError: the path does not exist, or the hub id cannot be fetched (offline, no
-            such model); the message starts with ``--model NAME:``.
+            such model; that message starts with ``--model NAME:``).
     """
     name = os.fspath(name_or_path)
     if name in _PACKAGED_NAMES:
@@ -80,9 +80,9 @@ def resolve_model_dir(
     if path.is_dir():
         return path.resolve(), str(path.resolve())
     if path.exists():
-        raise ModelLoadError(f"--model {name}: a file; pass the model's folder")
+        raise ModelLoadError(f"model path {name} is a file; pass the model's directory")
     if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
-        raise ModelLoadError(f"--model {name}: the folder does not exist")
+        raise ModelLoadError(f"model directory {name} does not exist")
     return _download_from_hub(name, organization)
 
 

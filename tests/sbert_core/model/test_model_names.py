@@ -152,7 +152,7 @@ def test_a_local_folder_is_never_looked_up(fake_hub, tiny_st_dir, tmp_path, monk
     _, asked = fake_hub
     monkeypatch.chdir(tiny_st_dir.parent)
     assert resolve_model_dir(tiny_st_dir.name)[0] == tiny_st_dir.resolve()
-    with pytest.raises(ModelLoadError, match="the folder does not exist"):
+    with pytest.raises(ModelLoadError, match="does not exist"):
         resolve_model_dir(str(tmp_path / "nowhere"))
     assert asked == []
 
