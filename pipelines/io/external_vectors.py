@@ -361,7 +361,8 @@ def refuse_unnamed_columns(path: str) -> None:
     columns to pass; any other path is left to the embeddings reader (which says what it lacks).
 
     Raises:
-        ExternalVectorsError: ``path`` has no ``_manifest.json`` but Parquet files.
+        FileNotFoundError: ``path`` has no ``_manifest.json`` but Parquet files (as a path
+            without either is refused by the reader).
     """
     if is_embed_output(path) or FileSystems.exists(join(path, STARTED)):
         return  # ours, or a run of ours that did not finish: the reader says so
@@ -375,7 +376,7 @@ def refuse_unnamed_columns(path: str) -> None:
         found = f" (its columns: {names})"
     except (OSError, pa.ArrowException):
         found = ""
-    raise ExternalVectorsError(
+    raise FileNotFoundError(
         f"{path} holds Parquet files but no {MANIFEST}, so it was not written by sbert embed: "
         f"for vectors made elsewhere, name their columns with --embedding-field COLUMN "
         f"--id-field COLUMN (and --text-field COLUMN for texts){found}"

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from sbert_pipeline.io.external_vectors import ExternalVectorsError, open_inputs
+from sbert_pipeline.io.external_vectors import open_inputs
 
 
 def _vectors(path):
@@ -21,7 +21,7 @@ def test_the_flags_of_own_vectors_are_named(tmp_path, as_folder):
     (tmp_path / "byo").mkdir()
     file = _vectors(tmp_path / "byo" / "vectors.parquet")
     given = str(file.parent if as_folder else file)
-    with pytest.raises(ExternalVectorsError) as info:
+    with pytest.raises(FileNotFoundError) as info:
         open_inputs([given], None)
     message = str(info.value)
     assert message.startswith(f"{given} holds Parquet files but no _manifest.json")
