@@ -66,10 +66,12 @@ def folder_hint(folder: str) -> str:
     if not globs:
         formats = ", ".join(f".{fmt}" for fmt in FORMATS)
         return (
-            f"--input {folder} is a folder holding no corpus file ({formats}, optionally .gz or "
+            f"{folder} is a folder holding no corpus file ({formats}, optionally .gz or "
             f".bz2); name the files with a glob such as {base}/*.jsonl"
         )
-    return f"--input {folder} is a folder: use {' or '.join(globs)} (a glob of its files)"
+    return (
+        f"{folder} is a folder, not a corpus file: use {' or '.join(globs)} (a glob of its files)"
+    )
 
 
 def refuse_unrecordable_names(paths: Iterable[str]) -> None:

@@ -110,7 +110,7 @@ def test_a_folder_as_input_gets_the_glob_of_its_files(tmp_path):
     write_corpus(folder, "jsonl", TEXTS, name="b")
     (folder / "README.md").write_text("notes")
     with pytest.raises(
-        DataFileError, match=rf"^--input {folder} is a folder: use {folder}/\*\.jsonl "
+        DataFileError, match=rf"^{folder} is a folder, not a corpus file: use {folder}/\*\.jsonl "
     ):
         match_corpus(str(folder))
     assert len(match_corpus(str(folder / "*.jsonl"))) == 2
