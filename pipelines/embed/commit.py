@@ -28,6 +28,7 @@ from sbert_pipeline.io.atomic import write_json_replacing
 from sbert_pipeline.io.embeddings import count_rows, shard_paths
 from sbert_pipeline.io.manifest_fields import created_now
 from sbert_pipeline.io.output_dir import MANIFEST, join
+from sbert_pipeline.io.rejections import rejection_reasons
 from sbert_pipeline.io.resources import peak_rss
 from sbert_pipeline.io.schemas import ERRORS_DIR
 from sbert_pipeline.io.staged_output import StagedOutput
@@ -174,14 +175,21 @@ def check_rejections(
     if read and rejected / read > plan.max_error_rate:
         raise CommitRefusedError(
             f"{rejected} of {read} rows rejected ({rejected / read:.1%}), more than "
-            f"--max-error-rate {plan.max_error_rate:.1%}; see {errors}; "
+            f"--max-error-rate {plan.max_error_rate:.1%}; {_reasons(errors)}"
             f"nothing was published{kept}"
         )
     if read and not embedded and not plan.allow_all_rejected:
         raise CommitRefusedError(
-            f"all {read} rows were rejected, none embedded (see {errors}); "
+            f"all {read} rows were rejected, none embedded; {_reasons(errors)}"
             f"nothing was published{kept}; pass --allow-all-rejected to publish such a run"
         )
+
+
+def _reasons(errors: str) -> str:
+    """The most common reasons of the rejected rows and where all of them are, for a
+    refusal's message."""
+    reasons = rejection_reasons(errors)
+    return f"{reasons} (every row: {errors}); " if reasons else f"see {errors}; "
 
 
 def commit_embeddings(out: StagedOutput, plan: CommitPlan, tallies: Mapping[str, int]) -> dict:

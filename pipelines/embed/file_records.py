@@ -251,3 +251,20 @@ def _holds(path: str, size: int, digest: str) -> bool:
 def error_part(name: str) -> str:
     """The attempt-area path of an error part named ``name``."""
     return f"{ERRORS_DIR}/{name}"
+
+
+def run_facts(manifest: Mapping) -> dict:
+    """The key counts of an embed output for ``sbert run``'s table and report: rows read,
+    embedded, rejected; after an incremental run the rows embedded by that run, and the rows of
+    unchanged files it kept apart as ``reused`` (read = embedded + reused + rejected)."""
+    counts = manifest.get("counts", {})
+    facts = {key: counts.get(key) for key in ("read", "embedded", "rejected")}
+    section = manifest.get("incremental") or {}
+    if section.get("mode") != "incremental":
+        return facts
+    return {
+        "read": facts["read"],
+        "embedded": section.get("rows_new"),
+        "reused": section.get("rows_old"),
+        "rejected": facts["rejected"],
+    }

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from sbert_pipeline.io.corpus_fields import check_corpus_fields
 from sbert_pipeline.io.corpus_files import match_corpus, open_decompressed
 from sbert_pipeline.io.corpus_reader import (
     CorpusRecord,
@@ -133,7 +134,8 @@ class ReadCorpus(beam.PTransform):
     def __init__(
         self, pattern: str, spec: CorpusSpec, files: list[tuple[str, str, int]] | None = None
     ) -> None:
-        """Match the files and check that each one's format is known.
+        """Match the files and check that each one's format is known and, for files matched
+        here, that the first records hold the text and id fields.
 
         Args:
             pattern: the corpus glob.
@@ -144,12 +146,15 @@ class ReadCorpus(beam.PTransform):
 
         Raises:
             FileNotFoundError: nothing matches ``pattern``.
-            DataFileError: a file's format cannot be told from its extension.
+            DataFileError: a file's format cannot be told from its extension, or its first
+                records lack the text or id field (naming the fields it has).
         """
         super().__init__()
         self.files = match_corpus(pattern) if files is None else list(files)
         for path, _, _ in self.files:
             detect_format(path, spec.fmt)
+        if files is None:  # given files were matched, and checked, by the caller
+            check_corpus_fields(self.files, spec)
         self._spec = spec
 
     @property

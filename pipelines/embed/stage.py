@@ -107,10 +107,11 @@ class EmbedSummary:
         read = f"read {self.read} rows"
         if self.kept:
             read = f"{self.read} rows, {self.kept} kept from unchanged files"
+        # Pointed at only when there is something to see there.
+        errors = f" (see {join(self.output, ERRORS_DIR)})" if self.rejected else ""
         return (
-            f"{read}: {embedded} embedded{truncated}, {self.rejected} rejected "
-            f"(see {join(self.output, ERRORS_DIR)}) in {self.seconds:.1f}s ({rate:.0f} texts/s) "
-            f"-> {self.output}"
+            f"{read}: {embedded} embedded{truncated}, {self.rejected} rejected{errors} in "
+            f"{self.seconds:.1f}s ({rate:.0f} texts/s) -> {self.output}"
         )
 
     @classmethod
@@ -207,13 +208,14 @@ def build(options: Options, pipeline: beam.Pipeline | None = None) -> EmbedJob:
     settings = options.encoder_settings()
     beam_options = options_for(options.beam_options, pipeline)
     options.check_launcher(workers_here=is_local(beam_options))
-    # Fail before any work: the settings (above), the model's files, the input, then the output.
+    # Fail before any work: the settings (above), the input (its files and their first
+    # records' fields, before a model is read), the model's files, then the output.
+    read_corpus = ReadCorpus(options.input, spec)
+    refuse_output_inside_input(options.output, options.input, read_corpus.files)
     # What the manifest records: the model with the prompt and dimensions these settings
     # choose (an unknown prompt name or a truncate_dim above the model's fails here).
     info = settings.inspect()
     description = settings.describe(info)
-    read_corpus = ReadCorpus(options.input, spec)
-    refuse_output_inside_input(options.output, options.input, read_corpus.files)
     # The files are listed, not read: refuse a run that cannot fit before any work.
     memory = embed_memory(
         options.budget(),

@@ -13,7 +13,7 @@ from typing import BinaryIO
 from sbert_pipeline.io.filesystems import CompressionTypes, FileSystems, split_pattern
 
 from sbert_core.errors import DataFileError
-from sbert_core.tabular import open_bz2
+from sbert_core.tabular import COMPRESSED_SUFFIXES, FORMATS, detect_format, open_bz2
 
 _CHUNK = 1 << 22  # bytes hashed at a time
 
@@ -27,11 +27,15 @@ def match_corpus(pattern: str) -> list[tuple[str, str, int]]:
 
     Raises:
         FileNotFoundError: nothing matches.
-        DataFileError: a matched file's name is not UTF-8 (see :func:`refuse_unrecordable_names`).
+        DataFileError: a matched file's name is not UTF-8 (see :func:`refuse_unrecordable_names`),
+            or ``pattern`` names a local folder (the message gives the glob to use).
     """
     matched = sorted(FileSystems.match([pattern])[0].metadata_list, key=lambda m: m.path)
     if not matched:
         raise FileNotFoundError(f"no input files match {pattern}")
+    folders = [m.path for m in matched if "://" not in m.path and os.path.isdir(m.path)]
+    if folders:
+        raise DataFileError(folder_hint(folders[0]))
     refuse_unrecordable_names(m.path for m in matched)
     base, _ = split_pattern(pattern)
     return [
@@ -42,6 +46,32 @@ def match_corpus(pattern: str) -> list[tuple[str, str, int]]:
         )
         for m in matched
     ]
+
+
+def folder_hint(folder: str) -> str:
+    """What to pass instead of a local folder as ``--input``: a glob of the corpus files in
+    it, by their extensions (``corpus/*.jsonl``)."""
+    kinds = set()
+    for name in os.listdir(folder):
+        if name.startswith((".", "_")) or not os.path.isfile(os.path.join(folder, name)):
+            continue
+        try:
+            detect_format(name)
+        except DataFileError:
+            continue
+        compressed = next((end for end in COMPRESSED_SUFFIXES if name.lower().endswith(end)), "")
+        kinds.add("." + name[: len(name) - len(compressed)].rsplit(".", 1)[-1] + compressed)
+    base = folder.rstrip("/")
+    globs = [f"{base}/*{kind}" for kind in sorted(kinds)]
+    if not globs:
+        formats = ", ".join(f".{fmt}" for fmt in FORMATS)
+        return (
+            f"{folder} is a folder holding no corpus file ({formats}, optionally .gz or "
+            f".bz2); name the files with a glob such as {base}/*.jsonl"
+        )
+    return (
+        f"{folder} is a folder, not a corpus file: use {' or '.join(globs)} (a glob of its files)"
+    )
 
 
 def refuse_unrecordable_names(paths: Iterable[str]) -> None:

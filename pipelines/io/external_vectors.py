@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sbert_pipeline.io.embeddings import EmbeddingsDataset, parquet_source, require_one_model
 from sbert_pipeline.io.filesystems import FileSystems
-from sbert_pipeline.io.output_dir import MANIFEST, join
+from sbert_pipeline.io.output_dir import MANIFEST, STARTED, join
 from sbert_pipeline.io.schemas import embeddings_schema
 from sbert_pipeline.vectors.checks import require_finite
 
@@ -345,6 +345,8 @@ def open_inputs(paths: list[str], columns: ExternalColumns | None) -> list[Embed
     """Open each input (an embed output, or with ``columns`` an external dataset where the
     path has no manifest) and check that one model made them all."""
     if columns is None:
+        for path in paths:
+            refuse_unnamed_columns(path)
         return EmbeddingsDataset.open_many(paths)
     datasets = [
         EmbeddingsDataset.open(path) if is_embed_output(path) else open_external(path, columns)
@@ -352,6 +354,33 @@ def open_inputs(paths: list[str], columns: ExternalColumns | None) -> list[Embed
     ]
     require_one_model(datasets)
     return datasets
+
+
+def refuse_unnamed_columns(path: str) -> None:
+    """Refuse Parquet vectors without our manifest given without their columns, naming the
+    columns to pass; any other path is left to the embeddings reader (which says what it lacks).
+
+    Raises:
+        FileNotFoundError: ``path`` has no ``_manifest.json`` but Parquet files (as a path
+            without either is refused by the reader).
+    """
+    if is_embed_output(path) or FileSystems.exists(join(path, STARTED)):
+        return  # ours, or a run of ours that did not finish: the reader says so
+    try:
+        files = external_files(path)
+    except (FileNotFoundError, OSError):
+        return
+    try:
+        with parquet_source(files[0]) as source:
+            names = ", ".join(pq.read_schema(source).names)
+        found = f" (its columns: {names})"
+    except (OSError, pa.ArrowException):
+        found = ""
+    raise FileNotFoundError(
+        f"{path} holds Parquet files but no {MANIFEST}, so it was not written by sbert embed: "
+        f"for vectors made elsewhere, name their columns with --embedding-field COLUMN "
+        f"--id-field COLUMN (and --text-field COLUMN for texts){found}"
+    )
 
 
 def refuse_remote_workers(datasets: list[EmbeddingsDataset], *, here: bool) -> None:

@@ -78,7 +78,8 @@ def model_identity(options: Any) -> dict:
     try:
         info = settings.inspect()
     except ModelLoadError as err:
-        raise ModelLoadError(f"model: {err}") from None
+        # The config's key instead of the command line's flag.
+        raise ModelLoadError(f"model: {str(err).removeprefix('--model ')}") from None
     except ValueError as err:
         raise ValueError(f"model: {err}") from None
     return settings.describe(info)

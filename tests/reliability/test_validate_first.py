@@ -78,9 +78,12 @@ def test_a_run_in_which_every_row_is_rejected_fails_and_publishes_nothing(
     root, _ = outputs
     before = snapshot(root / "embeddings")
     corpus = tmp_path / "all_bad.jsonl"
-    corpus.write_text('{"title": "no text"}\n{"title": "none here either"}\n')
+    corpus.write_text('{"text": ""}\n{"text": "   "}\n')
     argv = embed_argv(corpus, root / "embeddings", tiny_st_dir, "--overwrite")
-    with pytest.raises(JobFailedError, match=r"all 2 rows were rejected.*--allow-all-rejected"):
+    reasons = r"most common reasons: empty text \(1\), whitespace-only text \(1\)"
+    with pytest.raises(
+        JobFailedError, match=rf"all 2 rows were rejected.*{reasons}.*--allow-all-rejected"
+    ):
         embed(argv)
     assert {k: v for k, v in snapshot(root / "embeddings").items() if k[0] != "_"} == {
         k: v for k, v in before.items() if k[0] != "_"

@@ -188,7 +188,9 @@ def test_pickle_weights_are_refused_unless_allowed(one_label_dir, one_label, tmp
 
 def test_a_hub_id_fails_offline_with_advice(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelLoadError, match="not a local directory and could not be fetched"):
+    with pytest.raises(
+        ModelLoadError, match="not a local folder, and the Hugging Face Hub is unreachable"
+    ):
         CrossEncoder.load("cross-encoder/some-reranker-that-is-not-here", device="cpu")
 
 
