@@ -68,7 +68,7 @@ PROGRESS_LOGGERS = (
     "sbert_core.training.cross_encoder_fit",
     "sbert_core.training.cross_encoder_start",
     "sbert_core.training.cross_encoder_eval",
-    "sbert_core.training.cosine_band",
+    "sbert_core.training.cross_encoder_data",
 )
 # Scores shown per test set in the run's summary line.
 SUMMARY_METRICS = (("", "ap"), (" best", "f1"))

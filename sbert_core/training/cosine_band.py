@@ -4,8 +4,8 @@ bi-encoder lies in a band.
 In retrieve-then-verify the cross-encoder scores only the candidate pairs, those the
 bi-encoder puts at or above the pairs stage's threshold (and below verify's band top, if one
 is set). A cross-encoder trained on just those pairs spends every step on the decisions it
-will be asked to make, and far fewer steps: on the QQP recipe about a third of the labelled
-pairs lie at cosine >= 0.8. A ``cosine_band`` section on a cross-encoder's ``train`` (or
+will be asked to make, and far fewer steps: on the QQP recipe 45,584 of the 107,933 labelled
+pairs (42%) lie at cosine >= 0.8. A ``cosine_band`` section on a cross-encoder's ``train`` (or
 ``dev``/``test``) spec says which bi-encoder and which band::
 
     cosine_band: {model: all-MiniLM-L6-v2, low: 0.8}      # the job's model and pairs.threshold

@@ -49,7 +49,7 @@ from sbert_core.training.hard_negatives import load_vectors, mined_candidates
 logger = logging.getLogger(__name__)
 
 # Distinct texts per encode call of the cosine band: the progress callback follows each chunk.
-_CHUNK = 4096
+_CHUNK = 1024
 # The data kinds a cross-encoder trains and is evaluated on.
 CROSS_ENCODER_KINDS = ("duplicate_pairs", "labelled_pairs", "scored_pairs")
 

@@ -195,3 +195,27 @@ def test_precision_auto_is_bf16_only_where_the_cpu_has_it(monkeypatch, flags, ex
     assert resolve_precision("float32", cpu) == "float32"
     dtype = autocast_dtype_for("auto", cpu)
     assert dtype == (torch.bfloat16 if expected == "bfloat16" else None)
+
+
+def test_the_quick_recipe_trains_on_the_band_the_quickstart_verify_job_scores(monkeypatch, capsys):
+    """examples/cross_encoder_qqp_quick.yaml: the full recipe's split, the band of
+    quickstart_verify.yaml (its model, its pairs threshold) and the folder its verify reads."""
+    from sbert_pipeline.jobs import stage_cli
+
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.chdir(root)
+    argv = ["--config", "examples/cross_encoder_qqp_quick.yaml", "--print-config"]
+    assert stage_cli.main("finetune", argv) in (0, None)
+    quick = yaml.safe_load(capsys.readouterr().out)
+    full = yaml.safe_load((root / "examples/cross_encoder_qqp.yaml").read_text())
+    job = yaml.safe_load((root / "examples/quickstart_verify.yaml").read_text())
+    assert quick["train"]["cosine_band"] == {
+        "model": job["model"],
+        "low": job["pairs"]["threshold"],
+        "high": None,
+    }
+    assert quick["output"] == job["verify"]["model"] == full["output"]
+    assert quick["training"]["precision"] == "auto"
+    for key in ("path", "part", "holdout_fraction", "split_seed", "columns"):
+        assert quick["train"][key] == full["train"][key]
+        assert quick["test"][0][key] == full["test"][0][key]
