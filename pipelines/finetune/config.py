@@ -79,10 +79,21 @@ def check_model_kind(config: FinetuneConfig) -> None:
     """Refuse an objective or section the model kind cannot train with, naming the key.
 
     Raises:
-        ValueError: ``binary_cross_entropy`` with a bi-encoder, another objective or a
-            ``dedup_test`` section with a cross-encoder.
+        ValueError: ``binary_cross_entropy`` or a ``cosine_band`` with a bi-encoder, another
+            objective or a ``dedup_test`` section with a cross-encoder, a band that is none.
     """
     bce = config.objective.name == "binary_cross_entropy"
+    sections = [("train", config.train), ("dev", config.dev)]
+    sections += [(f"test.{i}", spec) for i, spec in enumerate(config.test)]
+    for name, spec in sections:
+        if spec is None or spec.cosine_band is None:
+            continue
+        if config.kind != "cross_encoder":
+            raise ValueError(
+                f"{name}.cosine_band: keeps the pairs a cross-encoder will verify; set kind: "
+                "cross_encoder, or remove it"
+            )
+        spec.cosine_band.check(f"{name}.cosine_band")
     if config.kind == "bi_encoder" and bce:
         raise ValueError(
             "objective.name: binary_cross_entropy trains a cross-encoder; set kind: cross_encoder"

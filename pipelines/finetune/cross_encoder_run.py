@@ -44,19 +44,23 @@ from sbert_pipeline.finetune.data_records import (
     warn_single_target,
 )
 from sbert_pipeline.finetune.finetune_summary import FinetuneSummary
+from sbert_pipeline.finetune.progress import StepBar
 from sbert_pipeline.io.text_normal import text_key
 from sbert_pipeline.stage_api.stops import JobFailedError
+from sbert_pipeline.vectors.progress import stage_progress
 
 from sbert_core.inference.cross_encoder import CrossEncoder
 from sbert_core.model.artifact import MANIFEST_FILE
 from sbert_core.model.export import staged_model_folder
 from sbert_core.training.checkpoint import seed_everything
-from sbert_core.training.cross_encoder_data import load_cross_encoder_pairs
+from sbert_core.training.cross_encoder_data import keep_in_band, load_cross_encoder_pairs
 from sbert_core.training.cross_encoder_eval import PairScoreEvaluator
 from sbert_core.training.cross_encoder_fit import fit_cross_encoder
 from sbert_core.training.cross_encoder_start import start_cross_encoder
+from sbert_core.training.data import DataSpec, ExampleSet
 from sbert_core.training.distributed import training_device
 from sbert_core.training.loop import TrainingDivergedError
+from sbert_core.training.step_loop import resolve_precision
 
 # Step, loss and ETA lines, and what the start model was built from, are shown unless the user
 # has set these loggers' levels.
@@ -64,6 +68,7 @@ PROGRESS_LOGGERS = (
     "sbert_core.training.cross_encoder_fit",
     "sbert_core.training.cross_encoder_start",
     "sbert_core.training.cross_encoder_eval",
+    "sbert_core.training.cross_encoder_data",
 )
 # Scores shown per test set in the run's summary line.
 SUMMARY_METRICS = (("", "ap"), (" best", "f1"))
@@ -86,17 +91,10 @@ def finetune_cross_encoder(config: FinetuneConfig) -> FinetuneSummary:
     if output.exists() and any(output.iterdir()) and not config.overwrite:
         raise FileExistsError(f"{output} exists and is not empty; pass --overwrite to replace it")
 
-    train = load_cross_encoder_pairs(config.train, text_key, name="train")
+    train = _load_pairs(config, config.train, "train")
     warn_single_target(train, config.objective.name)
-    dev = (
-        load_cross_encoder_pairs(config.dev, text_key, name="dev")
-        if config.dev is not None
-        else None
-    )
-    tests = [
-        load_cross_encoder_pairs(spec, text_key, name=f"test.{i}")
-        for i, spec in enumerate(config.test)
-    ]
+    dev = _load_pairs(config, config.dev, "dev") if config.dev is not None else None
+    tests = [_load_pairs(config, spec, f"test.{i}") for i, spec in enumerate(config.test)]
     dev_evaluator = PairScoreEvaluator(dev, "dev") if dev is not None else None
     names = short_names([examples.source for examples in tests])
     test_evaluators = [
@@ -116,10 +114,15 @@ def finetune_cross_encoder(config: FinetuneConfig) -> FinetuneSummary:
         if config.evaluate_base_model
         else {}
     )
+    steps = StepBar()
     try:
-        result = fit_cross_encoder(model, train, config.training, evaluator=dev_evaluator)
+        result = fit_cross_encoder(
+            model, train, config.training, evaluator=dev_evaluator, callbacks=[steps]
+        )
     except TrainingDivergedError as err:
         raise JobFailedError(str(err)) from err
+    finally:
+        steps.close()
     after = {evaluator.name: evaluator(model) for evaluator in test_evaluators}
 
     data = {
@@ -148,6 +151,28 @@ def finetune_cross_encoder(config: FinetuneConfig) -> FinetuneSummary:
         for label, metric in SUMMARY_METRICS
     }
     return training_summary(output, result, test_metrics)
+
+
+def _load_pairs(config: FinetuneConfig, spec: DataSpec, name: str) -> ExampleSet:
+    """The pairs of ``spec`` (section ``name``), only those in its ``cosine_band`` if it has
+    one: their texts embedded by the band's bi-encoder on the training device, in the training
+    precision, with a progress bar."""
+    examples = load_cross_encoder_pairs(spec, text_key, name=name)
+    band = spec.cosine_band
+    if band is None:
+        return examples
+    from sbert_core.inference.encoder import SentenceEncoder
+
+    device = training_device(config.training)
+    encoder = SentenceEncoder.load(
+        band.model,
+        device=device,
+        dtype=resolve_precision(config.training.precision, device),
+        allow_pickle=config.allow_pickle,
+    )
+    distinct = len(set(examples.texts[0]).union(examples.texts[1]))
+    with stage_progress(f"{name} cosine band", total=distinct, unit="texts") as bar:
+        return keep_in_band(examples, band, encoder, name=name, progress=bar.update)
 
 
 def _describe(examples, spec) -> dict | None:

@@ -101,6 +101,7 @@ def training_manifest(
             "seconds": round(result.seconds, 3),
             "examples_per_second": round(result.examples_per_second, 2),
             "world_size": result.world_size,
+            "precision": result.precision,
             "resumed_from": result.resumed_from,
             "loss_history": result.loss_history,
         },

@@ -47,6 +47,7 @@ from sbert_pipeline.finetune.finetune_summary import FinetuneSummary, PrintedCon
 from sbert_pipeline.finetune.holdout_grouping import dedup_metrics, evaluate_dedup, load_holdout
 from sbert_pipeline.finetune.model_card import model_card
 from sbert_pipeline.finetune.options import Options
+from sbert_pipeline.finetune.progress import StepBar, show_training_progress
 from sbert_pipeline.io.text_normal import text_key
 from sbert_pipeline.stage_api.result import Result
 from sbert_pipeline.stage_api.stops import JobFailedError
@@ -94,6 +95,7 @@ def run(options: Options, *, pipeline: Any = None) -> Result:
         resolved = config_to_dict(config)
         printed = PrintedConfig(resolved, yaml.safe_dump(resolved, sort_keys=False))
         return Result(output=config.output, manifest={}, summary=printed)
+    show_training_progress()
     summary = _finetune(config)
     output = Path(config.output)
     manifest = (
@@ -143,10 +145,15 @@ def _finetune(config: FinetuneConfig) -> FinetuneSummary:
         before = {evaluator.name: evaluator(encoder) for evaluator in test_evaluators}
         if holdout is not None:
             dedup_before = evaluate_dedup(encoder, holdout, config.dedup_test, base=True)
+    steps = StepBar()
     try:
-        result = train(loss, train_examples, config.training, evaluator=dev_evaluator)
+        result = train(
+            loss, train_examples, config.training, evaluator=dev_evaluator, callbacks=[steps]
+        )
     except TrainingDivergedError as err:
         raise JobFailedError(str(err)) from err
+    finally:
+        steps.close()
 
     after = {evaluator.name: evaluator(encoder) for evaluator in test_evaluators} if is_main else {}
     test_metrics = {

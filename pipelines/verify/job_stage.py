@@ -6,6 +6,7 @@ dedup then reads instead of the pairs (``pipelines/dedup/job_stage.py``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sbert_pipeline.stage_api.input_files import model_files, named_paths
@@ -38,19 +39,24 @@ def _external_paths(options: Any, context: JobContext) -> list[tuple[str, str]]:
 
 
 def _external_inputs(options: Any, context: JobContext) -> dict:
-    # The cross-encoder's folder file by file: a model retrained into it reruns verify.
+    # The cross-encoder's folder file by file: a model retrained into it reruns verify. A name
+    # that is no folder is described by itself: the preflight refuses it if it is none on the
+    # Hub either, saying what verify needs.
+    if not Path(options.model).expanduser().is_dir():
+        return {"model": {"name": options.model}}
     return {"model": model_files(options.model, "verify.model")}
 
 
 def _preflight(options: Any) -> None:
     # The cross-encoder's kind and label count, from its config (no weights), so that a model
-    # verify cannot use stops the job before embed and pairs run.
+    # verify cannot use (or no model at all) stops the job before embed and pairs run and
+    # before the job folder is made.
     from sbert_pipeline.verify.model_check import check_cross_encoder
 
     from sbert_core.errors import ModelLoadError
 
     try:
-        check_cross_encoder(options.model)
+        check_cross_encoder(options.model, key="model")
     except ModelLoadError as err:
         raise ValueError(str(err)) from None  # it names the folder
 

@@ -13,8 +13,9 @@ from typing import Annotated, Literal, get_args
 from sbert_core.config import Aliases
 from sbert_core.model.pooling import PoolingMode
 
-# The autocast dtype, spelled as the encoder's dtypes and the manifests spell it.
-TrainingPrecision = Literal["float32", "bfloat16", "float16"]
+# The autocast dtype, spelled as the encoder's dtypes and the manifests spell it; "auto" is
+# bfloat16 where the device computes it natively, else float32 (step_loop.resolve_precision).
+TrainingPrecision = Literal["float32", "bfloat16", "float16", "auto"]
 # Spellings configs used before the names were unified; still read, stored as the names above.
 PRECISION_ALIASES = {"bf16": "bfloat16", "fp16": "float16"}
 # How examples are cut into batches (sbert_core.training.batches.BatchPlan): "shuffle" is a
@@ -58,7 +59,8 @@ class TrainingConfig:
     prompt: str | None = None
     seed: int = 42
     # Autocast for the forward pass (weights and optimizer stay float32): bfloat16 on GPUs or on
-    # CPUs with AVX512-BF16/AMX; float16 on GPUs only, with loss scaling.
+    # CPUs with AVX512-BF16/AMX; float16 on GPUs only, with loss scaling; auto: bfloat16 where
+    # the device has it natively (a CPU with AVX512-BF16/AMX, a GPU with bf16), else float32.
     precision: Annotated[TrainingPrecision, Aliases(PRECISION_ALIASES)] = "float32"
     # None: CUDA when available (cuda:LOCAL_RANK under torchrun), else CPU.
     device: str | None = None

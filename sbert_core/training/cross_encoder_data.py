@@ -25,6 +25,10 @@ that is outside ``a``'s duplicate group, passes the false-negative guards
 labels, are training pairs anyway). Modes ``labelled`` and ``labelled+mined`` would only repeat
 labelled pairs, so they are refused.
 
+**The cosine band** (``cosine_band: {model: all-MiniLM-L6-v2, low: 0.8}``,
+:mod:`sbert_core.training.cosine_band`): :func:`keep_in_band` keeps the pairs whose cosine by
+that bi-encoder lies in the band, the pairs verify will be asked about.
+
 The result is an :class:`~sbert_core.training.data.ExampleSet` of kind ``scored_pairs``
 (two text columns, float32 targets), so the bi-encoder's batch plan and fingerprint serve it.
 """
@@ -37,12 +41,15 @@ from collections.abc import Callable
 import numpy as np
 
 from sbert_core.errors import DataFileError
+from sbert_core.training.cosine_band import CosineBand
 from sbert_core.training.data import DataSpec, ExampleSet, load_duplicate_split, load_examples
 from sbert_core.training.duplicate_pairs import DuplicateSplit
 from sbert_core.training.hard_negatives import load_vectors, mined_candidates
 
 logger = logging.getLogger(__name__)
 
+# Distinct texts per encode call of the cosine band: the progress callback follows each chunk.
+_CHUNK = 1024
 # The data kinds a cross-encoder trains and is evaluated on.
 CROSS_ENCODER_KINDS = ("duplicate_pairs", "labelled_pairs", "scored_pairs")
 
@@ -143,3 +150,66 @@ def mined_negative_pairs(split: DuplicateSplit, spec: DataSpec) -> tuple[np.ndar
 def binary_labels(examples: ExampleSet) -> np.ndarray:
     """``(N,)`` bool: the pairs counted as positives when scoring (target 0.5 or more)."""
     return np.asarray(examples.targets) >= 0.5
+
+
+def pair_cosines(
+    encoder, texts: tuple[tuple[str, ...], ...], progress: Callable[[int], None] | None = None
+) -> np.ndarray:
+    """``(N,)`` float32 cosine of each pair ``(texts[0][i], texts[1][i])`` by ``encoder`` (a
+    :class:`~sbert_core.inference.encoder.SentenceEncoder`); every distinct text is embedded
+    once, ``progress(n)`` called after each chunk of ``n`` texts."""
+    first, second = texts
+    distinct = list(dict.fromkeys([*first, *second]))
+    row = {text: i for i, text in enumerate(distinct)}
+    vectors = []
+    for start in range(0, len(distinct), _CHUNK):
+        chunk = distinct[start : start + _CHUNK]
+        encoded = encoder.encode(chunk, normalize_embeddings=True, show_progress_bar=False)
+        vectors.append(np.asarray(encoded, dtype=np.float32))
+        if progress is not None:
+            progress(len(chunk))
+    unit = np.concatenate(vectors) if vectors else np.zeros((0, 1), np.float32)
+    a = unit[[row[text] for text in first]]
+    b = unit[[row[text] for text in second]]
+    return np.einsum("ij,ij->i", a, b)
+
+
+def keep_in_band(
+    examples: ExampleSet,
+    band: CosineBand,
+    encoder,
+    *,
+    name: str = "train",
+    progress: Callable[[int], None] | None = None,
+) -> ExampleSet:
+    """The pairs of ``examples`` whose cosine by ``encoder`` lies in ``band``; logs how many
+    of how many were kept (and the positives among them).
+
+    Raises:
+        ValueError: the pairs are not pairs, or none is left (naming ``name``).
+    """
+    if len(examples.texts) != 2:
+        raise ValueError(f"{name}.cosine_band: keeps pairs, but the examples are not pairs")
+    cosines = pair_cosines(encoder, examples.texts, progress)
+    kept = np.flatnonzero(band.contains(cosines))
+    if not kept.size:
+        raise ValueError(
+            f"{name}.cosine_band: no pair of {examples.source} has a cosine in {band.edges()} by "
+            f"{band.model}; lower cosine_band.low"
+        )
+    chosen = examples.select(kept)
+    positives = (
+        f", {int((np.asarray(chosen.targets) >= 0.5).sum())} of them positive"
+        if chosen.targets is not None
+        else ""
+    )
+    logger.info(
+        "%s: kept %d of %d pairs whose cosine by %s lies in %s%s",
+        name,
+        kept.size,
+        len(examples),
+        band.model,
+        band.edges(),
+        positives,
+    )
+    return chosen

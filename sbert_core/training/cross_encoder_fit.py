@@ -128,12 +128,14 @@ class _CrossEncoderRun(StepLoop):
     def fit(self, callbacks: Sequence[Callable[[TrainingProgress], None]]) -> TrainingResult:
         """Train to the last step; the run's summary."""
         logger.info(
-            "training a cross-encoder on %d pairs: %d steps (%d per epoch, warm-up %d), batch %d%s",
+            "training a cross-encoder on %d pairs: %d steps (%d per epoch, warm-up %d), batch "
+            "%d, %s%s",
             len(self.examples),
             self.total_steps,
             self.plan.steps_per_epoch,
             self.warmup,
             self.config.batch_size,
+            self.result.precision,
             f", resumed at step {self.step}" if self.result.resumed_from is not None else "",
         )
         return self._run_steps(callbacks)

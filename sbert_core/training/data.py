@@ -40,6 +40,7 @@ import numpy as np
 
 from sbert_core.errors import DataFileError
 from sbert_core.tabular import Table, float_column, read_table, text_column
+from sbert_core.training.cosine_band import CosineBand
 from sbert_core.training.duplicate_pairs import (
     DuplicatePairs,
     DuplicateSplit,
@@ -106,6 +107,9 @@ class DataSpec:
     # duplicate_pairs: one hard negative per pair, (anchor, positive, negative) triplets
     # (sbert_core.training.hard_negatives: mode none, labelled, mined or labelled+mined).
     hard_negatives: HardNegativeConfig = field(default_factory=HardNegativeConfig)
+    # Cross-encoder pairs: keep only those whose cosine by a bi-encoder lies in this band, the
+    # pairs verify will score (sbert_core.training.cosine_band); None keeps every pair.
+    cosine_band: CosineBand | None = None
 
     def column(self, role: str) -> str:
         """The file column that holds ``role``."""

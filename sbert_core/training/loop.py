@@ -168,13 +168,14 @@ class _TrainingRun(StepLoop):
         """Train to the last step; the run's summary."""
         logger.info(
             "training on %d examples: %d steps (%d per epoch, warm-up %d), batch %d over %d "
-            "process(es)%s",
+            "process(es), %s%s",
             len(self.examples),
             self.total_steps,
             self.plan.steps_per_epoch,
             self.warmup,
             self.config.batch_size,
             self.processes.world_size,
+            self.result.precision,
             f", resumed at step {self.step}" if self.result.resumed_from is not None else "",
         )
         return self._run_steps(callbacks)

@@ -78,6 +78,7 @@ class TrainingResult:
         primary_metric: the dev metric that picks the best weights.
         resumed_from: the step of the checkpoint this run continued from, or None.
         world_size: processes that trained together.
+        precision: the autocast dtype that ran (``auto`` resolved).
     """
 
     steps: int = 0
@@ -91,6 +92,7 @@ class TrainingResult:
     primary_metric: str | None = None
     resumed_from: int | None = None
     world_size: int = 1
+    precision: str = "float32"
 
     @property
     def final_loss(self) -> float | None:
@@ -104,8 +106,25 @@ def check_evaluator(evaluator: object | None) -> None:
         raise ValueError("the evaluator needs a primary_metric attribute naming its main metric")
 
 
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``precision`` with ``auto`` resolved: bfloat16 where ``device`` computes it natively (a
+    CPU with AVX512-BF16 or AMX-BF16, read at run time; a CUDA device with bf16), else float32
+    (a CPU without them emulates bf16, several times slower than float32)."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    if device.type == "cpu":
+        from sbert_core.inference.cpu_features import detect_cpu_features
+
+        return "bfloat16" if detect_cpu_features().fast_bf16 else "float32"
+    return "float32"
+
+
 def autocast_dtype_for(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for ``precision`` on ``device``; None: no autocast (float32)."""
+    """The autocast dtype for ``precision`` on ``device`` (``auto`` resolved by
+    :func:`resolve_precision`); None: no autocast (float32)."""
+    precision = resolve_precision(precision, device)
     if precision == "float32":
         return None
     if precision == "float16":
@@ -177,6 +196,7 @@ class StepLoop(ABC):
             total_steps=self.total_steps,
             primary_metric=getattr(evaluator, "primary_metric", None),
             world_size=processes.world_size,
+            precision=resolve_precision(config.precision, device),
         )
         self.best_weights: dict[str, torch.Tensor] | None = None
         self._window: list[float] = []

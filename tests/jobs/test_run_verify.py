@@ -121,7 +121,10 @@ def test_verify_needs_its_model_and_pairs(tmp_path, tiny_st_dir, cross_encoders)
     with pytest.raises(ValueError, match=r"dedup\.threshold: 0\.2 is below pairs\.threshold"):
         load_run_config(config)
     config.write_text(text.replace(str(cross_encoders[0]), str(tmp_path / "no_model")))
-    with pytest.raises(FileNotFoundError, match=r"verify\.model: .*no_model is not a folder"):
+    # Refused by the preflight, saying what verify needs (the job folder is never made).
+    with pytest.raises(
+        ValueError, match=r"verify: model .*no_model: no such folder\. verify needs"
+    ):
         run([str(config)])
     assert not (tmp_path / "job").exists()
 

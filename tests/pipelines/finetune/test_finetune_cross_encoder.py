@@ -120,8 +120,8 @@ def test_a_killed_run_resumes_from_its_checkpoint(model_dir, data, tmp_path, mon
         if progress.step == 5:
             raise Killed
 
-    def killed_fit(*args, **kwargs):
-        return fit(*args, callbacks=[kill_at_step_5], **kwargs)
+    def killed_fit(*args, callbacks=(), **kwargs):
+        return fit(*args, callbacks=[*callbacks, kill_at_step_5], **kwargs)
 
     fit = cross_encoder_run.fit_cross_encoder
     output = tmp_path / "ce"
