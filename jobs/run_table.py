@@ -9,21 +9,17 @@ names stages: the rest of it goes through these descriptors and the roles below.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from sbert_pipeline.cluster.job_stage import JOB_STAGE as CLUSTER
 from sbert_pipeline.dedup.job_stage import JOB_STAGE as DEDUP
-from sbert_pipeline.embed.file_records import run_facts
-from sbert_pipeline.embed.job_stage import JOB_STAGE as EMBED_STAGE
+from sbert_pipeline.embed.job_stage import JOB_STAGE as EMBED
 from sbert_pipeline.finetune.job_stage import JOB_STAGE as FINETUNE
 from sbert_pipeline.index.job_stage import JOB_STAGE as INDEX
 from sbert_pipeline.pairs.job_stage import JOB_STAGE as PAIRS
 from sbert_pipeline.stage_api.job_stage import JobStage
 from sbert_pipeline.verify.job_stage import JOB_STAGE as VERIFY
 
-# The rows an incremental embed embedded, not the whole output's (reused rows apart).
-EMBED = dataclasses.replace(EMBED_STAGE, facts=run_facts)
 # In run order: each stage reads only what the ones before it wrote.
 STAGES: tuple[JobStage, ...] = (FINETUNE, EMBED, INDEX, CLUSTER, PAIRS, VERIFY, DEDUP)
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in STAGES)

@@ -18,6 +18,8 @@ Rules (each test names the one it checks):
   sbert_pipeline.grouping, sbert_pipeline.stage_api and itself, plus the other stages
   :data:`STAGE_READS` names with the reason; sbert_pipeline.stage_api imports only
   sbert_pipeline.io, sbert_pipeline.vectors and itself.
+- R6b sbert_pipeline.in_memory (``deduplicate()``, above the stages like jobs) imports only the
+  stage packages, sbert_pipeline.stage_api, sbert_pipeline.io and itself.
 - R7 no import cycle among the sbert_core (its subpackages too), pipelines and jobs
   modules.
 - R8 no module outside tests is over :data:`MAX_LINES` lines, but those in :data:`OVERSIZED`.
@@ -44,7 +46,7 @@ IMPORT_NAMES = {
     "jobs": "sbert_pipeline.jobs",
 }
 STAGES = {"embed", "index", "cluster", "pairs", "verify", "dedup", "search", "finetune"}
-PACKAGES = {"io", "vectors", "grouping", "stage_api", *STAGES}
+PACKAGES = {"io", "vectors", "grouping", "stage_api", "in_memory", *STAGES}
 # The few stages that use another stage's code, with the reason. Any other import between
 # stage packages fails R6.
 STAGE_READS: dict[str, dict[str, str]] = {
@@ -224,6 +226,11 @@ def test_r5_io_imports_only_io_vectors_and_beam_filesystems():
 def test_r6_a_stage_imports_only_io_vectors_stage_api_and_itself(stage):
     allowed = {None, "io", "vectors", "grouping", "stage_api", stage, *STAGE_READS.get(stage, {})}
     assert _violations(stage, allowed, beam=lambda module: True) == []
+
+
+def test_r6b_in_memory_imports_only_stages_stage_api_io_and_itself():
+    allowed = {None, "io", "stage_api", "in_memory", *STAGES}
+    assert _violations("in_memory", allowed, beam=lambda module: True) == []
 
 
 def test_r6_stage_api_imports_only_io_vectors_and_itself():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sbert_pipeline.embed.file_records import run_facts
 from sbert_pipeline.stage_api.input_files import corpus_files, model_identity, named_paths
 from sbert_pipeline.stage_api.job_stage import JobContext, JobStage
 
@@ -59,11 +60,6 @@ def _vector_dim(described: dict) -> int | None:
     return (described.get("model") or {}).get("dim")
 
 
-def _facts(manifest: dict) -> dict:
-    counts = manifest.get("counts", {})
-    return {key: counts.get(key) for key in ("read", "embedded", "rejected")}
-
-
 JOB_STAGE = JobStage(
     name="embed",
     folder="embeddings",
@@ -75,6 +71,6 @@ JOB_STAGE = JobStage(
     external_paths=_external_paths,
     external_inputs=_external_inputs,
     vector_dim=_vector_dim,
-    facts=_facts,
+    facts=run_facts,
     headline=(("read", "rows read"), ("embedded", "embedded"), ("rejected", "rejected")),
 )

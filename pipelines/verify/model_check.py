@@ -88,7 +88,7 @@ def _model_folder(model: str) -> Path:
     Raises:
         ModelLoadError: no such folder (a missing path is never called a Hub id), or a file.
     """
-    from sbert_core.model.source import resolve_model_dir
+    from sbert_core.model.source import CROSS_ENCODERS, resolve_model_dir
 
     path = Path(model).expanduser()
     if path.is_dir():
@@ -98,7 +98,7 @@ def _model_folder(model: str) -> Path:
     if looks_like_a_path(model):
         raise ModelLoadError("no such folder")
     try:
-        directory, _ = resolve_model_dir(model)
+        directory, _ = resolve_model_dir(model, organization=CROSS_ENCODERS)
     except ModelLoadError as err:
         raise ModelLoadError(_not_found_anywhere(err)) from None
     return directory

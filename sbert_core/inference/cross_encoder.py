@@ -62,7 +62,7 @@ from sbert_core.model.cross_encoder_folder import (
     write_cross_encoder_files,
 )
 from sbert_core.model.export import staged_model_folder
-from sbert_core.model.source import resolve_model_dir
+from sbert_core.model.source import CROSS_ENCODERS, resolve_model_dir
 from sbert_core.model.weight_checks import check_loaded_model
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class CrossEncoder(nn.Module):
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        directory, model_id = resolve_model_dir(model)
+        directory, model_id = resolve_model_dir(model, organization=CROSS_ENCODERS)
         layout = read_cross_encoder_layout(directory)
         source = layout.transformer_dir
         files = weight_files(source, allow_pickle=allow_pickle)

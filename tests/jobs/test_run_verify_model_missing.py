@@ -147,7 +147,7 @@ class RepositoryNotFoundError(Exception):
 
 
 def test_a_name_the_hub_does_not_have_is_said_so(tmp_path, monkeypatch):
-    def not_on_the_hub(name):
+    def not_on_the_hub(name, organization=None):
         try:
             raise RepositoryNotFoundError(name)
         except RepositoryNotFoundError as err:
