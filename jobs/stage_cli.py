@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import pkgutil
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -24,9 +25,13 @@ from sbert_pipeline.stage_api.options import BEAM_FIELD
 def is_stage_command(name: str) -> bool:
     """Whether ``sbert <name>`` is a stage package's: ``pipelines.<name>`` exports ``Options``
     (from its ``options.py``) and ``run``."""
-    if not name.isidentifier() or importlib.util.find_spec(f"sbert_pipeline.{name}") is None:
+    spec = importlib.util.find_spec(f"sbert_pipeline.{name}") if name.isidentifier() else None
+    if spec is None:
         return False
-    if importlib.util.find_spec(f"sbert_pipeline.{name}.options") is None:
+    # Looked up on disk: finding a submodule's spec would import the package (a package that is
+    # not a stage, such as the in-memory API, may load Beam or torch, which --help must not).
+    places = spec.submodule_search_locations or []
+    if not any(Path(place, "options.py").is_file() for place in places):
         return False
     package = stage_package(name)
     return hasattr(package, "Options") and hasattr(package, "run")

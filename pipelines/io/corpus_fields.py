@@ -83,7 +83,7 @@ def _text_sample(stream, path: str, spec: CorpusSpec) -> FieldSample | None:
     for _, (_, line) in zip(range(_SAMPLE_LINES), rows, strict=False):
         try:
             value = json.loads(line) if line is not None else None
-        except ValueError:
+        except (ValueError, RecursionError):  # a bad line is the reader's to reject
             continue
         if isinstance(value, dict):
             records.append(value)
