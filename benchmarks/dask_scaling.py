@@ -4,7 +4,7 @@ runner on the same number of cores, same texts, same model, in one run.
 Reads the first ``--texts`` texts of ``../shared/data/corpus`` (default 3,000), writes them as a
 JSONL corpus, then measures four variants in turn:
 
-* ``local-1`` / ``local-2``: ``sbert embed`` on the local runner with 1 / 2 torch threads;
+* ``local-1`` / ``local-2``: the embed stage on the local runner with 1 / 2 torch threads;
 * ``dask-1`` / ``dask-2``: the same stage on a ``distributed.LocalCluster`` of 1 / 2 worker
   processes with 1 thread each (1 torch thread per worker), started here.
 
@@ -200,7 +200,8 @@ def print_report(variants: dict[str, dict], cluster: dict, warm: dict, cold: dic
     for name, entry in variants.items():
         print(
             f"{name:<8} cold {entry['cold_s']:7.1f} s  warm {entry['warm_s']:7.1f} s  "
-            f"{entry['texts_per_s']:7.1f} texts/s  {entry['texts_per_s_per_core']:7.1f} per core"
+            f"{entry['texts_per_s']:7.1f} texts/s  {entry['texts_per_s_per_core']:7.1f} per "
+            + ("worker" if name.startswith("dask") else "core")
         )
     for name, timing in cluster.items():
         print(f"{name:<8} cluster start {timing['start_s']:.1f} s, close {timing['close_s']:.1f} s")
