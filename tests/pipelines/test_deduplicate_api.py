@@ -272,3 +272,20 @@ def test_importing_the_stages_prints_no_third_party_warning(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().splitlines() == ["WARNING:sbert_pipeline.check:our own warning"]
+
+
+def test_importing_the_package_loads_no_beam(tmp_path):
+    """``import sbert_pipeline`` (and its in-memory package) stays light: the stages and Beam
+    load when ``deduplicate`` is first asked for."""
+    code = (
+        "import sys\n"
+        "import sbert_pipeline, sbert_pipeline.in_memory, sbert_pipeline.in_memory.stage_folders\n"
+        "assert 'apache_beam' not in sys.modules, 'importing sbert_pipeline loaded Beam'\n"
+        "from sbert_pipeline import deduplicate, Deduplicated\n"
+        "from sbert_pipeline.in_memory import deduplicate as same\n"
+        "assert callable(deduplicate) and same is deduplicate and isinstance(Deduplicated, type)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
