@@ -159,7 +159,8 @@ def test_a_cross_encoder_trains_only_on_the_pairs_in_the_band(
     result = run(Options(config=str(config)))
     manifest = json.loads((output / "sbert_manifest.json").read_text())
     assert manifest["training_data"]["train"]["examples"] == 32
-    assert manifest["config"]["train"]["cosine_band"] == {**band, "high": None}
+    no_vectors = {"vectors": None, "vector_ids": None}  # the texts were embedded
+    assert manifest["config"]["train"]["cosine_band"] == {**band, "high": None, **no_vectors}
     assert manifest["training"]["steps"] == 2 * 2  # 32 pairs, batch 16, 2 epochs
     assert result.summary.steps == 4
 
@@ -213,6 +214,8 @@ def test_the_quick_recipe_trains_on_the_band_the_quickstart_verify_job_scores(mo
         "model": job["model"],
         "low": job["pairs"]["threshold"],
         "high": None,
+        "vectors": None,
+        "vector_ids": None,
     }
     assert quick["output"] == job["verify"]["model"] == full["output"]
     assert quick["training"]["precision"] == "auto"
