@@ -87,7 +87,8 @@ def deduplicate(
     ``against``, the rows that duplicate a row of ``against``.
 
     Args:
-        data: a pandas DataFrame, a pyarrow Table or a list of texts (ids ``0 .. n-1``).
+        data: a pandas DataFrame, a pyarrow Table or a list of texts (ids ``0 .. n-1``; its
+            tables come back as DataFrames, so a list needs pandas installed).
         text: the column holding the texts.
         id: the column holding the ids (default: the row numbers ``0 .. n-1``).
         threshold: the cosine at or above which two rows are duplicates.
@@ -103,6 +104,7 @@ def deduplicate(
 
     Raises:
         TypeError: ``data``/``against`` of another kind, or an unknown model option.
+        ImportError: a list of texts without pandas installed (the message says how).
         ValueError: no rows, a missing column, a null or empty text, a null or repeated id
             (each naming the argument), or a row the embed stage rejected.
     """

@@ -289,3 +289,12 @@ def test_importing_the_package_loads_no_beam(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("argument", ["data", "against"])
+def test_a_list_of_texts_without_pandas_says_how_to_install_it(monkeypatch, argument):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` fails
+    table = pa.table({"text": ["a", "b"]})
+    data, against = (["a", "b"], None) if argument == "data" else (table, ["c"])
+    with pytest.raises(ImportError, match=rf"^{argument}: .* pip install pandas \(or pass a py"):
+        deduplicate(data, against=against)
