@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import sbert_pipeline.dedup as dedup_stage
 import sbert_pipeline.embed as embed_stage
 import sbert_pipeline.pairs as pairs_stage
+from sbert_pipeline.dedup.option_names import keyword_names
 from sbert_pipeline.dedup.versions import REMOVED_FILE, read_id_list
 from sbert_pipeline.in_memory.rows import (
     ID_COLUMN,
@@ -122,7 +123,8 @@ def deduplicate(
     model_settings = {"model": model, **model_options}
     if reference is None and len(rows.ids) == 1:
         return Deduplicated(*joined(rows, None, NO_GROUPS, set()), output)  # nothing to compare
-    with stage_folders(output) as folders:
+    # What dedup warns about names this function's arguments, not the command's flags.
+    with stage_folders(output) as folders, keyword_names():
         embeddings = _embed(folders, "embeddings", rows, model_settings)
         if reference is None:
             folder = _pairs_then_dedup(folders, embeddings, len(rows.ids), threshold)
