@@ -3,8 +3,8 @@
 A command's options are parsed and checked with its parser (generated from the stage's
 ``Options``, or ``jobs/parsers/`` for run and submit; no torch, no Beam), so ``sbert --help``,
 ``sbert CMD --help`` and a mistyped option answer at once; the stage's modules, and with them
-torch and Beam, are imported only when the command runs, after logging is set up (import-time
-chatter from optional Beam I/O modules is filtered).
+torch and Beam, are imported only when the command runs, after logging is set up (the package
+drops the import-time warning of Beam's optional BigQuery client).
 
 Exit statuses: 0 done; 1 the job failed (rows lost, too many rejected), the disk filled up or
 the output is on a read-only file system; 2 a mistake the message names (an option, a missing
@@ -66,9 +66,6 @@ USER_ERRORS = (
 # Options of `sbert` itself, accepted before or after the command name (up to a `--`).
 VERBOSE_FLAGS = ("-v", "--verbose")
 QUIET_FLAGS = ("-q", "--quiet")
-# Beam's optional BigQuery client warns at import time when its extra is not installed;
-# nothing here uses BigQuery, so the warning only confuses.
-_IGNORED_LOG_PREFIXES = ("apitools not found",)
 _BEAM_DOFN_ERROR_LOGGER = "apache_beam.runners.common"
 # The handlers stops_raise replaces: Python's own (a signal the parent ignores stays ignored).
 _DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
@@ -130,11 +127,10 @@ def split_global_flags(argv: list[str]) -> tuple[int, list[str]]:
 
 def _configure_logging(level: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(lambda record: not str(record.msg).startswith(_IGNORED_LOG_PREFIXES))
-        if level > logging.INFO:
-            # Beam logs an exception raised in a DoFn with its traceback before the runner
-            # re-raises it; the job then reports it in one line (or, if unexpected, in full).
+    if level > logging.INFO:
+        # Beam logs an exception raised in a DoFn with its traceback before the runner
+        # re-raises it; the job then reports it in one line (or, if unexpected, in full).
+        for handler in logging.getLogger().handlers:
             handler.addFilter(lambda record: record.name != _BEAM_DOFN_ERROR_LOGGER)
 
 

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sbert_pipeline.dedup.report import sweep_svg
 from sbert_pipeline.grouping.model import CHAINED, CHAINED_MEANING
+from sbert_pipeline.grouping.sizes import size_distribution
 from sbert_pipeline.grouping.sweep import SweepPoint
 from sbert_pipeline.io.content_checks import content_checks
 from sbert_pipeline.io.filesystems import FileSystems
@@ -26,8 +27,6 @@ SHOWN_GROUPS = 10
 SHOWN_MEMBERS = 8
 # Of a group near the threshold, the members least similar to the kept one.
 SHOWN_WEAKEST = 4
-# The group sizes counted together when the manifest does not count them (None: no end).
-SIZE_RANGES = ((2, 2), (3, 3), (4, 4), (5, 5), (6, 10), (11, 100), (101, 1000), (1001, None))
 _GROUPS_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -94,8 +93,8 @@ def _figures(where: str, manifest: dict, table: pa.Table) -> str:
     if largest is None:
         largest = int(group_sizes.max()) if len(group_sizes) else 0
     sizes = _fact(manifest, "group_sizes")
-    if not isinstance(sizes, Mapping):
-        sizes = size_ranges(group_sizes)
+    if not isinstance(sizes, Mapping):  # a manifest from before dedup counted them
+        sizes = size_distribution(group_sizes)
     setting = ", ".join(
         f"{name} {escape(str(manifest[name]))}" for name in ("method", "keep") if name in manifest
     )
@@ -122,19 +121,6 @@ def _fact(manifest: dict, key: str):
     """A figure of the dedup manifest, at its top level or among its counts (None: absent)."""
     value = manifest.get(key)
     return value if value is not None else manifest.get("counts", {}).get(key)
-
-
-def size_ranges(sizes: np.ndarray) -> dict[str, int]:
-    """How many groups have each size, in SIZE_RANGES, ranges with none left out:
-    ``{"2": 180, "3": 30, "6-10": 2}``."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    found = {}
-    for low, high in SIZE_RANGES:
-        inside = (sizes >= low) if high is None else (sizes >= low) & (sizes <= high)
-        if count := int(np.count_nonzero(inside)):
-            name = f"{low}+" if high is None else f"{low}" if low == high else f"{low}-{high}"
-            found[name] = count
-    return found
 
 
 def _sweep(where: str, manifest: dict, threshold: float) -> str:

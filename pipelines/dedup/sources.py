@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from sbert_pipeline.dedup.option_names import named_as_keywords, option_name
 from sbert_pipeline.dedup.options import LABEL_FIELD, LABEL_ID_A, LABEL_ID_B
 from sbert_pipeline.dedup.versions import GROUPS_FILE
 from sbert_pipeline.grouping.labels import LabelledPairs, RawLabels, match_labels
@@ -131,10 +132,17 @@ def load_pairs(
 
 def no_pairs(thresholds: list[float]) -> PairSource:
     """The pairs of a run without ``--pairs`` (``--against`` only): none, at every threshold."""
-    note = (
-        "no --pairs: the corpus is not deduplicated within itself; only the rows that "
-        "duplicate a --against reference row are removed"
-    )
+    against = option_name("against")
+    if named_as_keywords():  # deduplicate(data, against=...), which has no pairs to give
+        note = (
+            f"with {against} the data is not deduplicated within itself; only its rows that "
+            f"duplicate a row of {against} are removed"
+        )
+    else:
+        note = (
+            f"no {option_name('pairs')}: the corpus is not deduplicated within itself; only "
+            f"the rows that duplicate a {against} reference row are removed"
+        )
     return PairSource(IndexedPairs.empty(), thresholds[0], thresholds, None, "none", [note])
 
 

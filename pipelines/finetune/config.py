@@ -80,7 +80,8 @@ def check_model_kind(config: FinetuneConfig) -> None:
 
     Raises:
         ValueError: ``binary_cross_entropy`` or a ``cosine_band`` with a bi-encoder, another
-            objective or a ``dedup_test`` section with a cross-encoder, a band that is none.
+            objective or a ``dedup_test`` section with a cross-encoder, a band that is none,
+            band vectors for pairs without question ids.
     """
     bce = config.objective.name == "binary_cross_entropy"
     sections = [("train", config.train), ("dev", config.dev)]
@@ -94,6 +95,11 @@ def check_model_kind(config: FinetuneConfig) -> None:
                 "cross_encoder, or remove it"
             )
         spec.cosine_band.check(f"{name}.cosine_band")
+        if spec.cosine_band.vectors is not None and spec.kind != "duplicate_pairs":
+            raise ValueError(
+                f"{name}.cosine_band.vectors: are found by question id, which only kind "
+                "duplicate_pairs has; remove vectors and vector_ids to embed the texts"
+            )
     if config.kind == "bi_encoder" and bce:
         raise ValueError(
             "objective.name: binary_cross_entropy trains a cross-encoder; set kind: cross_encoder"

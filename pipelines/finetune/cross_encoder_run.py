@@ -53,11 +53,12 @@ from sbert_core.inference.cross_encoder import CrossEncoder
 from sbert_core.model.artifact import MANIFEST_FILE
 from sbert_core.model.export import staged_model_folder
 from sbert_core.training.checkpoint import seed_everything
+from sbert_core.training.cosine_band import StoredVectors
 from sbert_core.training.cross_encoder_data import keep_in_band, load_cross_encoder_pairs
 from sbert_core.training.cross_encoder_eval import PairScoreEvaluator
 from sbert_core.training.cross_encoder_fit import fit_cross_encoder
 from sbert_core.training.cross_encoder_start import start_cross_encoder
-from sbert_core.training.data import DataSpec, ExampleSet
+from sbert_core.training.data import DataSpec, ExampleSet, load_duplicate_split
 from sbert_core.training.distributed import training_device
 from sbert_core.training.loop import TrainingDivergedError
 from sbert_core.training.step_loop import resolve_precision
@@ -156,20 +157,24 @@ def finetune_cross_encoder(config: FinetuneConfig) -> FinetuneSummary:
 def _load_pairs(config: FinetuneConfig, spec: DataSpec, name: str) -> ExampleSet:
     """The pairs of ``spec`` (section ``name``), only those in its ``cosine_band`` if it has
     one: their texts embedded by the band's bi-encoder on the training device, in the training
-    precision, with a progress bar."""
+    precision, with a progress bar, or their vectors read from the band's ``vectors``."""
     examples = load_cross_encoder_pairs(spec, text_key, name=name)
     band = spec.cosine_band
     if band is None:
         return examples
-    from sbert_core.inference.encoder import SentenceEncoder
+    if band.vectors is not None:
+        split = load_duplicate_split(spec, text_key)  # the question ids of the texts
+        encoder = StoredVectors(band, split.ids, split.texts)
+    else:
+        from sbert_core.inference.encoder import SentenceEncoder
 
-    device = training_device(config.training)
-    encoder = SentenceEncoder.load(
-        band.model,
-        device=device,
-        dtype=resolve_precision(config.training.precision, device),
-        allow_pickle=config.allow_pickle,
-    )
+        device = training_device(config.training)
+        encoder = SentenceEncoder.load(
+            band.model,
+            device=device,
+            dtype=resolve_precision(config.training.precision, device),
+            allow_pickle=config.allow_pickle,
+        )
     distinct = len(set(examples.texts[0]).union(examples.texts[1]))
     with stage_progress(f"{name} cosine band", total=distinct, unit="texts") as bar:
         return keep_in_band(examples, band, encoder, name=name, progress=bar.update)

@@ -69,7 +69,7 @@ def input_rows(data: Any, text: str, id: str | None, argument: str) -> InputRows
             raise ValueError(f"id: {argument} is a list of texts, which has no id column")
         prefix = "" if argument == "data" else f"{argument}-"
         numbers = [f"{prefix}{row}" if prefix else row for row in range(len(texts))]
-        frame = pandas_module().DataFrame({ID_COLUMN: numbers, text: texts})
+        frame = pandas_module(argument).DataFrame({ID_COLUMN: numbers, text: texts})
         return _checked(frame, "texts", texts, numbers, text, argument)
     columns = [str(name) for name in (data.columns if kind == "frame" else data.column_names)]
     for name, column in (("text", text), ("id", id)):
@@ -96,13 +96,16 @@ def _kind(data: Any, argument: str) -> Kind:
     )
 
 
-def pandas_module() -> Any:
+def pandas_module(argument: str = "data") -> Any:
+    """pandas, or an ImportError saying how to install it (pandas is not a dependency: only a
+    list of texts, whose tables come back as DataFrames, needs it here)."""
     try:
         import pandas
     except ImportError:
         raise ImportError(
-            "data: a list of texts comes back as pandas DataFrames; install pandas, or pass a "
-            "pyarrow Table (pa.table({'text': texts}))"
+            f"{argument}: a list of texts comes back as pandas DataFrames, and pandas is not "
+            "installed: pip install pandas (or pass a pyarrow Table: "
+            "pa.table({'text': texts}))"
         ) from None
     return pandas
 

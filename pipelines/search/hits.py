@@ -8,6 +8,10 @@ import csv
 import io
 import json
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Leading characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -69,6 +73,24 @@ class SearchSummary:
     def to_jsonl(self) -> str:
         """One JSON object per query and line."""
         return "".join(json.dumps(r.to_json(self.metric)) + "\n" for r in self.results)
+
+    def to_arrow(self) -> pa.Table:
+        """One row per hit, best first within each query: ``query_index`` (int32), ``query``,
+        ``rank`` (int32), ``id``, ``score`` (float32: the cosine, or the squared L2 distance
+        of an l2 index) and ``text`` (null when the index holds no texts)."""
+        import pyarrow as pa  # loaded when the hits are read as a table
+
+        rows = [(n, r.query, hit) for n, r in enumerate(self.results) for hit in r.hits]
+        return pa.table(
+            {
+                "query_index": pa.array([n for n, _, _ in rows], pa.int32()),
+                "query": pa.array([query for _, query, _ in rows], pa.string()),
+                "rank": pa.array([hit.rank for _, _, hit in rows], pa.int32()),
+                "id": pa.array([hit.id for _, _, hit in rows], pa.string()),
+                "score": pa.array([hit.score for _, _, hit in rows], pa.float32()),
+                "text": pa.array([hit.text for _, _, hit in rows], pa.string()),
+            }
+        )
 
     def to_tsv(self) -> str:
         """One row per hit: query_index, query, rank, id, score, text.

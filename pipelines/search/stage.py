@@ -38,6 +38,8 @@ from sbert_pipeline.vectors.cosine_range import clamp_cosines
 from sbert_core.errors import DataFileError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from sbert_core import SentenceEncoder
 
 
@@ -45,9 +47,15 @@ if TYPE_CHECKING:
 class SearchResult(Result):
     """A finished search: ``output`` is the hits file, or None when the hits are only returned
     (and printed by ``sbert search``); ``manifest`` is empty (a search publishes none); the
-    ``summary`` is a :class:`SearchSummary`, with every hit."""
+    ``summary`` is a :class:`SearchSummary`, with every hit; :meth:`to_arrow` and
+    ``to_pandas()`` give the hits as a table."""
 
     as_json: bool = False
+
+    def to_arrow(self) -> pa.Table:
+        """The hits, one row per hit (:meth:`SearchSummary.to_arrow`), whether or not they
+        were written to a file."""
+        return self.summary.to_arrow()
 
     def line(self) -> str:
         """What ``sbert search`` prints: the one-line summary when the hits went to a file,

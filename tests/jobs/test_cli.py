@@ -1,5 +1,6 @@
 import argparse
 import importlib
+import importlib.util
 import json
 import logging
 import re
@@ -293,3 +294,21 @@ def test_a_misspelled_option_of_a_command_without_beam_names_the_right_one(tmp_p
     argv = ["dedup", "--pairs", str(tmp_path), "--threshold", "0.9", "--dry-runn"]
     assert main(argv) == 2
     assert "unknown option --dry-runn (did you mean --dry-run?)" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("apitools") is not None, reason="Beam's BigQuery client is complete"
+)
+def test_no_line_about_beams_bigquery_client(tmp_path):
+    """Beam warns at import that its BigQuery client lacks apitools; sbert never shows it, in
+    --help or in a command that loads Beam."""
+    beam = [sys.executable, "-c", "import apache_beam"]
+    said = subprocess.run(beam, capture_output=True, text=True, cwd=tmp_path).stderr
+    assert "apitools not found" in said  # what the test looks for, without the package
+    sbert = [sys.executable, "-m", "sbert_pipeline.jobs.cli"]
+    loads_beam = [*sbert, "search", "--index", str(tmp_path / "no-index"), "hello"]
+    for command in ([*sbert, "--help"], loads_beam, [*loads_beam, "-v"]):
+        result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+        assert result.returncode in (0, 2), result.stderr
+        assert "apitools" not in result.stdout + result.stderr
+        assert "sbert" in result.stdout + result.stderr  # it ran: help or the one-line error

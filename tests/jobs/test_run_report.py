@@ -8,6 +8,7 @@ cosines spread around the threshold, so that groups near it exist.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -18,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from planted_vectors import write_embeddings_dir
-from sbert_pipeline.dedup.report_section import SHOWN_GROUPS, dedup_sections, size_ranges
+from sbert_pipeline.dedup.report_section import SHOWN_GROUPS, dedup_sections
+from sbert_pipeline.grouping.sizes import size_distribution
 from sbert_pipeline.jobs.run import run
 from sbert_pipeline.stage_api.job_stage import ReportContext
 
@@ -136,9 +138,14 @@ def test_figures_the_manifest_gives_are_shown_and_older_manifests_still_work(job
     folder = tmp_path / "dedup"
     shutil.copytree(job / "dedup", folder)
     context = ReportContext(str(tmp_path), {"dedup": str(folder)}, {}, verify=False)
-    older = re.sub(r"<[^>]+>", "", "".join(dedup_sections(context)))
+    manifest = json.loads((folder / "_manifest.json").read_text())
+    for name in ("largest_group", "group_sizes", "removed_share"):  # not in older manifests
+        manifest.pop(name, None)
+        manifest.get("counts", {}).pop(name, None)
+    (folder / "_manifest.json").write_text(json.dumps(manifest))
+    older = html.unescape(re.sub(r"<[^>]+>", "", "".join(dedup_sections(context))))
     groups = pq.read_table(folder / "groups.parquet").column("group").to_numpy()
-    computed = size_ranges(np.unique(groups, return_counts=True)[1])
+    computed = size_distribution(np.unique(groups, return_counts=True)[1])
     assert sum(computed.values()) == len(set(groups.tolist()))
     assert all(f"{size}{count:,}" in older for size, count in computed.items())
     manifest = json.loads((folder / "_manifest.json").read_text())
@@ -147,17 +154,3 @@ def test_figures_the_manifest_gives_are_shown_and_older_manifests_still_work(job
     newer = re.sub(r"<[^>]+>", "", "".join(dedup_sections(context)))
     assert "(25.0%)" in newer and "Largest group: 77 rows" in newer
     assert "2-35" in newer and "4+1" in newer  # size, then groups, cell by cell
-
-
-def test_size_ranges() -> None:
-    sizes = np.array([2, 2, 3, 5, 6, 10, 11, 150, 5000])
-    assert size_ranges(sizes) == {
-        "2": 2,
-        "3": 1,
-        "5": 1,
-        "6-10": 2,
-        "11-100": 1,
-        "101-1000": 1,
-        "1001+": 1,
-    }
-    assert size_ranges(np.array([], np.int64)) == {}

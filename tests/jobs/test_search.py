@@ -148,3 +148,23 @@ def test_minilm_finds_sensible_neighbours(tmp_path):
     summary = run(["--index", str(indexed), "--k", "2", *queries])
     assert [r.hits[0].text for r in summary.results] == list(queries.values())
     assert all(r.hits[0].score > r.hits[1].score + 0.1 for r in summary.results)
+
+
+def test_a_search_result_reads_its_hits_as_a_table(indexed, sample_texts):
+    from sbert_pipeline import search
+
+    queries = (sample_texts[1], sample_texts[2])
+    result = search.run(search.Options(index=str(indexed), query=queries, k=3))
+    table = result.to_arrow()
+    assert table.column_names == ["query_index", "query", "rank", "id", "score", "text"]
+    expected = [
+        (n, r.query, h.rank, h.id, h.score, h.text)
+        for n, r in enumerate(result.summary.results)
+        for h in r.hits
+    ]
+    assert len(expected) == 2 * 3
+    got = list(zip(*(table.column(name).to_pylist() for name in table.column_names), strict=True))
+    assert [row[:4] + row[5:] for row in got] == [row[:4] + row[5:] for row in expected]
+    assert np.allclose([row[4] for row in got], [row[4] for row in expected], atol=1e-6)
+    frame = result.to_pandas()
+    assert frame["query"].tolist()[::3] == list(queries) and frame["rank"].tolist()[:3] == [1, 2, 3]

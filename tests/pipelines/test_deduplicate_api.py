@@ -11,6 +11,7 @@ threshold is high and exact copies make sure some rows are removed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -152,14 +153,19 @@ def test_a_list_of_texts_gets_row_numbers_as_ids(tmp_path, monkeypatch, tiny_st_
     assert os.listdir(temp) == [], "the temporary stage folders are removed"
 
 
-def test_against_removes_the_rows_that_duplicate_the_reference(frame, tiny_st_dir):
+def test_against_removes_the_rows_that_duplicate_the_reference(frame, tiny_st_dir, caplog):
     reference = frame.iloc[:3]
     new = frame.iloc[3:].assign(qid=frame.qid.iloc[3:] + 1000)
     new = pd.concat([new, reference.assign(qid=[1, 2, 3])])  # copies of reference rows
-    result = deduplicate(
-        new, text="question", id="qid", against=reference, threshold=THRESHOLD,
-        model=str(tiny_st_dir),
-    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="sbert_pipeline"):
+        result = deduplicate(
+            new, text="question", id="qid", against=reference, threshold=THRESHOLD,
+            model=str(tiny_st_dir),
+        )  # fmt: skip
+    # What dedup warns about names this function's arguments, never a command's flags.
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(line.startswith("with against= the data is not deduplicated") for line in warned)
+    assert not [line for line in warned if "--" in line]
     assert {1, 2, 3} <= set(result.removed.qid)
     copied = result.removed.set_index("qid").loc[[1, 2, 3]]
     assert set(copied.duplicate_of) <= set(reference.qid)
@@ -272,3 +278,29 @@ def test_importing_the_stages_prints_no_third_party_warning(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().splitlines() == ["WARNING:sbert_pipeline.check:our own warning"]
+
+
+def test_importing_the_package_loads_no_beam(tmp_path):
+    """``import sbert_pipeline`` (and its in-memory package) stays light: the stages and Beam
+    load when ``deduplicate`` is first asked for."""
+    code = (
+        "import sys\n"
+        "import sbert_pipeline, sbert_pipeline.in_memory, sbert_pipeline.in_memory.stage_folders\n"
+        "assert 'apache_beam' not in sys.modules, 'importing sbert_pipeline loaded Beam'\n"
+        "from sbert_pipeline import deduplicate, Deduplicated\n"
+        "from sbert_pipeline.in_memory import deduplicate as same\n"
+        "assert callable(deduplicate) and same is deduplicate and isinstance(Deduplicated, type)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("argument", ["data", "against"])
+def test_a_list_of_texts_without_pandas_says_how_to_install_it(monkeypatch, argument):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` fails
+    table = pa.table({"text": ["a", "b"]})
+    data, against = (["a", "b"], None) if argument == "data" else (table, ["c"])
+    with pytest.raises(ImportError, match=rf"^{argument}: .* pip install pandas \(or pass a py"):
+        deduplicate(data, against=against)

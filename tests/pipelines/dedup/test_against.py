@@ -91,6 +91,7 @@ def test_against_alone_removes_exactly_the_corpus_rows_with_a_reference_match(tm
     assert manifest["pairs"] is None
     assert manifest["counts"]["kept"] + manifest["counts"]["removed"] == len(corpus)
     assert "match one of 25 reference rows" in summary.line()
+    assert any(note.startswith("no --pairs: the corpus is not") for note in summary.notes)
 
 
 def test_cross_pairs_equal_brute_force_in_small_batches(tmp_path):

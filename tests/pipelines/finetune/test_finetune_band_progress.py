@@ -159,7 +159,8 @@ def test_a_cross_encoder_trains_only_on_the_pairs_in_the_band(
     result = run(Options(config=str(config)))
     manifest = json.loads((output / "sbert_manifest.json").read_text())
     assert manifest["training_data"]["train"]["examples"] == 32
-    assert manifest["config"]["train"]["cosine_band"] == {**band, "high": None}
+    no_vectors = {"vectors": None, "vector_ids": None}  # the texts were embedded
+    assert manifest["config"]["train"]["cosine_band"] == {**band, "high": None, **no_vectors}
     assert manifest["training"]["steps"] == 2 * 2  # 32 pairs, batch 16, 2 epochs
     assert result.summary.steps == 4
 
@@ -211,7 +212,13 @@ def test_the_quick_recipe_trains_on_the_band_the_quickstart_verify_job_scores(mo
     quick = yaml.safe_load(capsys.readouterr().out)
     full = yaml.safe_load((root / "examples/cross_encoder_qqp.yaml").read_text())
     job = yaml.safe_load((root / "examples/quickstart_verify.yaml").read_text())
-    assert quick["train"]["cosine_band"] == {"model": job["model"], "low": 0.8, "high": None}
+    assert quick["train"]["cosine_band"] == {
+        "model": job["model"],
+        "low": 0.8,
+        "high": None,
+        "vectors": None,
+        "vector_ids": None,
+    }
     assert job["pairs"]["threshold"] <= quick["train"]["cosine_band"]["low"]
     assert quick["output"] == job["verify"]["model"] == full["output"]
     assert quick["training"]["precision"] == "auto"

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import sbert_pipeline.dedup as dedup_stage
 import sbert_pipeline.embed as embed_stage
 import sbert_pipeline.pairs as pairs_stage
+from sbert_pipeline.dedup.option_names import keyword_names
 from sbert_pipeline.dedup.versions import REMOVED_FILE, read_id_list
 from sbert_pipeline.in_memory.rows import (
     ID_COLUMN,
@@ -87,7 +88,8 @@ def deduplicate(
     ``against``, the rows that duplicate a row of ``against``.
 
     Args:
-        data: a pandas DataFrame, a pyarrow Table or a list of texts (ids ``0 .. n-1``).
+        data: a pandas DataFrame, a pyarrow Table or a list of texts (ids ``0 .. n-1``; its
+            tables come back as DataFrames, so a list needs pandas installed).
         text: the column holding the texts.
         id: the column holding the ids (default: the row numbers ``0 .. n-1``).
         threshold: the cosine at or above which two rows are duplicates.
@@ -103,6 +105,7 @@ def deduplicate(
 
     Raises:
         TypeError: ``data``/``against`` of another kind, or an unknown model option.
+        ImportError: a list of texts without pandas installed (the message says how).
         ValueError: no rows, a missing column, a null or empty text, a null or repeated id
             (each naming the argument), or a row the embed stage rejected.
     """
@@ -120,7 +123,8 @@ def deduplicate(
     model_settings = {"model": model, **model_options}
     if reference is None and len(rows.ids) == 1:
         return Deduplicated(*joined(rows, None, NO_GROUPS, set()), output)  # nothing to compare
-    with stage_folders(output) as folders:
+    # What dedup warns about names this function's arguments, not the command's flags.
+    with stage_folders(output) as folders, keyword_names():
         embeddings = _embed(folders, "embeddings", rows, model_settings)
         if reference is None:
             folder = _pairs_then_dedup(folders, embeddings, len(rows.ids), threshold)
