@@ -15,6 +15,7 @@ from sbert_pipeline.dedup.summary import NOT_COMPARED, DedupSummary, Histogram
 from sbert_pipeline.dedup.versions import REPORT_FILE
 from sbert_pipeline.grouping.compare import MethodSweep
 from sbert_pipeline.grouping.model import CHAINED, CHAINED_MEANING, Grouping
+from sbert_pipeline.grouping.sizes import distribution_text
 from sbert_pipeline.grouping.sweep import SweepPoint
 from sbert_pipeline.io.html import (
     SIMILARITY_AXIS,
@@ -456,9 +457,10 @@ def write_report_html(
         **({"radius": f"{summary.radius:g}"} if summary.radius is not None else {}),
         "rows in": summary.rows_in,
         "kept": summary.kept,
-        "removed": summary.removed,
+        "removed": f"{summary.removed:,} ({summary.removed_share:.1%} of the rows)",
         "groups": summary.groups,
         "largest group": summary.largest,
+        "groups by size": distribution_text(summary.group_sizes) or "none",
         "pairs used (score >= threshold)": groups.pairs_used,
     }
     point = summary.at_threshold()

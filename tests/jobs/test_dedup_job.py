@@ -201,6 +201,9 @@ def test_groups_lists_report_and_manifest(small):
     page = (out / "report.html").read_text()
     assert "<script>alert" not in page and "&lt;script&gt;alert" in page
     assert "How can I learn Python?" in page
+    # The stage's own report states the share removed and the group sizes, as the job's does.
+    assert f"({manifest['removed_share']:.1%} of the rows)" in page
+    assert "groups by size" in page and "3-5: 1" in page
     assert not (out / "_STARTED").exists()
 
 
