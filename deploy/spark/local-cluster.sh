@@ -188,6 +188,10 @@ check_runtime() {
 
 # ---------------------------------------------------------------- processes
 
+now() { date +%s.%N; }
+
+since() { awk -v start="$1" -v end="$(now)" 'BEGIN { printf "%.1f", end - start }'; }
+
 port_in_use() { (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 started_at() { ps -o lstart= -p "$1" 2>/dev/null | tr -s ' '; }
@@ -281,33 +285,56 @@ cmd_up() {
     echo "SPARK_MASTER_URL=$master"
     echo "BEAM_WORKER_POOL=localhost:$pool_port"
     echo "SPARK_JOB_SERVER_JAR=$home/beam-runners-spark-3-job-server-$beam.jar"
-    [[ "$job_server" == true ]] && echo "BEAM_JOB_ENDPOINT=localhost:$job_port"
+    if [[ "$job_server" == true ]]; then echo "BEAM_JOB_ENDPOINT=localhost:$job_port"; fi
   } >"$STATE_DIR/cluster.env"
 
   export SPARK_HOME="$home" SPARK_SCALA_VERSION=2.12 SPARK_LOCAL_IP=127.0.0.1 SPARK_LOCAL_HOSTNAME=localhost
-  local pid i
+  rm -rf "$STATE_DIR"/work-* # what finished applications left (each holds a copy of the jars)
+  local pid i started
+  started="$(now)"
   pid="$(launch master java -Xmx256m "${java_opts[@]}" -cp "$home/jars/*" \
     org.apache.spark.deploy.master.Master --host 127.0.0.1 --port "$master_port" --webui-port "$webui_port")"
   wait_for_port master "$pid" "$master_port"
+  note "master up in $(since "$started")s"
+  started="$(now)"
   for ((i = 1; i <= workers; i++)); do
     mkdir -p "$STATE_DIR/work-$i"
-    pid="$(launch "worker-$i" java -Xmx256m "${java_opts[@]}" -cp "$home/jars/*" \
+    # Cleanup: an application's folder holds a copy of every jar; drop it an hour after it ends.
+    pid="$(launch "worker-$i" java -Xmx256m "${java_opts[@]}" -Dspark.worker.cleanup.enabled=true \
+      -Dspark.worker.cleanup.interval=600 -Dspark.worker.cleanup.appDataTtl=3600 -cp "$home/jars/*" \
       org.apache.spark.deploy.worker.Worker --host 127.0.0.1 --cores 1 \
       --memory "${SBERT_SPARK_WORKER_MEMORY:-1g}" --webui-port 0 --work-dir "$STATE_DIR/work-$i" "$master")"
   done
-  pid="$(launch worker-pool python3 -m apache_beam.runners.worker.worker_pool_main --service_port="$pool_port")"
-  wait_for_port worker-pool "$pid" "$pool_port"
+  start_worker_pool "$pool_port"
   if [[ "$job_server" == true ]]; then
+    started="$(now)"
     pid="$(launch job-server java -jar "$home/beam-runners-spark-3-job-server-$beam.jar" \
       --spark-master-url "$master" --job-port "$job_port" --artifact-port "$((job_port - 1))" \
       --expansion-port "$((job_port - 2))")"
     wait_for_port job-server "$pid" "$job_port"
+    note "job server up in $(since "$started")s on localhost:$job_port"
   fi
   wait_for_workers "$workers" "$webui_port"
-  note "Python SDK workers: $(command -v python3) through the worker pool on localhost:$pool_port (environment type EXTERNAL)"
-  [[ "$job_server" == true ]] && note "job server: localhost:$job_port"
+  note "$workers worker(s) registered in $(since "$started")s"
   note "logs and state: $STATE_DIR; stop with: deploy/spark/local-cluster.sh down"
   echo "$master"
+}
+
+# Beam's worker pool starts each SDK worker as `python`: a wrapper makes that the python3 of
+# PATH (the environment with this package), whatever `python` would otherwise be.
+start_worker_pool() {
+  local port="$1" python pid started
+  python="$(command -v python3)"
+  python3 -c 'import apache_beam, sbert_pipeline' 2>/dev/null ||
+    die "$python cannot import apache_beam and sbert_pipeline: activate the environment that has sbert-pipeline installed"
+  mkdir -p "$STATE_DIR/bin"
+  printf '#!/bin/sh\nexec %q "$@"\n' "$python" >"$STATE_DIR/bin/python"
+  chmod +x "$STATE_DIR/bin/python"
+  started="$(now)"
+  pid="$(PATH="$STATE_DIR/bin:$PATH" launch worker-pool python3 -m apache_beam.runners.worker.worker_pool_main \
+    --service_port="$port")"
+  wait_for_port worker-pool "$pid" "$port"
+  note "worker pool up in $(since "$started")s on localhost:$port (SDK workers: $python, environment type EXTERNAL)"
 }
 
 # The master's JSON page counts the workers that registered.
