@@ -299,9 +299,10 @@ cmd_up() {
   started="$(now)"
   for ((i = 1; i <= workers; i++)); do
     mkdir -p "$STATE_DIR/work-$i"
-    # Cleanup: an application's folder holds a copy of every jar; drop it an hour after it ends.
+    # The job server stages its whole class path, so each application's folder holds a copy of
+    # every jar (about 270 MB): the worker drops the folders of applications ended 5 minutes ago.
     pid="$(launch "worker-$i" java -Xmx256m "${java_opts[@]}" -Dspark.worker.cleanup.enabled=true \
-      -Dspark.worker.cleanup.interval=600 -Dspark.worker.cleanup.appDataTtl=3600 -cp "$home/jars/*" \
+      -Dspark.worker.cleanup.interval=300 -Dspark.worker.cleanup.appDataTtl=300 -cp "$home/jars/*" \
       org.apache.spark.deploy.worker.Worker --host 127.0.0.1 --cores 1 \
       --memory "${SBERT_SPARK_WORKER_MEMORY:-1g}" --webui-port 0 --work-dir "$STATE_DIR/work-$i" "$master")"
   done
@@ -315,7 +316,7 @@ cmd_up() {
     note "job server up in $(since "$started")s on localhost:$job_port"
   fi
   wait_for_workers "$workers" "$webui_port"
-  note "$workers worker(s) registered in $(since "$started")s"
+  note "$workers worker(s) registered $(since "$started")s after they started"
   note "logs and state: $STATE_DIR; stop with: deploy/spark/local-cluster.sh down"
   echo "$master"
 }
@@ -368,6 +369,8 @@ cmd_down() {
     stop_recorded "$name" "$pid" "$started"
   done < <(tac "$STATE")
   rm -f "$STATE" "$STATE_DIR/cluster.env"
+  # The logs stay; the applications' copies of the jars go.
+  find "$STATE_DIR" -path "$STATE_DIR/work-*" -name "*.jar" -delete
 }
 
 cmd_status() {
