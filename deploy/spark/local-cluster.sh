@@ -194,7 +194,7 @@ since() { awk -v start="$1" -v end="$(now)" 'BEGIN { printf "%.1f", end - start 
 
 port_in_use() { (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-started_at() { ps -o lstart= -p "$1" 2>/dev/null | tr -s ' '; }
+started_at() { ps -o lstart= -p "$1" 2>/dev/null | awk '{ $1 = $1; print }'; }
 
 # Starts a command in its own process group, logging to $STATE_DIR/NAME.log, and records it.
 launch() {
@@ -246,18 +246,33 @@ stop_recorded() {
 
 cmd_up() {
   local workers=1 job_server=false master_port=7077 webui_port=8080 pool_port=50000 job_port=8099
+  local arg flag value
   while (($#)); do
-    case "$1" in
-      --workers) workers="${2:-}" && shift ;;
-      --workers=*) workers="${1#*=}" ;;
-      --job-server) job_server=true ;;
-      --master-port) master_port="${2:-}" && shift ;;
-      --webui-port) webui_port="${2:-}" && shift ;;
-      --worker-pool-port) pool_port="${2:-}" && shift ;;
-      --job-port) job_port="${2:-}" && shift ;;
-      *) die "unknown option for up: $1 (see --help)" ;;
-    esac
+    arg="$1"
     shift
+    if [[ "$arg" == --job-server ]]; then
+      job_server=true
+      continue
+    fi
+    flag="${arg%%=*}"
+    case "$flag" in
+      --workers | --master-port | --webui-port | --worker-pool-port | --job-port) ;;
+      *) die "unknown option for up: $arg (see --help)" ;;
+    esac
+    if [[ "$arg" == *=* ]]; then
+      value="${arg#*=}"
+    else
+      (($#)) || die "$flag takes a value"
+      value="$1"
+      shift
+    fi
+    case "$flag" in
+      --workers) workers="$value" ;;
+      --master-port) master_port="$value" ;;
+      --webui-port) webui_port="$value" ;;
+      --worker-pool-port) pool_port="$value" ;;
+      --job-port) job_port="$value" ;;
+    esac
   done
   [[ "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers takes a whole number of 1 or more, not '$workers'"
   local port
