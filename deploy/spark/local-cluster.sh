@@ -4,6 +4,7 @@
 # and, on request, Beam's Spark job server. Everything Java comes from Maven Central through
 # `mvn`, once, and is kept under $SBERT_SPARK_HOME (default ~/.cache/sbert-pipeline/spark).
 set -euo pipefail
+shopt -s inherit_errexit # command substitutions stop at the first error too
 
 usage() {
   cat <<'USAGE'
