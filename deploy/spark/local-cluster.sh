@@ -216,8 +216,8 @@ launch() {
 wait_for_port() {
   local name="$1" pid="$2" port="$3" seconds="${4:-90}" waited=0
   until port_in_use "$port"; do
-    kill -0 "$pid" 2>/dev/null || die "$name stopped while starting: see $STATE_DIR/$name.log (run down to clean up)"
-    ((waited++ < seconds * 5)) || die "$name did not open port $port in ${seconds}s: see $STATE_DIR/$name.log (run down to clean up)"
+    kill -0 "$pid" 2>/dev/null || die "$name stopped while starting: see $STATE_DIR/$name.log"
+    ((waited++ < seconds * 5)) || die "$name did not open port $port in ${seconds}s: see $STATE_DIR/$name.log"
     sleep 0.2
   done
 }
@@ -284,19 +284,23 @@ cmd_up() {
     die "a cluster is already recorded in $STATE: run down first"
   fi
   local needed=("$master_port" "$webui_port" "$pool_port")
-  [[ "$job_server" == true ]] && needed+=("$job_port" "$((job_port - 1))" "$((job_port - 2))")
+  if [[ "$job_server" == true ]]; then needed+=("$job_port" "$((job_port - 1))" "$((job_port - 2))"); fi
   for port in "${needed[@]}"; do
     port_in_use "$port" && die "port $port on 127.0.0.1 is in use: pick another with the options of up"
   done
 
   local home beam master java_opts=()
   home="$(runtime_home)"
+  python3 -c 'import apache_beam, sbert_pipeline' 2>/dev/null ||
+    die "$(command -v python3) cannot import apache_beam and sbert_pipeline: activate the environment that has sbert-pipeline installed"
   beam="${home#"$CACHE"/beam-}"
   beam="${beam%%-spark-*}"
   mapfile -t java_opts < <(java_open_flags)
   master="spark://127.0.0.1:$master_port"
   mkdir -p "$STATE_DIR"
   : >"$STATE"
+  # From here on, a failure stops what this `up` started (the logs stay).
+  trap 'note "up did not finish: stopping what it started"; cmd_down' EXIT
   {
     echo "SPARK_MASTER_URL=$master"
     echo "BEAM_WORKER_POOL=localhost:$pool_port"
@@ -306,13 +310,13 @@ cmd_up() {
 
   export SPARK_HOME="$home" SPARK_SCALA_VERSION=2.12 SPARK_LOCAL_IP=127.0.0.1 SPARK_LOCAL_HOSTNAME=localhost
   rm -rf "$STATE_DIR"/work-* # what finished applications left (each holds a copy of the jars)
-  local pid i started
+  local pid i started workers_started
   started="$(now)"
   pid="$(launch master java -Xmx256m "${java_opts[@]}" -cp "$home/jars/*" \
     org.apache.spark.deploy.master.Master --host 127.0.0.1 --port "$master_port" --webui-port "$webui_port")"
   wait_for_port master "$pid" "$master_port"
   note "master up in $(since "$started")s"
-  started="$(now)"
+  workers_started="$(now)"
   for ((i = 1; i <= workers; i++)); do
     mkdir -p "$STATE_DIR/work-$i"
     # The job server stages its whole class path, so each application's folder holds a copy of
@@ -332,8 +336,9 @@ cmd_up() {
     note "job server up in $(since "$started")s on localhost:$job_port"
   fi
   wait_for_workers "$workers" "$webui_port"
-  note "$workers worker(s) registered $(since "$started")s after they started"
+  note "$workers worker(s) registered $(since "$workers_started")s after they started"
   note "logs and state: $STATE_DIR; stop with: deploy/spark/local-cluster.sh down"
+  trap - EXIT
   echo "$master"
 }
 
@@ -342,8 +347,6 @@ cmd_up() {
 start_worker_pool() {
   local port="$1" python pid started
   python="$(command -v python3)"
-  python3 -c 'import apache_beam, sbert_pipeline' 2>/dev/null ||
-    die "$python cannot import apache_beam and sbert_pipeline: activate the environment that has sbert-pipeline installed"
   mkdir -p "$STATE_DIR/bin"
   printf '#!/bin/sh\nexec %q "$@"\n' "$python" >"$STATE_DIR/bin/python"
   chmod +x "$STATE_DIR/bin/python"
@@ -368,7 +371,7 @@ with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/json/", timeout=2) 
 PY
 )"
     ((alive >= wanted)) && return 0
-    ((waited++ < 90)) || die "only $alive of $wanted Spark workers registered in 90s: see $STATE_DIR/worker-*.log (run down to clean up)"
+    ((waited++ < 90)) || die "only $alive of $wanted Spark workers registered in 90s: see $STATE_DIR/worker-*.log"
     sleep 1
   done
 }
