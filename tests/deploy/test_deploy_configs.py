@@ -470,6 +470,7 @@ def test_every_platform_has_a_script() -> None:
     assert {p.relative_to(DEPLOY).as_posix() for p in SCRIPTS} == {
         "dataflow/submit.sh",
         "spark/submit.sh",
+        "spark/local-cluster.sh",
         "flink/submit.sh",
     }
 
