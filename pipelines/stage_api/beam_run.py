@@ -24,6 +24,7 @@ from sbert_pipeline.stage_api.beam_options import (
     pipeline_options,
     runner_name,
 )
+from sbert_pipeline.stage_api.dask_cluster import is_dask, resolved
 from sbert_pipeline.stage_api.stops import raise_pending_stop, stop_signal
 
 logger = logging.getLogger(__name__)
@@ -44,12 +45,14 @@ def options_for(
     beam_args: Sequence[str] | PipelineOptions, test_pipeline: beam.Pipeline | None
 ) -> PipelineOptions:
     """The options a run uses: the test pipeline's when given, else ``beam_args`` (a
-    ``PipelineOptions`` as it is, a list of flags parsed, the local runner pinned)."""
+    ``PipelineOptions`` as it is, a list of flags parsed, the local runner pinned). On the Dask
+    runner, its cluster made ready: ``local[N]`` started, the partitions sized by its workers
+    (:func:`~sbert_pipeline.stage_api.dask_cluster.resolved`)."""
     if test_pipeline is not None:
         return test_pipeline.options
     if isinstance(beam_args, PipelineOptions):
-        return beam_args
-    return pipeline_options(list(beam_args))
+        return resolved(beam_args)
+    return resolved(pipeline_options(list(beam_args)))
 
 
 def workers_here(options: PipelineOptions, pipeline: beam.Pipeline | None) -> bool:
@@ -58,6 +61,16 @@ def workers_here(options: PipelineOptions, pipeline: beam.Pipeline | None) -> bo
     if pipeline is not None:
         return type(pipeline.runner).__name__ in LOCAL_RUNNERS
     return is_local(options)
+
+
+def workers_read_local_paths(options: PipelineOptions, pipeline: beam.Pipeline | None) -> bool:
+    """Whether the workers read and write the launcher's local paths: the in-process runner's
+    do, and so do Dask's, whose workers share the launcher's filesystem (a LocalCluster, or a
+    cluster on shared storage mounted at the same paths, the only way a Dask job reads local
+    paths). The launcher's temporary folders are never shared (:func:`workers_here`)."""
+    return workers_here(options, pipeline) or (
+        pipeline is None and is_dask(options.view_as(StandardOptions).runner)
+    )
 
 
 def show_progress(options: PipelineOptions | None = None) -> None:
