@@ -9,6 +9,7 @@ import pytest
 from dask_data import corpus_rows
 from testdata import build_tiny_bert
 
+
 @pytest.fixture(scope="session")
 def dask_corpus(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("dask_corpus") / "corpus.jsonl"

@@ -27,21 +27,27 @@ def pairs(job_dir: Path) -> set[tuple[str, str]]:
     table = pq.read_table(sorted((job_dir / "pairs").glob("pairs/part-*.parquet")))
     return {
         tuple(sorted(pair))
-        for pair in zip(table.column("id_a").to_pylist(), table.column("id_b").to_pylist())
+        for pair in zip(
+            table.column("id_a").to_pylist(), table.column("id_b").to_pylist(), strict=True
+        )
     }
 
 
 def groups(job_dir: Path) -> set[frozenset[str]]:
     table = pq.read_table(job_dir / "dedup" / "groups.parquet")
     members: dict[int, set[str]] = {}
-    for group, item in zip(table.column("group").to_pylist(), table.column("id").to_pylist()):
+    for group, item in zip(
+        table.column("group").to_pylist(), table.column("id").to_pylist(), strict=True
+    ):
         members.setdefault(group, set()).add(item)
     return {frozenset(ids) for ids in members.values()}
 
 
 def assignments(job_dir: Path) -> dict[str, int]:
     table = pq.read_table(sorted((job_dir / "clusters" / "assignments").glob("part-*.parquet")))
-    return dict(zip(table.column("id").to_pylist(), table.column("cluster").to_pylist()))
+    return dict(
+        zip(table.column("id").to_pylist(), table.column("cluster").to_pylist(), strict=True)
+    )
 
 
 @pytest.fixture(scope="module")
