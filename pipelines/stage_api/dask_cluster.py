@@ -133,6 +133,11 @@ def local_cluster(n: int) -> Any:
             from distributed import LocalCluster
 
             logger.info("starting a local Dask cluster of %d worker processes", n)
+            # Its scheduler and nannies run in this process: their INFO lines (each worker
+            # started, each client connected) are not the job's, unless the user asked.
+            dask_logger = logging.getLogger("distributed")
+            if dask_logger.level == logging.NOTSET:
+                dask_logger.setLevel(logging.WARNING)
             cluster = LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
             )
@@ -214,3 +219,54 @@ def _connected_workers(address: str | None, scheduler_file: str | None, timeout:
         ) from None
     _workers[key] = workers
     return workers
+
+
+@contextmanager
+def quiet_client() -> Iterator[None]:
+    """While a Dask pipeline runs, the client's own error tracebacks (its attempts to reach a
+    scheduler that went away) are not logged: :func:`run_failure` says it in one line."""
+    client_logger = logging.getLogger("distributed.client")
+
+    def below_error(record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+    client_logger.addFilter(below_error)
+    try:
+        yield
+    finally:
+        client_logger.removeFilter(below_error)
+
+
+def run_failure(err: BaseException | None, result: Any, options: PipelineOptions) -> Any:
+    """What ended a Dask pipeline that did not finish, as one line (a ``JobFailedError``): the
+    scheduler gone (the client lost it: a future cancelled or left unfinished) or a worker
+    that died running the same task again and again. None when ``err`` is an error of the
+    pipeline's own steps (the stage reports those), or when every future finished."""
+    import asyncio
+    import concurrent.futures
+
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+    from sbert_pipeline.stage_api.stops import JobFailedError
+
+    dask = _settings(options)
+    where = dask.get("address") or dask.get("scheduler_file") or "?"
+    if isinstance(err, KilledWorker):
+        return JobFailedError(
+            f"Dask workers died running the same task too often ({err}); nothing was published"
+        )
+    lost = (CommClosedError, asyncio.CancelledError, concurrent.futures.CancelledError, OSError)
+    if err is None:
+        futures = getattr(result, "futures", None) or []
+        unfinished = [future for future in futures if future.status != "finished"]
+        if not unfinished:
+            return None
+        reason = f"{len(unfinished)} of its results {unfinished[0].status}"
+    elif isinstance(err, lost):
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    else:
+        return None
+    return JobFailedError(
+        f"the Dask scheduler ({where}) stopped answering while the pipeline ran ({reason}); "
+        "nothing was published"
+    )
