@@ -55,7 +55,7 @@ def local_workers(address: str | None) -> int | None:
     Raises:
         DaskSettingsError: ``local[...]`` without a positive whole number.
     """
-    if not address or not address.startswith("local"):
+    if not address or not address.startswith("local["):
         return None
     match = _LOCAL.fullmatch(address)
     if match is None or int(match.group(1)) < 1:
