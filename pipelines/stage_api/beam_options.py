@@ -19,7 +19,11 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
-from sbert_pipeline.stage_api.dask_cluster import DASK_RUNNER, check_dask_options, is_dask
+from sbert_pipeline.stage_api.dask_cluster import (
+    check_dask_options,
+    is_dask,
+    runner_path,
+)
 from sbert_pipeline.stage_api.flag_recording import FlagRecording
 
 logger = logging.getLogger(__name__)
@@ -34,8 +38,6 @@ _REPLACED_RUNNERS = {None, "DirectRunner", "SwitchingDirectRunner"}
 _KNOWN_RUNNERS = {
     path.rpartition(".")[2].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS
 }
-# Beam finds its Dask runner only by its class path; here `dask` (or DaskRunner) names it too.
-_SHORT_NAMES = {"dask": DASK_RUNNER, "daskrunner": DASK_RUNNER}
 
 
 class UnknownOptionError(ValueError):
@@ -108,12 +110,6 @@ def check_beam_args(beam_args: Sequence[str], job_options: Iterable[str] = ()) -
         else:
             problems.append(f"unexpected argument {arg!r}")
     raise UnknownOptionError("; ".join(problems))
-
-
-def runner_path(runner: str) -> str:
-    """A ``--runner`` value as Beam can create it: ``dask`` or ``DaskRunner`` (any case) is
-    Beam's Dask runner's class path; any other name is given back as it is."""
-    return _SHORT_NAMES.get(runner.lower(), runner)
 
 
 def _check_cluster(options: PipelineOptions) -> None:

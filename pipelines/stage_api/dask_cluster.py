@@ -34,6 +34,8 @@ PARTITIONS_PER_WORKER = 4
 # --dask_connection_timeout says otherwise).
 CHECK_TIMEOUT_S = 10
 _LOCAL = re.compile(r"local\[(\d+)\]")
+# Beam finds its Dask runner only by its class path; here `dask` (or DaskRunner) names it too.
+_SHORT_NAMES = {"dask": DASK_RUNNER, "daskrunner": DASK_RUNNER}
 
 _lock = threading.Lock()
 _clusters: dict[int, Any] = {}  # N -> the LocalCluster local[N] started in this process
@@ -42,6 +44,12 @@ _workers: dict[str, int] = {}  # scheduler address or file -> its workers when c
 
 class DaskSettingsError(ValueError):
     """A Dask cluster setting that cannot work (a malformed ``local[N]``, no scheduler)."""
+
+
+def runner_path(runner: str) -> str:
+    """A ``--runner`` value as Beam can create it: ``dask`` or ``DaskRunner`` (any case) is
+    Beam's Dask runner's class path; any other name is given back as it is."""
+    return _SHORT_NAMES.get(runner.lower(), runner)
 
 
 def is_dask(runner: Any) -> bool:
@@ -95,8 +103,6 @@ def resolved(options: PipelineOptions) -> PipelineOptions:
     this process's LocalCluster of N workers (started now if it is not running), and
     ``--dask_npartitions`` set from the cluster's workers when no partitioning was given.
     Other runners' options are given back as they are."""
-    from sbert_pipeline.stage_api.beam_options import runner_path
-
     runner = options.view_as(StandardOptions).runner
     if not (isinstance(runner, str) and is_dask(runner_path(runner))):
         return options
@@ -165,8 +171,6 @@ def dask_cluster(beam_args: Sequence[str]) -> Iterator[None]:
     """One LocalCluster for the block when ``beam_args`` name the Dask runner with
     ``local[N]`` (``sbert run``: every stage of the job runs on it); closed when the block
     ends, also when it raises. Other settings need nothing here."""
-    from sbert_pipeline.stage_api.beam_options import runner_path
-
     options = PipelineOptions(list(beam_args))
     runner = options.view_as(StandardOptions).runner
     dask = isinstance(runner, str) and is_dask(runner_path(runner))

@@ -13,12 +13,12 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from sbert_pipeline import embed
 from sbert_pipeline.jobs.cli import main
 from sbert_pipeline.stage_api.beam_options import (
-    DASK_RUNNER,
     LOCAL_RUNNER,
     UnknownOptionError,
     check_beam_args,
     pipeline_options,
 )
+from sbert_pipeline.stage_api.dask_cluster import DASK_RUNNER
 from sbert_pipeline.stage_api.options import OptionError
 
 
