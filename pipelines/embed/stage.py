@@ -79,7 +79,7 @@ logger = logging.getLogger(__name__)
 # What an embed run writes: parts at the top level and under _errors/ (docs/architecture.md);
 # earlier versions' errors/ still counts as ours.
 # Grouped batching: at least this many inference batches per Dask partition.
-GROUPS_PER_PARTITION = 4
+GROUPS_PER_PARTITION = 1
 LAYOUT = OutputLayout(datasets=("", ERRORS_DIR), legacy_datasets=LEGACY_ERRORS_DIRS)
 # The manifest's counts besides read / embedded / rejected, in one place: each is the sum of a
 # tally branch that ``build_pipeline`` adds to ``tallies`` (pipelines/embed/commit.py).

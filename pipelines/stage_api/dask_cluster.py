@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 # Partitions per worker when the user gave no partitioning: enough that a worker that finishes
 # early takes another partition instead of waiting for the slowest one.
-PARTITIONS_PER_WORKER = 4
+PARTITIONS_PER_WORKER = 2
 # How long the check waits for a scheduler that does not answer (unless
 # --dask_connection_timeout says otherwise).
 CHECK_TIMEOUT_S = 10

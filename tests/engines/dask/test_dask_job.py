@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from dask_data import write_job
+from sbert_pipeline.jobs.cli import main
 from sbert_pipeline.jobs.run import run
 
 
@@ -93,3 +94,21 @@ def test_a_job_on_a_local_dask_cluster_equals_the_local_run(
     assert sorted(assigned) == sorted(ours)
     assert all(assigned[i] == int(np.argmax(centroids @ ours[i])) for i in ours)
     assert manifest(job / "index")["ntotal"] == len(ours)
+
+
+def test_a_job_whose_scheduler_does_not_answer_is_refused_before_its_folder_exists(
+    tmp_path, capsys, dask_corpus, tiny_st_dir, tiny_cross_encoder
+):
+    config = write_job(
+        tmp_path / "job.yaml",
+        tmp_path / "job",
+        dask_corpus,
+        tiny_st_dir,
+        tiny_cross_encoder,
+        runner="dask",
+        beam={"dask_client_address": "127.0.0.1:9", "dask_connection_timeout": 1},
+    )
+    assert main(["run", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "no Dask scheduler answered" in err and err.count("\n") == 1
+    assert not (tmp_path / "job").exists()
