@@ -75,6 +75,7 @@ from sbert_pipeline.jobs.run_stages import (
     run_stage,
     stage_facts,
 )
+from sbert_pipeline.stage_api.dask_cluster import dask_cluster
 from sbert_pipeline.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)
@@ -150,12 +151,14 @@ def run(argv: list[str] | None = None) -> JobSummary:
     args = build_parser().parse_args(argv)
     config = load_run_config(args.config, args.overrides)
     checked = check_job_inputs(config)
-    plans = plan_stages(config, checked, _beam_argv(config))
+    beam_argv = _beam_argv(config)
+    plans = plan_stages(config, checked, beam_argv)
 
     start = time.perf_counter()
     with _job_held(config, plans, args) as state:
         _write_config_copy(config)
-        with _progress_shown():
+        # One Dask cluster for every stage (local[N]), so its workers keep their models.
+        with _progress_shown(), dask_cluster(beam_argv):
             results = _run_stages(config, plans, state, args.only, args.force)
         summary = JobSummary(config.job_dir, results, None, 0.0)
         try:

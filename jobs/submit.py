@@ -113,7 +113,9 @@ def beam_argv(config: Mapping[str, Any]) -> list[str]:
         ValueError: an unknown option (with the closest name) or a value Beam refuses, naming
             ``beam.KEY``.
     """
-    parser = beam_parser()
+    # The runner's own options (Dask's, registered when its module loads) are known too.
+    runner = config["beam"].get("runner")
+    parser = beam_parser([f"--runner={runner}"] if isinstance(runner, str) else [])
     argv: list[str] = []
     for key, value in config["beam"].items():
         argv += _beam_flags(parser, str(key), value)

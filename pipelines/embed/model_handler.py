@@ -98,6 +98,10 @@ def example_text(example: Example) -> str:
     )
 
 
+# Marks an encoder whose forward passes already count rows on the progress bar.
+_ROWS_COUNTED = "_sbert_rows_counted"
+
+
 class SbertModelHandler(SettingsModelHandler[Example, SentenceEncoder]):
     """Runs ``SentenceEncoder.encode_detailed`` on batches of texts.
 
@@ -141,13 +145,18 @@ class SbertModelHandler(SettingsModelHandler[Example, SentenceEncoder]):
         self._zero_vectors = Metrics.counter(METRICS_NAMESPACE, ZERO_VECTORS)
 
     def load_model(self) -> SentenceEncoder:
-        """Load the encoder on the worker (called once per process or machine)."""
+        """The encoder on the worker (loaded once per process or machine, then kept)."""
         encoder = super().load_model()
-        logger.info(
-            "loaded %s on %s (%s)", encoder.model_id, encoder.device, encoder.describe()["dtype"]
-        )
         shared_progress(EMBED_PROGRESS, "texts").start()  # the rate counts from the first batch
-        count_forward_rows(encoder, EMBED_PROGRESS, "texts")  # the bar moves inside a batch
+        if not getattr(encoder, _ROWS_COUNTED, False):  # a kept encoder has its counter
+            logger.info(
+                "loaded %s on %s (%s)",
+                encoder.model_id,
+                encoder.device,
+                encoder.describe()["dtype"],
+            )
+            count_forward_rows(encoder, EMBED_PROGRESS, "texts")  # the bar moves inside a batch
+            setattr(encoder, _ROWS_COUNTED, True)
         return encoder
 
     def run_inference(

@@ -65,6 +65,7 @@ from sbert_pipeline.stage_api.beam_run import (
     step_error,
     waits,
 )
+from sbert_pipeline.stage_api.dask_cluster import dask_partitions
 from sbert_pipeline.stage_api.result import Result
 from sbert_pipeline.stage_api.stage_output import stage_output
 from sbert_pipeline.stage_api.stops import JobFailedError
@@ -77,6 +78,8 @@ logger = logging.getLogger(__name__)
 
 # What an embed run writes: parts at the top level and under _errors/ (docs/architecture.md);
 # earlier versions' errors/ still counts as ours.
+# Grouped batching: at least this many inference batches per Dask partition.
+GROUPS_PER_PARTITION = 1
 LAYOUT = OutputLayout(datasets=("", ERRORS_DIR), legacy_datasets=LEGACY_ERRORS_DIRS)
 # The manifest's counts besides read / embedded / rejected, in one place: each is the sum of a
 # tally branch that ``build_pipeline`` adds to ``tallies`` (pipelines/embed/commit.py).
@@ -435,8 +438,10 @@ def _grouping(batching: str, options, total_bytes: int) -> tuple[int | None, int
     if batching == "bundle" or (batching == "auto" and "DaskRunner" not in runner_name(options)):
         return None, None
     # About 64 KiB of text per inference batch (a thousand short sentences) and one output
-    # shard per 4 MiB of input (~100 MB of float32 vectors for short texts).
-    return max(1, total_bytes // 65_536), max(1, -(-total_bytes // 4_194_304))
+    # shard per 4 MiB of input (~100 MB of float32 vectors for short texts); at least a few
+    # batches per Dask partition, so that a small corpus keeps every worker busy too.
+    n_groups = max(1, total_bytes // 65_536, GROUPS_PER_PARTITION * (dask_partitions(options) or 0))
+    return n_groups, max(1, -(-total_bytes // 4_194_304))
 
 
 def launch_manifest(

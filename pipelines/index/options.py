@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sbert_pipeline.io.resources import MemoryBudget
-from sbert_pipeline.stage_api.options import OptionError, at_least, in_range, option
+from sbert_pipeline.stage_api.options import at_least, in_range, option
 from sbert_pipeline.stage_api.shared_options import (
     ExternalVectorOptions,
     beam_options_option,
@@ -83,12 +83,6 @@ class Options(ExternalVectorOptions):
         at_least("shards", self.shards, 1)
         at_least("train_sample", self.train_sample, 1)
         self.budget()
-        if self.beam_options and self.shards is None:
-            raise OptionError(
-                "shards",
-                "Beam options apply only with --shards (the index is otherwise built in this "
-                "process)",
-            )
 
     def budget(self) -> MemoryBudget:
         """``memory_budget`` resolved (``auto``: a share of the memory available now)."""

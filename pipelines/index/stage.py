@@ -141,6 +141,11 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     if options.shards is not None:  # the shards are filled by Beam workers
         here = workers_here(options_for(options.beam_options, pipeline), pipeline)
         refuse_remote_workers([data], here=here)
+    elif options.beam_options:  # as in `sbert run`: without shards, no pipeline runs
+        logger.warning(
+            "the index is built in this process: the Beam options apply to the sharded fill "
+            "(--shards S)"
+        )
     n = data.count
     if n == 0:
         raise ValueError(f"{options.embeddings} holds no embeddings; there is nothing to index")

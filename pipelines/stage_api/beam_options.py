@@ -19,6 +19,11 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
+from sbert_pipeline.stage_api.dask_cluster import (
+    check_dask_options,
+    is_dask,
+    runner_path,
+)
 from sbert_pipeline.stage_api.flag_recording import FlagRecording
 
 logger = logging.getLogger(__name__)
@@ -33,8 +38,6 @@ _REPLACED_RUNNERS = {None, "DirectRunner", "SwitchingDirectRunner"}
 _KNOWN_RUNNERS = {
     path.rpartition(".")[2].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS
 }
-# Runners Beam finds only by their class path, offered for their short name.
-_PATH_ONLY_RUNNERS = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner"}
 
 
 class UnknownOptionError(ValueError):
@@ -50,7 +53,7 @@ def beam_parser(beam_args: Sequence[str] = ()) -> argparse.ArgumentParser:
         """Beam's parser, listing what its option classes add."""
 
     runner = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
-    runner = runner if isinstance(runner, str) else ""
+    runner = runner_path(runner) if isinstance(runner, str) else ""
     # A runner named by its full path (package.module.Class) registers its options on import,
     # as Beam imports it to create the runner.
     module = runner.rpartition(".")[0] or None
@@ -83,10 +86,12 @@ def check_beam_args(beam_args: Sequence[str], job_options: Iterable[str] = ()) -
         UnknownOptionError: naming each unknown option and its close matches, or a runner
             Beam cannot create.
     """
-    check_runner(PipelineOptions(list(beam_args)).view_as(StandardOptions).runner)
+    options = PipelineOptions(list(beam_args))
+    check_runner(options.view_as(StandardOptions).runner)
     parser = beam_parser(beam_args)
     _, unknown = parser.parse_known_args(list(beam_args))
     if not unknown:
+        _check_cluster(options)
         return
     known = [*job_options, *parser.actions]
     problems = []
@@ -107,6 +112,13 @@ def check_beam_args(beam_args: Sequence[str], job_options: Iterable[str] = ()) -
     raise UnknownOptionError("; ".join(problems))
 
 
+def _check_cluster(options: PipelineOptions) -> None:
+    """The cluster settings of a runner that has them (Dask's scheduler), checked now."""
+    runner = options.view_as(StandardOptions).runner
+    if isinstance(runner, str) and is_dask(runner_path(runner)):
+        check_dask_options(options)
+
+
 def check_runner(runner: Any) -> None:
     """Refuse a ``--runner`` Beam could not create, found as Beam finds it: a known short name
     (any case, ``Runner`` suffix optional) or a ``package.module.Class`` path, imported here.
@@ -117,13 +129,12 @@ def check_runner(runner: Any) -> None:
     """
     if not isinstance(runner, str) or runner in _REPLACED_RUNNERS:
         return
-    key = runner.lower()
-    path = _KNOWN_RUNNERS.get(key, _KNOWN_RUNNERS.get(key + "runner", runner))
+    key = runner_path(runner).lower()
+    path = _KNOWN_RUNNERS.get(key, _KNOWN_RUNNERS.get(key + "runner", runner_path(runner)))
     module, _, name = path.rpartition(".")
     if not module:
-        known = sorted(StandardOptions.KNOWN_RUNNER_NAMES)
-        close = [_PATH_ONLY_RUNNERS[runner]] if runner in _PATH_ONLY_RUNNERS else []
-        close = close or difflib.get_close_matches(runner, known, n=2, cutoff=0.6)
+        known = sorted({*StandardOptions.KNOWN_RUNNER_NAMES, "dask"})
+        close = difflib.get_close_matches(runner, known, n=2, cutoff=0.6)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise UnknownOptionError(
             f"--runner {runner}: not a Beam runner; {hint}give one of {', '.join(known)}, or a "
@@ -151,6 +162,7 @@ def check_beam_options(value: Any) -> tuple[str, ...] | PipelineOptions:
     """
     if isinstance(value, PipelineOptions):
         check_runner(value.view_as(StandardOptions).runner)
+        _check_cluster(value)
         return value
     if isinstance(value, str) or not isinstance(value, list | tuple):
         example = value.split() if isinstance(value, str) else ["--runner=DataflowRunner"]
@@ -185,6 +197,8 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
                 LOCAL_RUNNER,
             )
         standard.runner = LOCAL_RUNNER
+    elif isinstance(standard.runner, str):
+        standard.runner = runner_path(standard.runner)
     return options
 
 

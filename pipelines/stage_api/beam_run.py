@@ -9,6 +9,7 @@ what a step raised through Beam's wrapping. Stage orchestration in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -24,6 +25,7 @@ from sbert_pipeline.stage_api.beam_options import (
     pipeline_options,
     runner_name,
 )
+from sbert_pipeline.stage_api.dask_cluster import is_dask, quiet_client, resolved, run_failure
 from sbert_pipeline.stage_api.stops import raise_pending_stop, stop_signal
 
 logger = logging.getLogger(__name__)
@@ -44,12 +46,14 @@ def options_for(
     beam_args: Sequence[str] | PipelineOptions, test_pipeline: beam.Pipeline | None
 ) -> PipelineOptions:
     """The options a run uses: the test pipeline's when given, else ``beam_args`` (a
-    ``PipelineOptions`` as it is, a list of flags parsed, the local runner pinned)."""
+    ``PipelineOptions`` as it is, a list of flags parsed, the local runner pinned). On the Dask
+    runner, its cluster made ready: ``local[N]`` started, the partitions sized by its workers
+    (:func:`~sbert_pipeline.stage_api.dask_cluster.resolved`)."""
     if test_pipeline is not None:
         return test_pipeline.options
     if isinstance(beam_args, PipelineOptions):
-        return beam_args
-    return pipeline_options(list(beam_args))
+        return resolved(beam_args)
+    return resolved(pipeline_options(list(beam_args)))
 
 
 def workers_here(options: PipelineOptions, pipeline: beam.Pipeline | None) -> bool:
@@ -58,6 +62,16 @@ def workers_here(options: PipelineOptions, pipeline: beam.Pipeline | None) -> bo
     if pipeline is not None:
         return type(pipeline.runner).__name__ in LOCAL_RUNNERS
     return is_local(options)
+
+
+def workers_read_local_paths(options: PipelineOptions, pipeline: beam.Pipeline | None) -> bool:
+    """Whether the workers read and write the launcher's local paths: the in-process runner's
+    do, and so do Dask's, whose workers share the launcher's filesystem (a LocalCluster, or a
+    cluster on shared storage mounted at the same paths, the only way a Dask job reads local
+    paths). The launcher's temporary folders are never shared (:func:`workers_here`)."""
+    return workers_here(options, pipeline) or (
+        pipeline is None and is_dask(options.view_as(StandardOptions).runner)
+    )
 
 
 def show_progress(options: PipelineOptions | None = None) -> None:
@@ -110,21 +124,35 @@ def run_pipeline(
         )
     raise_pending_stop()
     start = time.perf_counter()
-    try:
-        result = pipeline.run()
-        if wait:
-            result.wait_until_finish()
-    except Exception as err:
-        # Beam re-raises a Ctrl-C in a step as that step's RuntimeError; raised as the stop it
-        # is, no `except Exception` above (a stage runner recording a failure) takes it for one.
-        stop = stop_signal(err)
-        if stop is None:
+    on_dask = test_pipeline is None and is_dask(options.view_as(StandardOptions).runner)
+    result = None
+    # On Dask, the client's own tracebacks (a scheduler gone) stay out of the log until it is
+    # closed: run_failure says what happened in one line.
+    with quiet_client() if on_dask else contextlib.nullcontext():
+        try:
+            result = pipeline.run()
+            if wait:
+                result.wait_until_finish()
+                # Checked before the client closes: a scheduler gone leaves futures unfinished.
+                lost = run_failure(None, result, options) if on_dask else None
+                if lost is not None:
+                    raise lost
+        except Exception as err:
+            # Beam re-raises a Ctrl-C in a step as that step's RuntimeError; raised as the stop
+            # it is, no `except Exception` above (a stage runner recording a failure) takes it
+            # for one.
+            stop = stop_signal(err)
+            if stop is not None:
+                raise type(stop)(*stop.args) from err
+            lost = run_failure(err, result, options) if on_dask else None
+            if lost is not None:
+                raise lost from err
             raise
-        raise type(stop)(*stop.args) from err
+        finally:
+            client = getattr(result, "client", None)  # the Dask runner leaves its client open
+            if client is not None and wait:
+                client.close()
     seconds = time.perf_counter() - start
-    client = getattr(result, "client", None)  # the Dask runner leaves its client open
-    if client is not None and wait:
-        client.close()
     # A TestPipeline is given its runner directly rather than through the options.
     runner = type(pipeline.runner).__name__ if test_pipeline is not None else runner_name(options)
     return PipelineRun(result, seconds, runner)

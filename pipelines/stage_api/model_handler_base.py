@@ -3,9 +3,10 @@
 Beam's own handlers (``apache_beam.ml.inference``) keep loading and batching in the handler and
 leave ``run_inference`` to each model kind; :class:`SettingsModelHandler` does the same for the
 stages' models. The model is described by plain, picklable settings and loaded in
-``load_model`` on the worker (once per process; once per machine on GPU workers, where
-``share_model_across_processes`` is on), never pickled with the pipeline. ``BatchElements``
-hands it large batches, which the model re-batches by token length inside.
+``load_model`` on the worker (once per process, kept across partitions and stages; once per
+machine on GPU workers, where ``share_model_across_processes`` is on), never pickled with the
+pipeline. ``BatchElements`` hands it large batches, which the model re-batches by token length
+inside.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+from sbert_pipeline.stage_api.model_cache import cached_model
 
 ExampleT = TypeVar("ExampleT")
 ModelT = TypeVar("ModelT")
@@ -23,6 +25,11 @@ ModelT_co = TypeVar("ModelT_co", covariant=True)
 
 class ModelSettings(Protocol, Generic[ModelT_co]):
     """Plain values that say how a worker loads its model."""
+
+    @property
+    def model(self) -> str:
+        """The model: a directory, a bundled name or a Hub id."""
+        ...
 
     @property
     def device(self) -> str | None:
@@ -66,8 +73,9 @@ class SettingsModelHandler(ModelHandler[ExampleT, PredictionResult, ModelT], ABC
         )
 
     def load_model(self) -> ModelT:
-        """Load the model on the worker (called once per process or machine)."""
-        return self._settings.load()
+        """The model on the worker: loaded once per process (or machine) and kept for the next
+        bundle, partition or stage that asks for the same (:mod:`model_cache`)."""
+        return cached_model(self._settings, self._settings.model, self._settings.load)
 
     @abstractmethod
     def example_bytes(self, example: ExampleT) -> int:

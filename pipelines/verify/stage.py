@@ -67,6 +67,7 @@ from sbert_pipeline.stage_api.beam_run import (
     show_progress,
     transform_runner,
     workers_here,
+    workers_read_local_paths,
 )
 from sbert_pipeline.stage_api.result import Result
 from sbert_pipeline.stage_api.stage_output import stage_output
@@ -156,7 +157,7 @@ def _run(options: Options, pipeline: beam.Pipeline | None) -> Result:
     settings = _cross_encoder_settings(options)
     beam_options = options_for(options.beam_options, pipeline)
     here = workers_here(beam_options, pipeline)
-    if not here and "://" not in options.output:
+    if not workers_read_local_paths(beam_options, pipeline) and "://" not in options.output:
         raise ValueError(
             f"--output {options.output} is a local folder, where remote workers cannot read the "
             "pairs to score; write to storage the workers read (gs://, s3://) or run locally"

@@ -5,7 +5,7 @@ The launcher writes the pairs to score as chunk files in the run's work area (``
 ``RunInference`` around :class:`~sbert_pipeline.verify.model_handler.CrossEncoderModelHandler` and
 writes one score file per chunk (``position``, ``score``); :func:`read_scores` brings them back::
 
-    ListChunks -> ReadChunks -> Reshuffle -> ScorePairs -> KeyByChunk -> GroupByChunk
+    ListChunks -> ReadChunks (batches) -> Reshuffle -> ScorePairs -> KeyByChunk -> GroupByChunk
                -> WriteScores
 
 A score file is written whole under a temporary name and renamed (``sbert_pipeline.io.atomic``), so
@@ -28,6 +28,9 @@ from sbert_pipeline.verify.model_handler import CrossEncoderModelHandler, CrossE
 
 # Pairs per chunk file: one Beam element of ReadChunks, and one score file.
 CHUNK_ROWS = 8192
+# Pairs per inference batch, made here rather than by RunInference's BatchElements, whose last
+# batch of a bundle Beam's Dask runner drops (the cross-encoder re-batches inside).
+BATCH_PAIRS = 1024
 CHUNK_SCHEMA = pa.schema(
     [
         pa.field("position", pa.int64(), nullable=False),
@@ -74,15 +77,24 @@ def write_chunks(folder: str, text_a: list[str], text_b: list[str]) -> list[str]
     return paths
 
 
-def read_chunk(path: str) -> Iterator[tuple[int, tuple[str, str]]]:
-    """``(position, (text_a, text_b))`` of every pair of one chunk file."""
+def read_chunk(path: str) -> Iterator[list[tuple[int, tuple[str, str]]]]:
+    """``(position, (text_a, text_b))`` of every pair of one chunk file, in batches of at most
+    :data:`BATCH_PAIRS`."""
     with FileSystems.open(path) as handle:
         table = pq.read_table(handle, schema=CHUNK_SCHEMA)
-    yield from zip(
-        table.column("position").to_pylist(),
-        zip(table.column("text_a").to_pylist(), table.column("text_b").to_pylist(), strict=True),
-        strict=True,
+    pairs = list(
+        zip(
+            table.column("position").to_pylist(),
+            zip(
+                table.column("text_a").to_pylist(),
+                table.column("text_b").to_pylist(),
+                strict=True,
+            ),
+            strict=True,
+        )
     )
+    for start in range(0, len(pairs), BATCH_PAIRS):
+        yield pairs[start : start + BATCH_PAIRS]
 
 
 def key_by_chunk(element: tuple[int, PredictionResult]) -> tuple[int, tuple[int, float]]:
@@ -123,7 +135,7 @@ class ScorePairs(beam.PTransform):
         self._folder = folder
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        handler = KeyedModelHandler(CrossEncoderModelHandler(self._settings))
+        handler = KeyedModelHandler(CrossEncoderModelHandler(self._settings)).with_no_batching()
         return (
             pbegin
             | "ListChunks" >> beam.Create(self._chunks)

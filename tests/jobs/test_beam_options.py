@@ -18,6 +18,7 @@ from sbert_pipeline.stage_api.beam_options import (
     check_beam_args,
     pipeline_options,
 )
+from sbert_pipeline.stage_api.dask_cluster import DASK_RUNNER
 from sbert_pipeline.stage_api.options import OptionError
 
 
@@ -78,7 +79,8 @@ def test_no_runner_means_the_local_runner_without_a_warning(caplog):
 
 def test_options_of_a_runner_registered_on_import_are_known():
     runner = "apache_beam.runners.dask.dask_runner.DaskRunner"
-    check_beam_args(["--runner", runner, "--dask_client_address", "localhost:8786"])
+    # (A scheduler's address is also asked for an answer: local[N] is checked without one.)
+    check_beam_args(["--runner", runner, "--dask_client_address", "local[2]"])
     with pytest.raises(UnknownOptionError, match="did you mean --dask_client_address"):
         check_beam_args(["--runner", runner, "--dask_client_adress", "localhost:8786"])
 
@@ -87,8 +89,7 @@ def test_options_of_a_runner_registered_on_import_are_known():
     ("runner", "named"),
     [
         ("NoSuchRunner", "--runner NoSuchRunner: not a Beam runner; "),
-        # Beam finds the Dask runner only by its path: its short name would fail at run time.
-        ("DaskRunner", "did you mean apache_beam.runners.dask.dask_runner.DaskRunner?"),
+        ("dusk", "did you mean dask?"),
         ("no_such_module.Runner", "--runner no_such_module.Runner: cannot be imported"),
         ("apache_beam.Pipeline", "apache_beam has no runner class Pipeline"),
     ],
@@ -101,6 +102,47 @@ def test_a_runner_beam_cannot_create_is_refused_when_checked(runner, named):
 @pytest.mark.parametrize("runner", ["DataflowRunner", "dataflow", "FlinkRunner", "DirectRunner"])
 def test_runners_beam_knows_pass_by_any_of_its_names(runner):
     check_beam_args(["--runner", runner])
+
+
+@pytest.mark.parametrize("runner", ["dask", "DaskRunner", DASK_RUNNER])
+def test_dask_is_a_short_runner_name_with_its_options(runner):
+    # Beam finds its Dask runner only by its class path; the short name is resolved here.
+    flags = ["--runner", runner, "--dask_client_address", "local[2]", "--dask_npartitions=3"]
+    check_beam_args(flags)
+    options = pipeline_options(flags)
+    assert options.view_as(StandardOptions).runner == DASK_RUNNER
+    with pytest.raises(UnknownOptionError, match="did you mean --dask_client_address"):
+        check_beam_args(["--runner", runner, "--dask_client_adress", "local[2]"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--dask_client_address", "local[0]"], "write local[N] with N >= 1"),
+        (["--dask_client_address", "local[two]"], "write local[N] with N >= 1"),
+        (["--dask_scheduler_file", "/no/such/scheduler.json"], "no such file"),
+        (
+            ["--dask_client_address", "127.0.0.1:9", "--dask_connection_timeout", "1"],
+            "--dask_client_address 127.0.0.1:9: no Dask scheduler answered within 1s",
+        ),
+    ],
+)
+def test_dask_cluster_settings_are_refused_before_any_output(tmp_path, capsys, flags, named):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one\ntwo\n")
+    out = tmp_path / "out"
+    argv = ["embed", "--input", str(corpus), "--output", str(out), "--runner", "dask", *flags]
+    assert main(argv) == 2
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert named in err and err.count("\n") == 1
+
+
+def test_a_job_names_dask_and_its_cluster_under_beam(tmp_path):
+    from sbert_pipeline.jobs.submit import beam_argv
+
+    argv = beam_argv({"beam": {"runner": "dask", "dask_client_address": "local[2]"}})
+    assert argv == ["--runner=dask", "--dask_client_address=local[2]"]
 
 
 def test_an_unknown_runner_fails_before_the_output_is_started(tmp_path, capsys):

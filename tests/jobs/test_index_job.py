@@ -1,4 +1,5 @@
 import json
+import logging
 import shutil
 
 import numpy as np
@@ -210,6 +211,11 @@ def test_a_failed_build_leaves_no_manifest_and_can_be_rerun(tmp_path, embeddings
         run(index_args(embeddings, output, "--factory", "Flat"))
 
 
-def test_beam_options_need_shards(tmp_path, embeddings):
-    with pytest.raises(ValueError, match="only with --shards"):
-        run(index_args(embeddings, tmp_path / "out", "--runner", "DirectRunner"))
+def test_beam_options_without_shards_build_the_index_here_as_sbert_run_does(
+    tmp_path, embeddings, caplog
+):
+    # The same Beam options work for every stage command: without --shards no pipeline runs.
+    with caplog.at_level(logging.WARNING, logger="sbert_pipeline.index.stage"):
+        run(index_args(embeddings, tmp_path / "out", "--factory", "Flat", "--runner", "dask"))
+    assert open_index(str(tmp_path / "out")).index.ntotal == N
+    assert "the Beam options apply to the sharded fill" in caplog.text

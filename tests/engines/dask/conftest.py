@@ -1,0 +1,32 @@
+"""Fixtures of the Dask engine tests: the corpus (``dask_data.py``) and a tiny cross-encoder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from dask_data import corpus_rows
+from testdata import build_tiny_bert
+
+
+@pytest.fixture(scope="session")
+def dask_corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("dask_corpus") / "corpus.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in corpus_rows()), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory) -> Path:
+    """A random BERT sequence classifier with one label (a cross-encoder)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    root = tmp_path_factory.mktemp("dask_ce")
+    base = build_tiny_bert(root / "base")
+    config = AutoConfig.from_pretrained(base, num_labels=1, initializer_range=0.2)
+    torch.manual_seed(1)
+    AutoModelForSequenceClassification.from_config(config).eval().save_pretrained(root / "ce")
+    AutoTokenizer.from_pretrained(base).save_pretrained(root / "ce")
+    return root / "ce"
