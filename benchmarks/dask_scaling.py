@@ -117,11 +117,13 @@ def run_variant(variant: Variant, corpus: Path, args) -> tuple[list[dict], dict 
         )
         return runs, None
     from distributed import Client, LocalCluster
+    from sbert_pipeline.stage_api.dask_cluster import worker_environ
 
     start = time.perf_counter()
-    cluster = LocalCluster(
-        n_workers=variant.workers, threads_per_worker=1, processes=True, dashboard_address=None
-    )
+    with worker_environ():  # the worker environment of `local[N]`
+        cluster = LocalCluster(
+            n_workers=variant.workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
     client = Client(cluster)
     client.wait_for_workers(variant.workers)
     started = time.perf_counter() - start
