@@ -8,8 +8,11 @@ Dask options.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,13 +83,31 @@ def test_the_files_are_the_resources_the_readme_lists() -> None:
     kinds = {path.name: [d["kind"] for d in documents(path.name)] for path in KUBERNETES.iterdir()}
     assert kinds == {
         "storage.yaml": ["PersistentVolumeClaim"],
-        "daskcluster.yaml": ["DaskCluster"],
+        "daskcluster.yaml": ["ConfigMap", "DaskCluster"],
         "job.yaml": ["ConfigMap", "Job"],
     }
     text = README.read_text(encoding="utf-8")
     for name in kinds:
         assert f"kubernetes/{name}" in text or f"{name}  " in text, name
     assert cluster()["apiVersion"] == "kubernetes.dask.org/v1"
+
+
+def test_workers_read_a_dask_config_without_the_malloc_trim_threshold(tmp_path) -> None:
+    """The ConfigMap mounted at /etc/dask unsets Dask's MALLOC_TRIM_THRESHOLD_ for the worker
+    processes, as Dask itself reads that folder (checked here through DASK_CONFIG)."""
+    config = one("daskcluster.yaml", "ConfigMap")
+    (tmp_path / "sbert.yaml").write_text(config["data"]["sbert.yaml"], encoding="utf-8")
+    mounts = pod_specs()["worker"]["containers"][0]["volumeMounts"]
+    assert {"name": "dask-config", "mountPath": "/etc/dask"} in mounts
+    code = (
+        "from distributed.nanny import _get_env_variables as e;"
+        "print(sorted(e('distributed.nanny.pre-spawn-environ')))"
+    )
+    env = {**os.environ, "DASK_CONFIG": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    names = out.stdout.strip()
+    assert "MALLOC_TRIM_THRESHOLD_" not in names and "OMP_NUM_THREADS" in names
 
 
 def test_every_container_runs_the_worker_image() -> None:
