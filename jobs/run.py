@@ -67,7 +67,6 @@ from sbert_pipeline.jobs.run_config import (
 from sbert_pipeline.jobs.run_inputs import check_job_inputs, check_same_job, job_identity
 from sbert_pipeline.jobs.run_report import REPORT_FILE, write_job_report
 from sbert_pipeline.jobs.run_stages import (
-    JobState,
     StagePlan,
     StageResult,
     output_identity,
@@ -76,6 +75,7 @@ from sbert_pipeline.jobs.run_stages import (
     stage_facts,
 )
 from sbert_pipeline.stage_api.dask_cluster import dask_cluster
+from sbert_pipeline.stage_api.stage_records import JobState
 from sbert_pipeline.stage_api.stops import JobFailedError
 
 logger = logging.getLogger(__name__)

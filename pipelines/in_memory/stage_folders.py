@@ -1,28 +1,32 @@
 """Where ``deduplicate`` runs its stages: a temporary folder removed at the end, or the caller's
 ``output`` folder, kept, whose stages a later call reuses when nothing they depend on changed.
 
-Reuse follows ``sbert run``'s rule: a stage's *fingerprint* is a sha256 over its name, its
-options (``overwrite`` left out), the digest of the rows it reads from memory and the manifest
-of each output it reads. ``_deduplicate_state.json`` records, per stage, the fingerprint it ran
-with and the sha256 of the manifest it wrote; a stage is skipped when both still match. A
-stage's record is dropped before it runs, so a call that fails never leaves a record claiming an
-output being replaced.
+Reuse is ``sbert run``'s (:mod:`sbert_pipeline.stage_api.stage_records`): a stage's fingerprint
+covers its name, its options (``input``, a temporary file of the rows, and ``overwrite`` left
+out), the digest of the rows it reads from memory and the identity of each output it reads;
+``_deduplicate_state.json`` is the folder's job state. A state of the earlier format (per stage
+only its fingerprint and manifest sha256) is read as records that no longer match: those stages
+run again, replacing the outputs it recorded, and the state is rewritten.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sbert_pipeline.io.atomic import write_json_replacing
-from sbert_pipeline.io.output_dir import MANIFEST, read_json_or_none
+from sbert_pipeline.io.output_dir import read_json_or_none
+from sbert_pipeline.stage_api.stage_records import (
+    JobState,
+    StageRecord,
+    output_identity,
+    stage_fingerprint,
+)
 
 STATE_FILE = "_deduplicate_state.json"
 TEMP_PREFIX = "sbert-deduplicate-"
@@ -34,13 +38,12 @@ class StageFolders:
 
     Attributes:
         root: the folder holding one folder per stage.
-        kept: whether ``root`` is the caller's (kept, reused) rather than temporary.
-        state: stage name -> ``{"fingerprint", "manifest"}`` of its last run (kept roots).
+        state: the stages last run there, for a kept root (the caller's, reused); None for a
+            temporary one.
     """
 
     root: str
-    kept: bool
-    state: dict
+    state: JobState | None
 
     def folder(self, stage: str) -> str:
         """The output folder of ``stage``."""
@@ -66,44 +69,39 @@ class StageFolders:
             reads: the output folders it reads.
         """
         folder = options.output
-        if not self.kept:
+        if self.state is None:
             run(options)
             return folder
-        settings = {k: v for k, v in options.to_dict().items() if k not in ("input", "overwrite")}
-        payload = {
-            "stage": stage,
-            "options": settings,
-            "rows": rows_digest,
-            "reads": [manifest_digest(read) for read in reads],
-        }
-        fingerprint = _sha256(json.dumps(payload, sort_keys=True, default=str).encode("utf-8"))
-        record = self.state.pop(stage, None)
-        if record == {"fingerprint": fingerprint, "manifest": manifest_digest(folder)}:
-            self.state[stage] = record
+        settings = {k: v for k, v in options.to_dict().items() if k != "input"}
+        upstream = {os.path.basename(read): output_identity(read) for read in reads}
+        fingerprint = stage_fingerprint(stage, settings, {"rows": rows_digest}, upstream)
+        if self.state.is_current(stage, fingerprint, output_identity(folder)):
             return folder
-        self._save()
-        # Ours to replace only when this call's state says it wrote it; anything else there
+        # Ours to replace only when the state says this function wrote it; anything else there
         # is refused by the stage, as the command would refuse it.
-        run(options.replace(overwrite=record is not None))
-        self.state[stage] = {"fingerprint": fingerprint, "manifest": manifest_digest(folder)}
-        self._save()
+        ours = stage in self.state.stages
+        self.state.forget(stage)
+        began = time.perf_counter()
+        run(options.replace(overwrite=ours))
+        identity = output_identity(folder)
+        if identity is not None:
+            self.state.record(stage, fingerprint, identity, time.perf_counter() - began)
         return folder
 
-    def _save(self) -> None:
-        write_json_replacing(os.path.join(self.root, STATE_FILE), self.state)
 
-
-def manifest_digest(folder: str) -> str | None:
-    """sha256 of a folder's manifest, or None when it has none (no complete output)."""
+def _kept_state(root: str) -> JobState:
+    """The state of a kept root: its job state, or one read from a state of the earlier format
+    (see the module docstring), or an empty one when there is none or it is unreadable."""
     try:
-        with open(os.path.join(folder, MANIFEST), "rb") as handle:
-            return _sha256(handle.read())
-    except FileNotFoundError:
-        return None
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+        return JobState.load(root, STATE_FILE)
+    except ValueError:
+        earlier = read_json_or_none(os.path.join(root, STATE_FILE)) or {}
+    stages = {
+        name: StageRecord(str(record["fingerprint"]), str(record["manifest"]), 0.0, "")
+        for name, record in earlier.items()
+        if isinstance(record, dict) and {"fingerprint", "manifest"} <= record.keys()
+    }
+    return JobState(root, stages, state_file=STATE_FILE)
 
 
 @contextmanager
@@ -112,11 +110,10 @@ def stage_folders(output: str | None) -> Iterator[StageFolders]:
     folder that is removed on leaving, whatever happened."""
     if output is not None:
         os.makedirs(output, exist_ok=True)
-        state = read_json_or_none(os.path.join(output, STATE_FILE)) or {}
-        yield StageFolders(output, True, state)
+        yield StageFolders(output, _kept_state(output))
         return
     root = tempfile.mkdtemp(prefix=TEMP_PREFIX)
     try:
-        yield StageFolders(root, False, {})
+        yield StageFolders(root, None)
     finally:
         shutil.rmtree(root, ignore_errors=True)

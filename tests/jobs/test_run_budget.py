@@ -24,7 +24,8 @@ from sbert_pipeline.jobs.run import main as run_main
 from sbert_pipeline.jobs.run import run
 from sbert_pipeline.jobs.run_config import all_stage_options, load_run_config, stage_options
 from sbert_pipeline.jobs.run_inputs import check_job_inputs
-from sbert_pipeline.jobs.run_stages import JobState, StageResult, plan_stages
+from sbert_pipeline.jobs.run_stages import StageResult, plan_stages
+from sbert_pipeline.stage_api.stage_records import JobState
 
 N, DIM, TWINS, THRESHOLD = 240, 16, 24, 0.9
 STAGES = ["index", "cluster", "pairs", "dedup"]

@@ -10,6 +10,7 @@ threshold is high and exact copies make sure some rows are removed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from sbert_pipeline.in_memory.stage_folders import STATE_FILE
 from sbert_pipeline.jobs.stage_cli import run_command
 
 THRESHOLD = 0.985
+STAGES = ("embeddings", "pairs", "dedup")  # the stage folders of a call without against
 QUESTIONS = [
     "How do I learn Python?",
     "How can I learn Python quickly?",
@@ -189,6 +191,32 @@ def test_output_keeps_the_stage_folders_and_a_rerun_reuses_them(frame, api_run, 
     deduplicate(frame, threshold=THRESHOLD - 0.001, **options)
     assert (output / "embeddings" / "_manifest.json").read_bytes() == manifests["embeddings"]
     assert (output / "dedup" / "_manifest.json").read_bytes() != manifests["dedup"]
+
+
+def test_output_reruns_every_stage_when_a_text_changed(frame, tiny_st_dir, tmp_path):
+    options = {"text": "question", "id": "qid", "model": str(tiny_st_dir), "output": str(tmp_path)}
+    deduplicate(frame, threshold=THRESHOLD, **options)
+    manifests = {stage: (tmp_path / stage / "_manifest.json").read_bytes() for stage in STAGES}
+    changed = frame.assign(question=[*frame.question[:-1], "Who wrote Macbeth?"])
+    deduplicate(changed, threshold=THRESHOLD, **options)
+    for stage, manifest in manifests.items():
+        assert (tmp_path / stage / "_manifest.json").read_bytes() != manifest, f"{stage} kept"
+
+
+def test_output_replaces_the_stages_an_earlier_state_format_recorded(frame, tiny_st_dir, tmp_path):
+    options = {"text": "question", "id": "qid", "model": str(tiny_st_dir), "output": str(tmp_path)}
+    deduplicate(frame, threshold=THRESHOLD, **options)
+    manifests = {stage: (tmp_path / stage / "_manifest.json").read_bytes() for stage in STAGES}
+    earlier = {  # per stage, its fingerprint and the sha256 of its manifest
+        stage: {"fingerprint": "0" * 64, "manifest": hashlib.sha256(manifest).hexdigest()}
+        for stage, manifest in manifests.items()
+    }
+    (tmp_path / STATE_FILE).write_text(json.dumps(earlier))
+    again = deduplicate(frame, threshold=THRESHOLD, **options)
+    for stage, manifest in manifests.items():
+        assert (tmp_path / stage / "_manifest.json").read_bytes() != manifest, f"{stage} kept"
+    assert set(json.loads((tmp_path / STATE_FILE).read_text())["stages"]) == set(STAGES)
+    assert len(again.removed) > 0
 
 
 @pytest.mark.parametrize(
