@@ -76,10 +76,6 @@ def cluster_env() -> dict[str, str]:
     return settings
 
 
-def _recorded(key: str) -> str | None:
-    return cluster_env().get(key)
-
-
 def with_portable_defaults(options: PipelineOptions) -> PipelineOptions:
     """The options a portable runner runs with (a copy): the environment EXTERNAL on the local
     cluster's worker pool when no ``--environment_type`` is given, its job server jar for Spark
@@ -167,14 +163,18 @@ def ready_to_run(options: PipelineOptions) -> PipelineOptions:
     portable = filled.view_as(PortableOptions)
     if portable.job_endpoint and portable.job_endpoint != "embed":
         _check_answers(
-            portable.job_endpoint, "--job_endpoint", "start the job server, or leave it out"
+            portable.job_endpoint,
+            "--job_endpoint",
+            f"start the job server (`{_UP} --job-server` on this machine) or give its address",
         )
     elif kind == "spark":
         _check_spark_master(filled.view_as(SparkRunnerOptions))
     elif kind == "flink":
         _check_flink_master(filled.view_as(FlinkRunnerOptions))
     pool = portable.environment_config
-    if portable.environment_type.upper() == "EXTERNAL" and pool == _recorded("BEAM_WORKER_POOL"):
+    if portable.environment_type.upper() == "EXTERNAL" and pool == cluster_env().get(
+        "BEAM_WORKER_POOL"
+    ):
         # The local cluster's pool runs on this machine (another address may be an executor's
         # localhost, not reachable from here).
         _check_answers(
