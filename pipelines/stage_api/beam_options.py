@@ -25,6 +25,10 @@ from sbert_pipeline.stage_api.dask_cluster import (
     runner_path,
 )
 from sbert_pipeline.stage_api.flag_recording import FlagRecording
+from sbert_pipeline.stage_api.portable_settings import (
+    check_portable_options,
+    with_portable_defaults,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -113,10 +117,12 @@ def check_beam_args(beam_args: Sequence[str], job_options: Iterable[str] = ()) -
 
 
 def _check_cluster(options: PipelineOptions) -> None:
-    """The cluster settings of a runner that has them (Dask's scheduler), checked now."""
+    """The cluster settings of a runner that has them (Dask's scheduler; a portable runner's
+    job server, master and SDK workers), checked now."""
     runner = options.view_as(StandardOptions).runner
     if isinstance(runner, str) and is_dask(runner_path(runner)):
         check_dask_options(options)
+    check_portable_options(options)
 
 
 def check_runner(runner: Any) -> None:
@@ -181,9 +187,12 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     """Parse Beam arguments; no runner (or the DirectRunner) means the local FnApiRunner.
 
     ``--direct_num_workers N --direct_running_mode multi_processing`` are honoured by it.
+    A portable runner (Spark, Flink) gets its defaults: the local cluster's SDK worker pool
+    and job server jar, its SDK workers kept for the job.
 
     Raises:
         UnknownOptionError: an argument Beam does not know (Beam itself would drop it).
+        PortableSettingsError: a portable runner's set-up that cannot work.
     """
     check_beam_args(beam_args)
     options = PipelineOptions(beam_args)
@@ -199,7 +208,7 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
         standard.runner = LOCAL_RUNNER
     elif isinstance(standard.runner, str):
         standard.runner = runner_path(standard.runner)
-    return options
+    return with_portable_defaults(options)
 
 
 def runner_name(options: PipelineOptions) -> str:

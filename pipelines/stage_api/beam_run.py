@@ -26,6 +26,7 @@ from sbert_pipeline.stage_api.beam_options import (
     runner_name,
 )
 from sbert_pipeline.stage_api.dask_cluster import is_dask, quiet_client, resolved, run_failure
+from sbert_pipeline.stage_api.portable_settings import ready_to_run
 from sbert_pipeline.stage_api.stops import raise_pending_stop, stop_signal
 
 logger = logging.getLogger(__name__)
@@ -46,14 +47,16 @@ def options_for(
     beam_args: Sequence[str] | PipelineOptions, test_pipeline: beam.Pipeline | None
 ) -> PipelineOptions:
     """The options a run uses: the test pipeline's when given, else ``beam_args`` (a
-    ``PipelineOptions`` as it is, a list of flags parsed, the local runner pinned). On the Dask
+    ``PipelineOptions`` as it is, a list of flags parsed, the local runner pinned), with a
+    portable runner's defaults filled (the local cluster's SDK worker pool) and its cluster
+    asked to answer (:func:`~sbert_pipeline.stage_api.portable_settings.ready_to_run`). On the Dask
     runner, its cluster made ready: ``local[N]`` started, the partitions sized by its workers
     (:func:`~sbert_pipeline.stage_api.dask_cluster.resolved`)."""
     if test_pipeline is not None:
         return test_pipeline.options
     if isinstance(beam_args, PipelineOptions):
-        return resolved(beam_args)
-    return resolved(pipeline_options(list(beam_args)))
+        return resolved(ready_to_run(beam_args))
+    return resolved(ready_to_run(pipeline_options(list(beam_args))))
 
 
 def workers_here(options: PipelineOptions, pipeline: beam.Pipeline | None) -> bool:

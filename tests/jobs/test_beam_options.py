@@ -99,9 +99,19 @@ def test_a_runner_beam_cannot_create_is_refused_when_checked(runner, named):
         check_beam_args(["--runner", runner])
 
 
-@pytest.mark.parametrize("runner", ["DataflowRunner", "dataflow", "FlinkRunner", "DirectRunner"])
-def test_runners_beam_knows_pass_by_any_of_its_names(runner):
-    check_beam_args(["--runner", runner])
+# A portable runner (Flink) also needs its SDK workers and a job server named, or a local
+# cluster recorded: given here, so that only the runner's name is checked.
+@pytest.mark.parametrize(
+    ("runner", "more"),
+    [
+        ("DataflowRunner", []),
+        ("dataflow", []),
+        ("FlinkRunner", ["--environment_type=LOOPBACK", "--job_endpoint=localhost:8099"]),
+        ("DirectRunner", []),
+    ],
+)
+def test_runners_beam_knows_pass_by_any_of_its_names(runner, more):
+    check_beam_args(["--runner", runner, *more])
 
 
 @pytest.mark.parametrize("runner", ["dask", "DaskRunner", DASK_RUNNER])
