@@ -52,6 +52,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
 from sbert_pipeline.io.atomic import write_json_replacing, write_text_replacing
 from sbert_pipeline.io.output_dir import STARTED, OutputLockedError, delete_quietly, join
 from sbert_pipeline.io.resources import peak_rss
@@ -75,6 +76,7 @@ from sbert_pipeline.jobs.run_stages import (
     stage_facts,
 )
 from sbert_pipeline.stage_api.dask_cluster import dask_cluster
+from sbert_pipeline.stage_api.portable_settings import ready_to_run
 from sbert_pipeline.stage_api.stage_records import JobState
 from sbert_pipeline.stage_api.stops import JobFailedError
 
@@ -153,6 +155,10 @@ def run(argv: list[str] | None = None) -> JobSummary:
     checked = check_job_inputs(config)
     beam_argv = _beam_argv(config)
     plans = plan_stages(config, checked, beam_argv)
+    if any(plan.beam_argv for plan in plans):
+        # A Spark or Flink master, job server or worker pool that does not answer is refused
+        # here, before the job folder exists (each stage asks again when it starts).
+        ready_to_run(PipelineOptions(beam_argv))
 
     start = time.perf_counter()
     with _job_held(config, plans, args) as state:

@@ -73,6 +73,7 @@ from sbert_pipeline.jobs.stage_cli import stage_package
 from sbert_pipeline.stage_api.job_stage import JobContext
 from sbert_pipeline.stage_api.options import BEAM_FIELD, options_from_mapping
 from sbert_pipeline.stage_api.shared_options import ExternalVectorOptions
+from sbert_pipeline.stage_api.stage_records import JOB_STATE_FILE
 
 from sbert_core import DEFAULT_MODEL
 from sbert_core.config import apply_override, config_from_dict, config_to_dict, read_config_file
@@ -83,7 +84,7 @@ STAGE_ORDER: tuple[str, ...] = STAGE_NAMES
 # it is written `verify_inputs:`.
 VERIFY_KEY, INPUT_CHECKS_KEY = "verify", "verify_inputs"
 # The job's record of finished stages, in the job directory; its presence marks a job's folder.
-STATE_FILE = "_job_state.json"
+STATE_FILE = JOB_STATE_FILE
 # The effective config (after --set), kept in the job directory next to what it produced.
 CONFIG_COPY = "job.yaml"
 LOCAL_RUNNER = "local"

@@ -157,3 +157,22 @@ def test_sbert_embed_without_java_exits_2_and_writes_nothing(
     assert not out.exists()
     err = capsys.readouterr().err
     assert "no `java` on PATH" in err and err.count("\n") == 1
+
+
+def test_sbert_run_on_spark_with_its_master_down_exits_2_before_the_job_folder_exists(
+    spark_home, fake_java, listening, jar, closed, tmp_path, capsys
+):
+    """`sbert run` asks the master (and the recorded pool) before it makes the job folder."""
+    record_cluster(spark_home, BEAM_WORKER_POOL=listening, SPARK_JOB_SERVER_JAR=str(jar))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one\ntwo\n")
+    job_dir = tmp_path / "job"
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"job_dir: {job_dir}\ninput: {{path: {corpus}}}\nstages: [embed]\nrunner: spark\n"
+        f"beam: {{spark_master_url: 'spark://{closed}'}}\n"
+    )
+    assert main(["run", str(config)]) == 2
+    assert not job_dir.exists()
+    err = capsys.readouterr().err
+    assert "nothing answers at" in err and err.count("\n") == 1
