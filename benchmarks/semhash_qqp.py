@@ -7,7 +7,7 @@ pairs and dedup with the commands' defaults) and ``SemHash.from_records(...)
 .self_deduplicate(threshold)`` with that model as a sentence-transformers encoder (SemHash's
 default ANN backend). Each one's time covers loading the model, embedding and deduplicating.
 
-Quality: every removed question joins the group of the question it duplicates (dedup's kept
+Quality (with the rows removed, their share and the largest group): every removed question joins the group of the question it duplicates (dedup's kept
 row; SemHash's ``duplicate_of``); precision, recall and F1 of "both in one group" over the
 labelled pairs (``dev_pairs.tsv.gz``) whose two questions are both in the subset.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is on disk: nothing may download
@@ -70,6 +71,17 @@ def pair_scores(root: dict[str, str], pairs: list[tuple[str, str, bool]]) -> dic
     return {"precision": round(precision, 4), "recall": round(recall, 4), "f1": round(f1, 4)}
 
 
+def group_facts(root: dict[str, str], n: int) -> dict:
+    """Rows removed, their share of the ``n`` rows, and the largest group (its kept row and
+    the rows removed for it)."""
+    sizes = Counter(root.values())
+    return {
+        "removed": len(root),
+        "removed_share": round(len(root) / n, 4) if n else 0.0,
+        "largest_group": max(sizes.values()) + 1 if sizes else 1,
+    }
+
+
 def run_sbert(rows: list[dict[str, str]], threshold: float) -> dict[str, str]:
     """``deduplicate`` on a DataFrame; every question -> the question its group keeps."""
     import pandas as pd
@@ -112,7 +124,7 @@ def main() -> None:
     measured = {}
     for name, run in contenders.items():
         root, seconds = timed(run)
-        measured[name] = {"seconds": round(seconds, 1), "removed": len(root)}
+        measured[name] = {"seconds": round(seconds, 1), **group_facts(root, len(rows))}
         measured[name].update(pair_scores(root, pairs))
         print(f"{name}: {measured[name]}")
     ours, theirs = measured["sbert_pipeline"], measured["semhash"]
