@@ -7,9 +7,10 @@ pairs and dedup with the commands' defaults) and ``SemHash.from_records(...)
 .self_deduplicate(threshold)`` with that model as a sentence-transformers encoder (SemHash's
 default ANN backend). Each one's time covers loading the model, embedding and deduplicating.
 
-Quality (with the rows removed, their share and the largest group): every removed question joins the group of the question it duplicates (dedup's kept
+Quality: every removed question joins the group of the question it duplicates (dedup's kept
 row; SemHash's ``duplicate_of``); precision, recall and F1 of "both in one group" over the
-labelled pairs (``dev_pairs.tsv.gz``) whose two questions are both in the subset.
+labelled pairs (``dev_pairs.tsv.gz``) whose two questions are both in the subset, with the rows
+removed, their share and the largest group.
 
     pip install semhash   # benchmark only; no install requirement of the project
     python -m benchmarks.semhash_qqp [--n 60000] [--threshold 0.85]
