@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from sbert_core.errors import DataFileError
 from sbert_core.model.source import DEFAULT_MODEL
+from sbert_core.training.hard_negatives import read_stored_vectors
 
 
 @dataclass
@@ -85,17 +85,7 @@ class StoredVectors:
         Raises:
             DataFileError: unreadable files, or a row count that differs from the ids.
         """
-        try:
-            stored_ids = Path(band.vector_ids).read_text(encoding="utf-8").splitlines()
-            stored = np.load(band.vectors, mmap_mode="r")
-        except (OSError, ValueError) as err:
-            raise DataFileError(f"cosine_band.vectors: cannot read {err}") from err
-        if stored.ndim != 2 or stored.shape[0] != len(stored_ids):
-            raise DataFileError(
-                f"{band.vectors}: {stored.shape} vectors for {len(stored_ids)} ids in "
-                f"{band.vector_ids}"
-            )
-        row = {qid: i for i, qid in enumerate(stored_ids)}
+        stored, row = read_stored_vectors(band.vectors, band.vector_ids, "cosine_band")
         self.source = band.vector_ids
         # One row per text (questions with one text share their model vector).
         self.row = {text: row[qid] for qid, text in zip(ids, texts, strict=True) if qid in row}

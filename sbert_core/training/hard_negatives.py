@@ -290,6 +290,25 @@ def _assign(
     return Triplets(keep=keep, negative=negative, groups=groups, counts=counts)
 
 
+def read_stored_vectors(
+    vectors: str, vector_ids: str, section: str
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Vectors made beforehand (``.npy``, memory-mapped) and the row of each id (a text file
+    of ids, one per line, in the rows' order), as a config ``section`` names them.
+
+    Raises:
+        DataFileError: unreadable files, or a row count that differs from the ids.
+    """
+    try:
+        ids = Path(vector_ids).read_text(encoding="utf-8").splitlines()
+        stored = np.load(vectors, mmap_mode="r")
+    except (OSError, ValueError) as err:
+        raise DataFileError(f"{section}.vectors: cannot read {err}") from err
+    if stored.ndim != 2 or stored.shape[0] != len(ids):
+        raise DataFileError(f"{vectors}: {stored.shape} vectors for {len(ids)} ids in {vector_ids}")
+    return stored, {qid: i for i, qid in enumerate(ids)}
+
+
 def load_vectors(config: HardNegativeConfig, split: DuplicateSplit) -> np.ndarray:
     """``(Q, d)`` unit float32 rows per question of ``split`` from ``config.vectors`` (rows of
     holdout questions are zero: they are never read).
@@ -298,16 +317,7 @@ def load_vectors(config: HardNegativeConfig, split: DuplicateSplit) -> np.ndarra
         DataFileError: unreadable files, a row count that differs from the ids, or a train
             question without a vector.
     """
-    try:
-        ids = Path(config.vector_ids).read_text(encoding="utf-8").splitlines()
-        stored = np.load(config.vectors, mmap_mode="r")
-    except (OSError, ValueError) as err:
-        raise DataFileError(f"hard_negatives.vectors: cannot read {err}") from err
-    if stored.ndim != 2 or stored.shape[0] != len(ids):
-        raise DataFileError(
-            f"{config.vectors}: {stored.shape} vectors for {len(ids)} ids in {config.vector_ids}"
-        )
-    row = {qid: i for i, qid in enumerate(ids)}
+    stored, row = read_stored_vectors(config.vectors, config.vector_ids, "hard_negatives")
     train = split.questions_in("train")
     missing = [split.ids[q] for q in train if split.ids[q] not in row]
     if missing:
