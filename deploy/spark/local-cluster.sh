@@ -25,7 +25,8 @@ options of `up`:
 
 environment:
   SBERT_SPARK_HOME          cache and state folder (default ~/.cache/sbert-pipeline/spark)
-  SBERT_SPARK_BEAM_VERSION  Beam's Java runner version; default: the installed apache-beam's
+  SBERT_SPARK_BEAM_VERSION  Beam's Java runner version; default: the installed apache-beam's, or
+                            the newest Maven Central serves (2.62.0) when that is older
   SBERT_SPARK_WORKER_MEMORY memory each worker offers its executor (default 1g)
 The Python SDK workers run the `python3` found first on PATH: activate the environment that
 has this package installed before `up`.
@@ -63,16 +64,29 @@ python3_or_die() {
   command -v python3 >/dev/null || die "no python3 on PATH: activate the environment that has sbert-pipeline installed"
 }
 
+# The newest Beam whose Spark runner Maven Central serves with all its dependencies (checked on
+# 2026-12-06: 2.63.0 to 2.77.0 are not served, or lack beam-runners-java-job-service). Pinning
+# apache-beam itself that low would hold numpy, pyarrow, protobuf and Dask years back (its
+# cloudpickle~=2.2 excludes today's Dask), so a newer SDK runs with this runner, said once by `up`.
+SERVED_RUNNER_VERSION="2.62.0"
+
+# True when version $1 is older than or equal to version $2 (X.Y.Z).
+version_le() { [[ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" == "$1" ]]; }
+
 beam_version() {
   local installed
   python3_or_die
   installed="$(python3 -c 'import importlib.metadata as m; print(m.version("apache-beam"))' 2>/dev/null)" ||
     die "the python3 on PATH ($(command -v python3)) has no apache-beam: activate the environment that has sbert-pipeline installed"
-  if [[ -n "${SBERT_SPARK_BEAM_VERSION:-}" && "$SBERT_SPARK_BEAM_VERSION" != "$installed" ]]; then
-    note "using Beam's Java Spark runner $SBERT_SPARK_BEAM_VERSION with apache-beam $installed (versions differ: SBERT_SPARK_BEAM_VERSION is set)"
+  if [[ -n "${SBERT_SPARK_BEAM_VERSION:-}" ]]; then
+    [[ "$SBERT_SPARK_BEAM_VERSION" == "$installed" ]] ||
+      note "Beam's Java Spark runner $SBERT_SPARK_BEAM_VERSION (SBERT_SPARK_BEAM_VERSION) with apache-beam $installed: the versions differ"
     echo "$SBERT_SPARK_BEAM_VERSION"
-  else
+  elif version_le "$installed" "$SERVED_RUNNER_VERSION"; then
     echo "$installed"
+  else
+    note "Beam's Java Spark runner $SERVED_RUNNER_VERSION with apache-beam $installed: the versions differ (Maven Central serves no Spark runner after $SERVED_RUNNER_VERSION; see deploy/spark/README.md)"
+    echo "$SERVED_RUNNER_VERSION"
   fi
 }
 
@@ -87,7 +101,7 @@ spark_version_of_runner() {
   # -U: ask again even when an earlier attempt found nothing (Maven caches misses).
   mvn_quiet -U "$DEPENDENCY_PLUGIN:copy" -Dartifact="$RUNNER_ARTIFACT:$beam:pom" \
     -DoutputDirectory="$work" >"$work/mvn-pom.log" 2>&1 ||
-    die "Maven Central does not serve Beam's Spark runner $beam (installed apache-beam); set SBERT_SPARK_BEAM_VERSION to a version it serves, or install that apache-beam (see deploy/spark/README.md)"
+    die "Maven Central does not serve Beam's Spark runner $beam; set SBERT_SPARK_BEAM_VERSION to a version it serves (see deploy/spark/README.md)"
   python3 - "$work/beam-runners-spark-3-$beam.pom" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
