@@ -14,7 +14,6 @@ from sbert_pipeline.io.centroids import load_centroids
 from sbert_pipeline.io.embeddings import IncompatibleEmbeddingsError
 from sbert_pipeline.io.output_dir import OutputExistsError
 from sbert_pipeline.vectors.communities import detect_communities
-from sbert_pipeline.vectors.kmeans import assign
 from sklearn.metrics import adjusted_rand_score
 
 from tests.stage_commands import cluster as run
@@ -215,34 +214,3 @@ def test_bad_inputs(planted_dir, tmp_path):
     (tmp_path / "out" / "something").write_text("x")
     with pytest.raises(OutputExistsError):
         run(["--embeddings", str(planted_dir), "--output", out, "--k", "2"])
-
-
-def test_dask_runner_on_a_local_cluster(tmp_path):
-    from dask.distributed import LocalCluster
-
-    vectors, truth = gaussian_mixture(600, 4, 16, noise=0.5, seed=2)
-    ids = [f"v{i}" for i in range(len(vectors))]
-    source = write_embeddings(tmp_path / "emb", ids, vectors, shards=3)
-    out = tmp_path / "out"
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
-        run(
-            [
-                *["--embeddings", str(source), "--output", str(out), "--k", "4"],
-                *["--runner", "apache_beam.runners.dask.dask_runner.DaskRunner"],
-                *["--dask_client_address", cluster.scheduler_address],
-            ]
-        )
-    assignments, _, manifest = read_dir(out)
-    assert manifest["runner"].endswith("DaskRunner")
-    found = dict(
-        zip(
-            assignments.column("id").to_pylist(),
-            assignments.column("cluster").to_pylist(),
-            strict=True,
-        )
-    )
-    expected = assign(vectors, load_centroids(str(out / "centroids.npy"))).labels
-    assert [found[i] for i in ids] == expected.tolist()
-    assert adjusted_rand_score(truth, expected) > 0.99
