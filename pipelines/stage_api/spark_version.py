@@ -92,14 +92,14 @@ def master_spark_version(
     master_url: str, *, ui_urls: Iterable[str] = (), rest_url: str | None = None
 ) -> str | None:
     """The Spark version of the standalone master at ``master_url`` (``spark://HOST:PORT``,
-    standby masters comma-separated): said by its REST server ``rest_url`` when given, else
-    shown by its web UI, at ``ui_urls`` and then at port 8080 of each master host, where the
-    page names this master. None when none of them tells."""
+    standby masters comma-separated; empty: only ``rest_url`` is asked): said by its REST
+    server ``rest_url`` when given, else shown by its web UI, at ``ui_urls`` and then at port
+    8080 of each master host, where the page names this master. None when none tells."""
     if rest_url:
         version = _rest_version(rest_url)
         if version:
             return version
-    masters = _addresses(master_url)
+    masters = _addresses(master_url) if master_url else []
     candidates = list(
         dict.fromkeys([*ui_urls, *(f"http://{h}:{DEFAULT_UI_PORT}" for h, _ in masters)])
     )
@@ -127,19 +127,21 @@ def check_spark_version(
     Raises:
         SparkVersionError: one line naming both versions and what to run or give.
     """
-    if not jar or "://" in jar or not master_url or not master_url.startswith("spark://"):
-        return
+    standalone = master_url if master_url and master_url.startswith("spark://") else None
+    if not jar or "://" in jar or not (standalone or rest_url):
+        return  # a jar Beam downloads, or a master (local[N], YARN) with no version to ask
     ours = jar_spark_version(jar)
     if ours is None:
         return
-    theirs = master_spark_version(master_url, ui_urls=ui_urls, rest_url=rest_url)
+    theirs = master_spark_version(standalone or "", ui_urls=ui_urls, rest_url=rest_url)
+    where = standalone or rest_url
     if theirs is None:
-        logger.info("the Spark version of %s could not be told; not compared", master_url)
+        logger.info("the Spark version of %s could not be told; not compared", where)
         return
     if _line(ours) == _line(theirs):
         return
     raise SparkVersionError(
-        f"the Spark job server runs Spark {ours} and the master {master_url} is Spark {theirs}: "
+        f"the Spark job server runs Spark {ours} and the master {where} is Spark {theirs}: "
         f"a job server speaks only its own Spark {'.'.join(_line(ours))}; send the job to a "
         f"Spark {'.'.join(_line(ours))} master (`{_UP}` starts one on this machine), or give "
         f"--spark_job_server_jar of a job server built for Spark {'.'.join(_line(theirs))}"

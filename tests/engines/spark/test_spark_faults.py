@@ -88,9 +88,9 @@ def test_an_executor_killed_mid_stage_is_replaced_and_the_stage_publishes_whole(
         executor.kill()
         finished = local_spark.finish(process, started, RUN_TIMEOUT_S)
     assert not executor.is_running()
-    # Spark launched another executor for the application in its place.
+    # Spark launched another executor for the application in its place (2 at its start).
     launched = list(application.parent.parent.glob(f"work-*/{application.name}/*"))
-    assert len(launched) == 3, launched
+    assert len(launched) >= 3, launched
     assert finished.status == 0, finished.err
     assert finished.out.strip().splitlines()[-1] == str(ROWS)
     ids = published_ids(output)

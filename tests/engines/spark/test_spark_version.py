@@ -178,6 +178,14 @@ def test_another_spark_line_is_refused_in_one_line_naming_both(tmp_path, server,
     assert isinstance(raised.value, ValueError)  # a set-up error: exit status 2
 
 
+def test_an_uber_jar_s_spark_is_compared_with_the_rest_server_s(tmp_path, server):
+    answer = {"action": "SubmissionStatusResponse", "serverSparkVersion": "3.5.1"}
+    server.answers["/v1/submissions/status/sbert-version-check"] = (200, json.dumps(answer))
+    jar = self_contained_jar(tmp_path / "js.jar", "3.2.2")
+    with pytest.raises(SparkVersionError, match=r"master http://127\.0\.0\.1:\d+ is Spark 3\.5\.1"):
+        check_spark_version(str(jar), None, rest_url=server.url)
+
+
 def test_the_same_spark_line_runs_whatever_its_patch_release(tmp_path, server, master):
     server.answers["/"] = (200, master_page(master, "3.2.4"))
     jar = self_contained_jar(tmp_path / "js.jar", "3.2.2")
