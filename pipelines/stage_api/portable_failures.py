@@ -68,7 +68,8 @@ def quiet_message_stream() -> Iterator[None]:
 
 def portable_failure(err: BaseException, options: PipelineOptions) -> JobFailedError | None:
     """One line for what ended a portable runner's pipeline: its job server gone (a broken gRPC
-    stream) or the cluster giving the job up. None when the runner is not a portable one, or
+    stream; a Spark job server Beam started is then forgotten, so that the next run starts
+    another) or the cluster giving the job up. None when the runner is not a portable one, or
     ``err`` is a step's own Python error (the stage reports it) or anything else."""
     kind = portable_kind(options.view_as(StandardOptions).runner)
     if kind is None:
@@ -81,6 +82,8 @@ def portable_failure(err: BaseException, options: PipelineOptions) -> JobFailedE
 
     if isinstance(err, grpc.RpcError):
         logger.info("the job server's stream broke: %s", err)
+        if kind == "spark" and not endpoint:
+            forget_spark_job_servers()
         return JobFailedError(
             f"{server} stopped answering while the pipeline ran ({_rpc_reason(err)}); "
             "nothing was published"
@@ -95,6 +98,24 @@ def portable_failure(err: BaseException, options: PipelineOptions) -> JobFailedE
     return JobFailedError(
         f"the {_ENGINES[kind]} job failed on the cluster ({reason}); nothing was published"
     )
+
+
+def forget_spark_job_servers() -> None:
+    """Stop the Spark job servers Beam started in this process and drop them from its cache.
+
+    Beam keeps the job server it started for the process's later runs and hands out the same
+    one as long as it is cached, dead or not: after the job server went away, every later run
+    in this process (the Python API in a notebook) would fail at once. Dropped, the next run
+    starts a new one.
+    """
+    from apache_beam.runners.portability import spark_runner
+
+    for key, server in list(spark_runner.JOB_SERVER_CACHE.items()):
+        try:
+            server.stop()
+        except Exception as err:  # its process is gone already: nothing left to stop
+            logger.info("stopping a Spark job server that went away: %s", err)
+        spark_runner.JOB_SERVER_CACHE.pop(key, None)
 
 
 def _rpc_reason(err: BaseException) -> str:

@@ -107,3 +107,27 @@ def test_the_message_reader_s_broken_stream_prints_no_traceback(monkeypatch):
         raise_in_thread("another", BrokenStream())
     assert [type(error) for error in seen] == [ValueError, BrokenStream]
     assert threading.excepthook is printing_hook
+
+
+class CachedJobServer:
+    """A job server in Beam's cache whose process went away."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+        raise OSError("no such process")
+
+
+def test_a_spark_job_server_gone_is_dropped_so_the_next_run_starts_another(monkeypatch):
+    from apache_beam.runners.portability import spark_runner
+
+    gone = CachedJobServer()
+    cache = {"options": gone}
+    monkeypatch.setattr(spark_runner, "JOB_SERVER_CACHE", cache)
+    given = PipelineOptions(["--runner=spark", "--job_endpoint=host:8099"])
+    portable_failure(BrokenStream(), given)  # a job server of the user's: not Beam's to forget
+    assert cache == {"options": gone} and not gone.stopped
+    portable_failure(BrokenStream(), PipelineOptions(SPARK))
+    assert cache == {} and gone.stopped
