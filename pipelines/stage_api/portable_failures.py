@@ -39,8 +39,9 @@ _ENGINES = {"spark": "Spark", "flink": "Flink", "portable": "portable"}
 @contextmanager
 def quiet_message_stream() -> Iterator[None]:
     """While a portable pipeline runs, the job messages' reader thread ending on a broken stream
-    is logged (at INFO) instead of printed as a traceback: :func:`portable_failure` says what
-    happened in one line. The reader is waited for (briefly) before Python's own hook is back."""
+    is logged at DEBUG instead of printed as a traceback (the run's error holds the same):
+    :func:`portable_failure` says what happened in one line. The reader is waited for (briefly)
+    before Python's own hook is back."""
     import grpc
 
     previous = threading.excepthook
@@ -52,7 +53,7 @@ def quiet_message_stream() -> Iterator[None]:
             and thread.name == _MESSAGE_THREAD
             and isinstance(args.exc_value, grpc.RpcError)
         ):
-            logger.info("the job messages' stream ended: %s", args.exc_value)
+            logger.debug("the job messages' stream ended: %s", args.exc_value)
             return
         previous(args)
 
@@ -81,7 +82,7 @@ def portable_failure(err: BaseException, options: PipelineOptions) -> JobFailedE
     import grpc
 
     if isinstance(err, grpc.RpcError):
-        logger.info("the job server's stream broke: %s", err)
+        logger.debug("the job server's stream broke: %s", err)
         if kind == "spark" and not endpoint:
             forget_spark_job_servers()
         return JobFailedError(
@@ -92,8 +93,8 @@ def portable_failure(err: BaseException, options: PipelineOptions) -> JobFailedE
     failed = _FAILED_STATE.match(text)
     if not isinstance(err, RuntimeError) or failed is None or _PYTHON_TRACEBACK in text:
         return None
-    # The whole error (a Java stack trace) is for -v; the line names its first line.
-    logger.info("the job's error: %s", text)
+    # The whole error (a Java stack trace) stays the cause of the line, which names its first line.
+    logger.debug("the job's error: %s", text)
     reason = _first_line(text[failed.end() :]) or f"state {failed.group(2)}"
     return JobFailedError(
         f"the {_ENGINES[kind]} job failed on the cluster ({reason}); nothing was published"
@@ -114,7 +115,7 @@ def forget_spark_job_servers() -> None:
         try:
             server.stop()
         except Exception as err:  # its process is gone already: nothing left to stop
-            logger.info("stopping a Spark job server that went away: %s", err)
+            logger.debug("stopping a Spark job server that went away: %s", err)
         spark_runner.JOB_SERVER_CACHE.pop(key, None)
 
 

@@ -136,7 +136,7 @@ def check_spark_version(
     theirs = master_spark_version(standalone or "", ui_urls=ui_urls, rest_url=rest_url)
     where = standalone or rest_url
     if theirs is None:
-        logger.info("the Spark version of %s could not be told; not compared", where)
+        logger.debug("the Spark version of %s could not be told; not compared", where)
         return
     if _line(ours) == _line(theirs):
         return
