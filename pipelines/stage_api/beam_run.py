@@ -26,7 +26,8 @@ from sbert_pipeline.stage_api.beam_options import (
     runner_name,
 )
 from sbert_pipeline.stage_api.dask_cluster import is_dask, quiet_client, resolved, run_failure
-from sbert_pipeline.stage_api.portable_settings import ready_to_run
+from sbert_pipeline.stage_api.portable_failures import portable_failure, quiet_message_stream
+from sbert_pipeline.stage_api.portable_settings import portable_kind, ready_to_run
 from sbert_pipeline.stage_api.stops import raise_pending_stop, stop_signal
 
 logger = logging.getLogger(__name__)
@@ -128,10 +129,13 @@ def run_pipeline(
     raise_pending_stop()
     start = time.perf_counter()
     on_dask = test_pipeline is None and is_dask(options.view_as(StandardOptions).runner)
+    on_portable = test_pipeline is None and portable_kind(runner_name(options)) is not None
     result = None
     # On Dask, the client's own tracebacks (a scheduler gone) stay out of the log until it is
-    # closed: run_failure says what happened in one line.
-    with quiet_client() if on_dask else contextlib.nullcontext():
+    # closed, and on a portable runner the job messages' reader's: run_failure and
+    # portable_failure say what happened in one line.
+    quiet = quiet_client() if on_dask else quiet_message_stream() if on_portable else None
+    with quiet or contextlib.nullcontext():
         try:
             result = pipeline.run()
             if wait:
@@ -148,6 +152,8 @@ def run_pipeline(
             if stop is not None:
                 raise type(stop)(*stop.args) from err
             lost = run_failure(err, result, options) if on_dask else None
+            if on_portable:  # its job server gone, or its cluster giving the job up
+                lost = portable_failure(err, options)
             if lost is not None:
                 raise lost from err
             raise

@@ -1,5 +1,6 @@
-"""Fixtures of the Spark set-up tests: a local cluster's record in a temporary Spark home, ports
-that answer or not, and a PATH with or without ``java``. Nothing here starts Spark or Java."""
+"""Fixtures of the Spark tests: a local cluster's record in a temporary Spark home, ports that
+answer or not, and a PATH with or without ``java`` (nothing of these starts Spark or Java); and
+one local cluster for the whole session (``local_spark``), brought up by the cluster tests."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from spark_cluster import SparkCluster, spark_cluster
 from spark_setup import JAR_NAME
+
+
+@pytest.fixture(scope="session")
+def local_spark(tmp_path_factory) -> Iterator[SparkCluster]:
+    """A local cluster of 2 workers on free ports with a Spark home of its own, shared by the
+    cluster tests; ``down`` at the end, which must leave none of its processes running."""
+    with spark_cluster(tmp_path_factory.mktemp("local_spark") / "spark-home") as cluster:
+        yield cluster
 
 
 @pytest.fixture(autouse=True)
