@@ -273,7 +273,10 @@ def _run_stages(
             result.status, result.seconds = "failed", time.perf_counter() - began
             result.peak_rss = peak_rss()
             result.error = str(err) or type(err).__name__
-            logger.info("stage %s failed", plan.name, exc_info=True)
+            # The traceback is for -v: the stages' loggers are raised to INFO for their progress
+            # lines (see _progress_shown), so ask the level the user chose.
+            if logging.getLogger().isEnabledFor(logging.INFO):
+                logger.info("stage %s failed", plan.name, exc_info=True)
             _say(f"{position}: FAILED after {result.seconds:.1f}s")
             if previous is not None and output_identity(plan) == previous.output_identity:
                 # It failed before touching its output: what the state said still holds.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -230,6 +232,21 @@ def test_failed_stage_stops_the_job_keeps_the_rest_and_explains(job, capsys) -> 
     # The stage failed before it touched its output: that output and its record stay valid.
     assert "still holds the complete output of an earlier run" in message
     assert statuses(run(argv)) == dict.fromkeys(DEFAULT_STAGES, "skipped")
+
+
+@pytest.mark.parametrize("flag, traceback", [("-q", False), ("-v", True)])
+def test_a_failed_stage_prints_its_traceback_only_with_v(job, flag, traceback) -> None:
+    argv, _, _, _ = job
+    run(argv)
+    bad = [*argv, "--set", f"cluster.k={ROWS + 1}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "sbert_pipeline.jobs.cli", flag, "run", *bad],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 1 and "stage cluster failed after" in done.stderr
+    assert ("Traceback" in done.stderr) == traceback, done.stderr
 
 
 def _as_killed_before_its_manifest(folder) -> None:
