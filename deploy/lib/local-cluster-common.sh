@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+#!/usr/bin/env bash
 # What deploy/spark/local-cluster.sh and deploy/flink/local-cluster.sh share: messages, Maven,
 # the job server launcher jar, starting and recording processes, stopping exactly those, and
 # Beam's Python SDK worker pool. Sourced, never run; the sourcing script sets before use:
@@ -6,6 +6,8 @@
 #   SCRIPT   how the user runs the script (deploy/spark/local-cluster.sh)
 #   CACHE, STATE_DIR, STATE  its cache folder, its state folder and its process record
 #   OPENS    the JDK packages its JVMs need opened (java_open_flags)
+# The scripts set these already; set here too so that nothing sourced runs laxer.
+set -euo pipefail
 
 die() {
   echo "local-cluster: $*" >&2
