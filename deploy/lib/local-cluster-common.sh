@@ -91,24 +91,23 @@ fetch_jars() {
     }
 }
 
-# An executable jar with no classes of its own: its manifest puts jars/* of folder $1 on the
-# class path, names main class $3 and opens $OPENS, so `java -jar $2` (and Beam's
-# --spark_job_server_jar or --flink_job_server_jar) runs the job server.
+# An executable jar $2 whose main class is $3, which opens $OPENS. With a folder of compiled
+# classes $4, the jar holds them; without, it holds no classes: its manifest puts jars/* of
+# folder $1 on the class path. Either way `java -jar $2` (and Beam's --spark_job_server_jar or
+# --flink_job_server_jar) runs the job server.
 write_launcher_jar() {
-  local home="$1" jar="$2" main="$3"
-  python3 - "$home" "$jar" "$main" "$OPENS" <<'PY'
+  local home="$1" jar="$2" main="$3" classes="${4:-}"
+  python3 - "$home" "$jar" "$main" "$OPENS" "$classes" <<'PY'
 import pathlib
 import sys
 import zipfile
 
-home, jar, main, opens = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-class_path = " ".join(f"jars/{p.name}" for p in sorted((home / "jars").glob("*.jar")))
-attributes = {
-    "Manifest-Version": "1.0",
-    "Main-Class": main,
-    "Class-Path": class_path,
-    "Add-Opens": " ".join(opens.split()),
-}
+home, jar, main, opens, classes = sys.argv[1:6]
+attributes = {"Manifest-Version": "1.0", "Main-Class": main}
+if not classes:
+    jars = sorted((pathlib.Path(home) / "jars").glob("*.jar"))
+    attributes["Class-Path"] = " ".join(f"jars/{p.name}" for p in jars)
+attributes["Add-Opens"] = " ".join(opens.split())
 
 
 def wrapped(line: str) -> str:
@@ -120,6 +119,9 @@ def wrapped(line: str) -> str:
 manifest = "".join(wrapped(f"{key}: {value}") for key, value in attributes.items()) + "\r\n"
 with zipfile.ZipFile(jar, "w") as archive:
     archive.writestr("META-INF/MANIFEST.MF", manifest)
+    if classes:
+        for path in sorted(pathlib.Path(classes).rglob("*.class")):
+            archive.write(path, path.relative_to(classes).as_posix())
 PY
 }
 
