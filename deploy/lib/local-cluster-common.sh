@@ -249,6 +249,8 @@ stop_recorded() {
 # none was recorded.
 stop_all_recorded() {
   if [[ ! -s "$STATE" ]]; then
+    # An `up` that stopped before its first process leaves its settings: they name no cluster.
+    rm -f "$STATE" "$STATE_DIR/cluster.env"
     note "no local $CLUSTER cluster is recorded in $STATE: nothing to stop"
     return 1
   fi

@@ -159,3 +159,14 @@ def test_status_reports_a_recorded_process_that_is_gone(tmp_path: Path, cluster)
     assert result.returncode == 1
     assert f"worker-pool: gone (pid {finished.pid})" in result.stdout
     assert "SPARK_MASTER_URL=spark://127.0.0.1:7077" in result.stdout
+
+
+def test_down_forgets_the_settings_of_an_up_that_started_nothing(tmp_path: Path, cluster) -> None:
+    # An `up` that failed before its first process leaves an empty record and its settings,
+    # which would otherwise name a worker pool that is not there.
+    record(tmp_path)
+    settings = tmp_path / "run" / "cluster.env"
+    settings.write_text("BEAM_WORKER_POOL=localhost:1\n")
+    result = run_script(tmp_path, "down", cluster=cluster)
+    assert result.returncode == 0 and "nothing to stop" in result.stderr
+    assert not settings.exists() and not (tmp_path / "run" / "processes").exists()
