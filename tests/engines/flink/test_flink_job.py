@@ -119,6 +119,11 @@ def alive(pid: int) -> bool:
     return True
 
 
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(word) for word in out.stdout.split()]
+
+
 def processes_naming(text: str) -> list[str]:
     """The command lines of this machine's processes that name ``text`` (the Flink home),
     except this process's children: the job servers Beam started from the cluster's jar, one
@@ -157,10 +162,12 @@ def flink_home(tmp_path_factory) -> Iterator[Path]:
         else:
             os.environ["SBERT_FLINK_HOME"] = saved
         pids = recorded_pids(home) if (home / "run" / "processes").exists() else []
+        sdk_workers = [child for pid in pids for child in children(pid)]
         down = script(home, "down")
     assert down.returncode == 0, down.stderr
     assert not (home / "run" / "processes").exists()
-    assert not [pid for pid in pids if alive(pid)]
+    assert sdk_workers  # the stages ran on the pool's SDK workers, and down stops them too
+    assert not [pid for pid in pids + sdk_workers if alive(pid)]
     assert processes_naming(str(home)) == []
 
 
