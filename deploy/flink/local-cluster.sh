@@ -293,7 +293,7 @@ PY
 
 cmd_down() {
   (($# == 0)) || die "down takes no options"
-  # Reverse order: the job server and the SDK workers go before the TaskManagers and the JobManager.
+  # The job server and the SDK workers are asked first, the TaskManagers and the JobManager last.
   stop_all_recorded || return 0
   # The logs stay; the jobs' copies of the jars go.
   rm -rf "$STATE_DIR/tmp"

@@ -230,23 +230,9 @@ still_recorded() {
   kill -0 "$pid" 2>/dev/null && [[ "$(started_at "$pid")" == "$started" ]]
 }
 
-stop_recorded() {
-  local name="$1" pid="$2" started="$3" waited=0
-  if ! still_recorded "$pid" "$started"; then
-    note "$name (pid $pid) is already gone"
-    return 0
-  fi
-  # The group holds what the process started (executors, Python SDK workers).
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  while still_recorded "$pid" "$started" && ((waited++ < 50)); do sleep 0.2; done
-  if still_recorded "$pid" "$started"; then
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  fi
-  note "stopped $name (pid $pid)"
-}
-
-# Stops every recorded process, the last started first, and forgets the cluster; false when
-# none was recorded.
+# Stops every recorded process that is still the one recorded, and what it started, and forgets
+# the cluster; false when none was recorded. All are asked to stop at once, the last started
+# first (a JVM takes about 2 s to stop: one after another made `down` 8 s for 4 processes).
 stop_all_recorded() {
   if [[ ! -s "$STATE" ]]; then
     # An `up` that stopped before its first process leaves its settings: they name no cluster.
@@ -254,10 +240,25 @@ stop_all_recorded() {
     note "no local $CLUSTER cluster is recorded in $STATE: nothing to stop"
     return 1
   fi
-  local name pid started
+  local name pid started i waited=0 names=() pids=() starts=()
   while IFS=$'\t' read -r name pid started; do
-    stop_recorded "$name" "$pid" "$started"
+    if ! still_recorded "$pid" "$started"; then
+      note "$name (pid $pid) is already gone"
+      continue
+    fi
+    # The group holds what the process started (executors, Python SDK workers).
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    names+=("$name")
+    pids+=("$pid")
+    starts+=("$started")
   done < <(tac "$STATE")
+  for i in "${!pids[@]}"; do
+    while still_recorded "${pids[i]}" "${starts[i]}" && ((waited++ < 50)); do sleep 0.2; done
+    if still_recorded "${pids[i]}" "${starts[i]}"; then
+      kill -KILL -- "-${pids[i]}" 2>/dev/null || kill -KILL "${pids[i]}" 2>/dev/null || true
+    fi
+    note "stopped ${names[i]} (pid ${pids[i]})"
+  done
   rm -f "$STATE" "$STATE_DIR/cluster.env"
 }
 

@@ -206,7 +206,7 @@ PY
 
 cmd_down() {
   (($# == 0)) || die "down takes no options"
-  # Reverse order: the job server and the SDK workers go before the workers and the master.
+  # The job server and the SDK workers are asked first, the workers and the master last.
   stop_all_recorded || return 0
   # The logs stay; the applications' copies of the jars go.
   find "$STATE_DIR" -path "$STATE_DIR/work-*" -name "*.jar" -delete
