@@ -23,6 +23,7 @@ from sbert_pipeline.jobs.run import run
 from sbert_pipeline.stage_api.portable_settings import portable_kind
 
 SCRIPT = Path(__file__).resolve().parents[3] / "deploy" / "flink" / "local-cluster.sh"
+TASKMANAGERS = 2
 _BASE = [
     "a man plays the guitar in the house",
     "the dog runs on the road in the rain",
@@ -145,7 +146,15 @@ def flink_home(tmp_path_factory) -> Iterator[Path]:
     ports = [free_port() for _ in range(3)]
     up = script(
         home,
-        *("up", "--workers", "2", "--rest-port", str(ports[0]), "--rpc-port", str(ports[1])),
+        *(
+            "up",
+            "--workers",
+            str(TASKMANAGERS),
+            "--rest-port",
+            str(ports[0]),
+            "--rpc-port",
+            str(ports[1]),
+        ),
         *("--worker-pool-port", str(ports[2])),
     )
     saved = os.environ.get("SBERT_FLINK_HOME")
@@ -154,7 +163,8 @@ def flink_home(tmp_path_factory) -> Iterator[Path]:
         assert up.returncode == 0, up.stderr
         assert up.stdout.strip().splitlines()[-1] == f"127.0.0.1:{ports[0]}"
         pids = recorded_pids(home)
-        assert len(pids) == 4 and all(alive(pid) for pid in pids)  # JobManager, 2 TMs, pool
+        # The JobManager, the TaskManagers and the worker pool.
+        assert len(pids) == TASKMANAGERS + 2 and all(alive(pid) for pid in pids)
         yield home
     finally:
         if saved is None:
