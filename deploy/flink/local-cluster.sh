@@ -148,7 +148,7 @@ check_runtime() {
 # ---------------------------------------------------------------- configuration
 
 # Flink's configuration for this cluster (config.yaml): everything on 127.0.0.1, one slot per
-# TaskManager, small memory, temporary files (the jobs' copies of the jars) under run/tmp.
+# TaskManager, small memory, temporary files (the blob stores and caches) under run/tmp.
 # Network memory is fixed at 256 MB: a Beam stage runs as one Flink batch job whose tasks all
 # hold network buffers at once (the embed stage asks 512 more than Flink's 10% of 1 GB leaves).
 # Classes parent-first: Beam's runner, on the TaskManagers' class path, then keeps a job's SDK
@@ -173,8 +173,8 @@ taskmanager.memory.managed.fraction: 0.15
 taskmanager.memory.network.min: 256m
 taskmanager.memory.network.max: 256m
 parallelism.default: $workers
-io.tmp.dirs: $STATE_DIR/tmp/jobmanager
-web.tmpdir: $STATE_DIR/tmp/jobmanager
+io.tmp.dirs: '$STATE_DIR/tmp/jobmanager'
+web.tmpdir: '$STATE_DIR/tmp/jobmanager'
 blob.service.cleanup.interval: 300
 classloader.resolve-order: parent-first
 YAML
