@@ -224,10 +224,12 @@ wait_for_port() {
   done
 }
 
-# True when PID is still the process recorded (same start time), not a later one with its id.
+# True when PID is still the process recorded (same start time), not a later one with its id,
+# and has not ended (a zombie, which its parent has yet to reap, has).
 still_recorded() {
   local pid="$1" started="$2"
-  kill -0 "$pid" 2>/dev/null && [[ "$(started_at "$pid")" == "$started" ]]
+  kill -0 "$pid" 2>/dev/null && [[ "$(started_at "$pid")" == "$started" ]] &&
+    [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" != Z* ]]
 }
 
 # Stops every recorded process that is still the one recorded, and what it started, and forgets
