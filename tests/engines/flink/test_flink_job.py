@@ -113,11 +113,12 @@ def recorded_pids(home: Path) -> list[int]:
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie has ended (its parent, here init, reaps it when it will)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return True
+    return state != "Z"
 
 
 def children(pid: int) -> list[int]:
