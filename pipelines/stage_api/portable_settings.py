@@ -1,13 +1,15 @@
 """Settings of Beam's portable runners (Spark, Flink, a job endpoint): defaults and checks.
 
 Beam's portable runners run the Python work in SDK workers whose kind ``--environment_type``
-names. Left out, Beam picks Docker (or, for a ``local[N]`` Spark master, LOOPBACK: the SDK
-workers inside the launcher), and without a job server jar it downloads one. Here the defaults
-come from the local cluster that ``deploy/spark/local-cluster.sh up`` records in
-``$SBERT_SPARK_HOME/run/cluster.env``: its SDK worker pool (EXTERNAL) and its job server jar;
-SDK workers are kept for the whole job (``--environment_cache_millis``) so each loads the model
-once. A set-up that cannot work (no Java, no jar, a master or job endpoint that does not answer)
-is refused in one line when the options are checked, before any output is touched.
+names. Left out, Beam picks Docker (or, for a ``local[N]`` Spark master or an ``[auto]`` Flink
+master, LOOPBACK: the SDK workers inside the launcher), and without a job server jar it
+downloads one. Here the defaults come from the local cluster that ``deploy/spark/local-cluster.sh
+up`` records in ``$SBERT_SPARK_HOME/run/cluster.env`` (for Flink, ``deploy/flink/local-cluster.sh
+up`` in ``$SBERT_FLINK_HOME/run/cluster.env``): its SDK worker pool (EXTERNAL), its job server
+jar and, for Flink, its master and slots; SDK workers are kept for the whole job
+(``--environment_cache_millis``) so each loads the model once. A set-up that cannot work (no
+Java, no jar, a master or job endpoint that does not answer) is refused in one line when the
+options are checked, before any output is touched.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ ENVIRONMENT_CACHE_MILLIS = 600000
 # How long a master, job endpoint or worker pool has to accept a connection when checked.
 CONNECT_TIMEOUT_S = 3.0
 _UP = "deploy/spark/local-cluster.sh up"
+_FLINK_UP = "deploy/flink/local-cluster.sh up"
+# Each local cluster's record: the variable naming its folder, and that folder's default.
+_HOMES = {
+    "spark": ("SBERT_SPARK_HOME", "~/.cache/sbert-pipeline/spark"),
+    "flink": ("SBERT_FLINK_HOME", "~/.cache/sbert-pipeline/flink"),
+}
 _JAR_VERSION = re.compile(r"-(\d+\.\d+\.\d+)(?:-SNAPSHOT)?\.jar$")
 _warned_versions: set[tuple[str, str]] = set()
 
@@ -56,16 +64,19 @@ def portable_kind(runner: Any) -> str | None:
     return name if name in {"spark", "flink", "portable"} else None
 
 
-def cluster_env_path() -> Path:
-    """Where ``local-cluster.sh up`` writes the local cluster's settings."""
-    home = os.environ.get("SBERT_SPARK_HOME") or "~/.cache/sbert-pipeline/spark"
+def cluster_env_path(cluster: str = "spark") -> Path:
+    """Where ``deploy/<cluster>/local-cluster.sh up`` writes the local cluster's settings
+    (``cluster``: ``spark`` or ``flink``)."""
+    variable, default = _HOMES[cluster]
+    home = os.environ.get(variable) or default
     return Path(home).expanduser() / "run" / "cluster.env"
 
 
-def cluster_env() -> dict[str, str]:
-    """The local cluster's settings (``KEY=VALUE`` lines); empty when no cluster is up."""
+def cluster_env(cluster: str = "spark") -> dict[str, str]:
+    """The local Spark (or Flink) cluster's settings (``KEY=VALUE`` lines); empty when no such
+    cluster is up."""
     try:
-        text = cluster_env_path().read_text(encoding="utf-8")
+        text = cluster_env_path(cluster).read_text(encoding="utf-8")
     except OSError:
         return {}
     settings = {}
@@ -76,11 +87,24 @@ def cluster_env() -> dict[str, str]:
     return settings
 
 
+def recorded_pool(kind: str | None) -> tuple[str | None, str]:
+    """The SDK worker pool (HOST:PORT) a runner of ``kind`` takes from a local cluster's record,
+    and that cluster's name: Flink's own cluster's pool, else (for any portable runner) the
+    Spark cluster's, since a pool on this machine serves either. None when none is recorded."""
+    if kind == "flink":
+        pool = cluster_env("flink").get("BEAM_WORKER_POOL")
+        if pool:
+            return pool, "Flink"
+    return cluster_env().get("BEAM_WORKER_POOL"), "Spark"
+
+
 def with_portable_defaults(options: PipelineOptions) -> PipelineOptions:
     """The options a portable runner runs with (a copy): the environment EXTERNAL on the local
-    cluster's worker pool when no ``--environment_type`` is given, its job server jar for Spark
-    when neither a jar, a job endpoint nor an uber jar is given, and SDK workers kept for
-    :data:`ENVIRONMENT_CACHE_MILLIS`. Other runners' options are given back as they are.
+    cluster's worker pool when no ``--environment_type`` is given, its job server jar when
+    neither a jar, a job endpoint nor an uber jar is given, and SDK workers kept for
+    :data:`ENVIRONMENT_CACHE_MILLIS`. For Flink the local Flink cluster's record also gives
+    the master (unless one is named) and, on that master, one task per slot
+    (``--parallelism``). Other runners' options are given back as they are.
 
     Raises:
         PortableSettingsError: no environment given and no local worker pool recorded, or no
@@ -91,14 +115,14 @@ def with_portable_defaults(options: PipelineOptions) -> PipelineOptions:
         return options
     options = copy.deepcopy(options)
     portable = options.view_as(PortableOptions)
-    local = cluster_env()
     if not portable.environment_type:
         portable.environment_type = "EXTERNAL"
     if portable.environment_type.upper() == "EXTERNAL" and not portable.environment_config:
-        pool = local.get("BEAM_WORKER_POOL")
+        pool, _ = recorded_pool(kind)
         if not pool:
+            up = _FLINK_UP if kind == "flink" else _UP
             raise PortableSettingsError(
-                f"--runner {kind}: no SDK worker pool; start one with `{_UP}`, or give "
+                f"--runner {kind}: no SDK worker pool; start one with `{up}`, or give "
                 "--environment_type (EXTERNAL with --environment_config HOST:PORT)"
             )
         portable.environment_config = pool
@@ -108,14 +132,37 @@ def with_portable_defaults(options: PipelineOptions) -> PipelineOptions:
     if kind == "spark" and not (
         spark.spark_job_server_jar or portable.job_endpoint or spark.spark_submit_uber_jar
     ):
-        jar = local.get("SPARK_JOB_SERVER_JAR")
+        jar = cluster_env().get("SPARK_JOB_SERVER_JAR")
         if not jar:
             raise PortableSettingsError(
                 "--runner spark: no Spark job server (Maven Central serves no jar for Beam to "
                 f"download); run `{_UP}`, or give --spark_job_server_jar or --job_endpoint"
             )
         spark.spark_job_server_jar = jar
+    if kind == "flink" and not portable.job_endpoint:
+        _fill_flink_defaults(options)
     return options
+
+
+def _fill_flink_defaults(options: PipelineOptions) -> None:
+    """The local Flink cluster's master, job server jar (with the Flink version it was built
+    for) and slots, where not given. Without a recorded cluster nothing is filled: Beam then
+    takes a jar from its own cache, or downloads one, for ``--flink_version``."""
+    local = cluster_env("flink")
+    flink = options.view_as(FlinkRunnerOptions)
+    if local.get("FLINK_MASTER") and not _given(options, "flink_master"):
+        flink.flink_master = local["FLINK_MASTER"]
+    uber_jar = flink.flink_submit_uber_jar and _flink_master(flink)
+    if local.get("FLINK_JOB_SERVER_JAR") and not (flink.flink_job_server_jar or uber_jar):
+        flink.flink_job_server_jar = local["FLINK_JOB_SERVER_JAR"]
+        # Beam reads it only to pick a jar to download, but it should name the jar's Flink.
+        if local.get("FLINK_VERSION") and not _given(options, "flink_version"):
+            flink.flink_version = local["FLINK_VERSION"]
+    on_local_master = _flink_master(flink) == local.get("FLINK_MASTER")
+    if on_local_master and local.get("FLINK_PARALLELISM") and not _given(options, "parallelism"):
+        # Beam's default (-1) leaves it to the job server's Flink configuration, which here
+        # has none: 1 task for the whole cluster.
+        flink.parallelism = int(local["FLINK_PARALLELISM"])
 
 
 def check_portable_options(options: PipelineOptions) -> None:
@@ -171,16 +218,15 @@ def ready_to_run(options: PipelineOptions) -> PipelineOptions:
         _check_spark_master(filled.view_as(SparkRunnerOptions))
     elif kind == "flink":
         _check_flink_master(filled.view_as(FlinkRunnerOptions))
-    pool = portable.environment_config
-    if portable.environment_type.upper() == "EXTERNAL" and pool == cluster_env().get(
-        "BEAM_WORKER_POOL"
-    ):
+    pool, cluster = recorded_pool(kind)
+    if portable.environment_type.upper() == "EXTERNAL" and portable.environment_config == pool:
         # The local cluster's pool runs on this machine (another address may be an executor's
         # localhost, not reachable from here).
+        up = _FLINK_UP if cluster == "Flink" else _UP
         _check_answers(
-            portable.environment_config,
-            "the SDK worker pool of the local Spark cluster",
-            f"start it with `{_UP}`, or give --environment_type",
+            pool,
+            f"the SDK worker pool of the local {cluster} cluster",
+            f"start it with `{up}`, or give --environment_type",
         )
     return filled
 
@@ -195,7 +241,7 @@ def _check_spark_launch(spark: SparkRunnerOptions) -> None:
             )
         return
     _check_java("--runner spark")
-    _check_jar(spark.spark_job_server_jar, "--spark_job_server_jar")
+    _check_jar(spark.spark_job_server_jar, "--spark_job_server_jar", _UP)
 
 
 def _check_spark_master(spark: SparkRunnerOptions) -> None:
@@ -226,14 +272,17 @@ def _check_flink_launch(flink: FlinkRunnerOptions) -> None:
         return
     _check_java("--runner flink")
     if flink.flink_job_server_jar:
-        _check_jar(flink.flink_job_server_jar, "--flink_job_server_jar")
+        _check_jar(flink.flink_job_server_jar, "--flink_job_server_jar", _FLINK_UP)
 
 
 def _check_flink_master(flink: FlinkRunnerOptions) -> None:
+    """A named Flink master (its REST address) answers."""
     host = _flink_master(flink)
     if host:
         _check_answers(
-            host, f"--flink_master {flink.flink_master}", "start Flink or give its address"
+            host,
+            f"--flink_master {flink.flink_master}",
+            f"start Flink (`{_FLINK_UP}` for one on this machine) or give its address",
         )
 
 
@@ -245,15 +294,16 @@ def _check_java(what: str) -> None:
         )
 
 
-def _check_jar(jar: str | None, flag: str) -> None:
+def _check_jar(jar: str | None, flag: str, up: str) -> None:
     """A local jar exists; a URL is Beam's to fetch. A jar of another Beam version than the
-    SDK's is logged once (it runs, as the local cluster's does)."""
+    SDK's is logged once (it runs, as the local cluster's does). ``up`` is the command that
+    starts the local cluster whose script fetches the jar."""
     if not jar or "://" in jar:
         return
     if not os.path.isfile(jar):
+        fetch = up.removesuffix(" up") + " fetch"
         raise PortableSettingsError(
-            f"{flag} {jar}: no such file; run `deploy/spark/local-cluster.sh fetch` (or up) "
-            "or give the jar's path"
+            f"{flag} {jar}: no such file; run `{fetch}` (or up) or give the jar's path"
         )
     import apache_beam
 
