@@ -146,6 +146,7 @@ cmd_up() {
   trap 'note "up did not finish: stopping what it started"; cmd_down' EXIT
   {
     echo "SPARK_MASTER_URL=$master"
+    echo "SPARK_MASTER_WEBUI_URL=http://127.0.0.1:$webui_port"
     echo "BEAM_WORKER_POOL=localhost:$pool_port"
     echo "SPARK_JOB_SERVER_JAR=$home/beam-runners-spark-3-job-server-$beam.jar"
     if [[ "$job_server" == true ]]; then echo "BEAM_JOB_ENDPOINT=localhost:$job_port"; fi

@@ -31,12 +31,17 @@ from apache_beam.options.pipeline_options import (
     SparkRunnerOptions,
     StandardOptions,
 )
+from sbert_pipeline.stage_api.spark_version import SparkVersionError, check_spark_version
 
 logger = logging.getLogger(__name__)
 
 # Without it Beam's default (0) has each Spark task start a new SDK worker, which loads the
 # model again: 17 SDK workers and 112 s for 200 texts, against 2 and 42 s.
 ENVIRONMENT_CACHE_MILLIS = 600000
+# Flink's TaskManagers outlive a job (a stage), so its SDK workers would sit idle, each with its
+# model (700-900 MB), for the whole cache time after every stage: a minute still spans a
+# stage's tasks.
+FLINK_ENVIRONMENT_CACHE_MILLIS = 60000
 # How long a master, job endpoint or worker pool has to accept a connection when checked.
 CONNECT_TIMEOUT_S = 3.0
 _UP = "deploy/spark/local-cluster.sh up"
@@ -127,7 +132,9 @@ def with_portable_defaults(options: PipelineOptions) -> PipelineOptions:
             )
         portable.environment_config = pool
     if not _given(options, "environment_cache_millis"):
-        portable.environment_cache_millis = ENVIRONMENT_CACHE_MILLIS
+        portable.environment_cache_millis = (
+            FLINK_ENVIRONMENT_CACHE_MILLIS if kind == "flink" else ENVIRONMENT_CACHE_MILLIS
+        )
     spark = options.view_as(SparkRunnerOptions)
     if kind == "spark" and not (
         spark.spark_job_server_jar or portable.job_endpoint or spark.spark_submit_uber_jar
@@ -146,8 +153,9 @@ def with_portable_defaults(options: PipelineOptions) -> PipelineOptions:
 
 def _fill_flink_defaults(options: PipelineOptions) -> None:
     """The local Flink cluster's master, job server jar (with the Flink version it was built
-    for) and slots, where not given. Without a recorded cluster nothing is filled: Beam then
-    takes a jar from its own cache, or downloads one, for ``--flink_version``."""
+    for) and slots, where not given. Without a recorded cluster nothing is filled, and a run
+    with no jar is refused (:func:`check_portable_options`): Beam would download one, and
+    Maven Central serves none."""
     local = cluster_env("flink")
     flink = options.view_as(FlinkRunnerOptions)
     if local.get("FLINK_MASTER") and not _given(options, "flink_master"):
@@ -215,7 +223,9 @@ def ready_to_run(options: PipelineOptions) -> PipelineOptions:
             f"start the job server (`{_UP} --job-server` on this machine) or give its address",
         )
     elif kind == "spark":
-        _check_spark_master(filled.view_as(SparkRunnerOptions))
+        spark = filled.view_as(SparkRunnerOptions)
+        _check_spark_master(spark)
+        _check_spark_version(spark)
     elif kind == "flink":
         _check_flink_master(filled.view_as(FlinkRunnerOptions))
     pool, cluster = recorded_pool(kind)
@@ -257,6 +267,20 @@ def _check_spark_master(spark: SparkRunnerOptions) -> None:
         )
 
 
+def _check_spark_version(spark: SparkRunnerOptions) -> None:
+    """The job server's Spark is of the master's line, where both can be told."""
+    ui = cluster_env().get("SPARK_MASTER_WEBUI_URL")
+    try:
+        check_spark_version(
+            spark.spark_job_server_jar,
+            spark.spark_master_url,
+            ui_urls=[ui] if ui else [],
+            rest_url=spark.spark_rest_url if spark.spark_submit_uber_jar else None,
+        )
+    except SparkVersionError as err:
+        raise PortableSettingsError(str(err)) from None
+
+
 def _flink_master(flink: FlinkRunnerOptions) -> str | None:
     """HOST:PORT of a named Flink master; None for Beam's ``[auto]`` or ``[local]``."""
     master = flink.flink_master or ""
@@ -271,8 +295,12 @@ def _check_flink_launch(flink: FlinkRunnerOptions) -> None:
     if flink.flink_submit_uber_jar and _flink_master(flink):
         return
     _check_java("--runner flink")
-    if flink.flink_job_server_jar:
-        _check_jar(flink.flink_job_server_jar, "--flink_job_server_jar", _FLINK_UP)
+    if not flink.flink_job_server_jar:
+        raise PortableSettingsError(
+            "--runner flink: no Flink job server (Maven Central serves no jar for Beam to "
+            f"download); run `{_FLINK_UP}`, or give --flink_job_server_jar or --job_endpoint"
+        )
+    _check_jar(flink.flink_job_server_jar, "--flink_job_server_jar", _FLINK_UP)
 
 
 def _check_flink_master(flink: FlinkRunnerOptions) -> None:

@@ -469,6 +469,8 @@ def test_shell_script_is_valid_bash(script: Path) -> None:
 def test_every_platform_has_a_script() -> None:
     assert {p.relative_to(DEPLOY).as_posix() for p in SCRIPTS} == {
         "dataflow/submit.sh",
+        "flink/local-cluster.sh",
+        "lib/local-cluster-common.sh",
         "spark/submit.sh",
         "spark/local-cluster.sh",
         "flink/submit.sh",

@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import FlinkRunnerOptions, PortableOpt
 from sbert_pipeline.stage_api.beam_options import check_beam_args
 from sbert_pipeline.stage_api.beam_run import options_for
 from sbert_pipeline.stage_api.portable_settings import (
-    ENVIRONMENT_CACHE_MILLIS,
+    FLINK_ENVIRONMENT_CACHE_MILLIS,
     PortableSettingsError,
     cluster_env_path,
 )
@@ -121,7 +121,8 @@ def test_flink_takes_its_master_jar_version_pool_and_slots_from_its_record(
     assert (flink.flink_version, flink.parallelism) == ("1.19", 3)
     portable = options.view_as(PortableOptions)
     assert (portable.environment_type, portable.environment_config) == ("EXTERNAL", pool)
-    assert portable.environment_cache_millis == ENVIRONMENT_CACHE_MILLIS
+    # Its TaskManagers outlive the stage: idle SDK workers go after a minute, not ten.
+    assert portable.environment_cache_millis == FLINK_ENVIRONMENT_CACHE_MILLIS
 
 
 def test_given_values_win_over_the_record(homes, master, pool, jar, tmp_path):
@@ -188,3 +189,13 @@ def test_a_recorded_jar_that_is_gone_is_refused_naming_the_fetch(homes, master, 
     line = refusal(["--runner=flink"])
     assert line.startswith(f"--flink_job_server_jar {gone}: no such file")
     assert "`deploy/flink/local-cluster.sh fetch`" in line
+
+
+def test_flink_without_a_jar_is_refused_before_beam_would_download_one(homes, pool, master):
+    flags = [
+        *("--runner=flink", f"--flink_master={master}"),
+        *("--environment_type=EXTERNAL", f"--environment_config={pool}"),
+    ]
+    with pytest.raises(PortableSettingsError, match="no Flink job server") as err:
+        check_beam_args(flags)
+    assert "deploy/flink/local-cluster.sh up" in str(err.value) and "\n" not in str(err.value)

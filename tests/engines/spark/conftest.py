@@ -23,10 +23,12 @@ def local_spark(tmp_path_factory) -> Iterator[SparkCluster]:
 
 @pytest.fixture(autouse=True)
 def spark_home(tmp_path, monkeypatch) -> Path:
-    """An empty Spark home (no cluster recorded), so the machine's own never counts."""
+    """An empty Spark home (no cluster recorded), and an empty Flink home, so the machine's own
+    clusters never count."""
     home = tmp_path / "spark-home"
     (home / "run").mkdir(parents=True)
     monkeypatch.setenv("SBERT_SPARK_HOME", str(home))
+    monkeypatch.setenv("SBERT_FLINK_HOME", str(tmp_path / "flink-home"))
     return home
 
 

@@ -15,6 +15,7 @@ from sbert_pipeline.stage_api.beam_options import check_beam_args, pipeline_opti
 from sbert_pipeline.stage_api.beam_run import options_for
 from sbert_pipeline.stage_api.portable_settings import (
     ENVIRONMENT_CACHE_MILLIS,
+    FLINK_ENVIRONMENT_CACHE_MILLIS,
     PortableSettingsError,
     cluster_env_path,
     jar_version,
@@ -106,13 +107,13 @@ def test_a_job_endpoint_needs_no_jar_and_no_java(spark_home, no_java, listening)
 
 
 @pytest.mark.parametrize("runner", ["flink", "FlinkRunner"])
-def test_flink_takes_the_same_environment_defaults(spark_home, fake_java, listening, runner):
+def test_flink_takes_the_same_environment_defaults(spark_home, fake_java, listening, jar, runner):
     record_cluster(spark_home, BEAM_WORKER_POOL=listening)
-    check_beam_args(["--runner", runner])
-    options = options_for(["--runner", runner], None)
-    portable = options.view_as(PortableOptions)
+    flags = ["--runner", runner, "--flink_job_server_jar", str(jar)]
+    check_beam_args(flags)
+    portable = options_for(flags, None).view_as(PortableOptions)
     assert (portable.environment_type, portable.environment_config) == ("EXTERNAL", listening)
-    assert portable.environment_cache_millis == ENVIRONMENT_CACHE_MILLIS
+    assert portable.environment_cache_millis == FLINK_ENVIRONMENT_CACHE_MILLIS
 
 
 def test_other_runners_are_left_as_they_are(spark_home, listening):

@@ -203,3 +203,30 @@ def test_what_cannot_be_told_refuses_nothing(tmp_path, server, master, closed):
     check_spark_version(None, master, ui_urls=[server.url])
     check_spark_version("https://example.invalid/js.jar", master, ui_urls=[server.url])
     check_spark_version(str(jar), "local[2]", ui_urls=[server.url])
+
+
+def test_sbert_embed_on_a_master_of_another_spark_line_exits_2_and_writes_nothing(
+    tmp_path, spark_home, server, fake_java, listening, capsys
+):
+    """The check is wired in: the local cluster's record names the master's web UI, which
+    shows Spark 3.5.1, and the recorded jar is built for 3.2.2."""
+    from sbert_pipeline.jobs.cli import main
+    from spark_setup import record_cluster
+
+    master = f"spark://127.0.0.1:{server.port}"  # it answers: the fake server listens there
+    server.answers["/"] = (200, master_page(master, "3.5.1"))
+    jar = class_path_jar(tmp_path / "runtime", "3.2.2")
+    record_cluster(
+        spark_home,
+        BEAM_WORKER_POOL=listening,
+        SPARK_JOB_SERVER_JAR=str(jar),
+        SPARK_MASTER_WEBUI_URL=server.url,
+    )
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one\ntwo\n")
+    out = tmp_path / "out"
+    argv = ["embed", "--input", str(corpus), "--output", str(out)]
+    assert main([*argv, "--runner", "spark", "--spark_master_url", master]) == 2
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Spark 3.2.2" in err and "Spark 3.5.1" in err
