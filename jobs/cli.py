@@ -67,6 +67,7 @@ USER_ERRORS = (
 VERBOSE_FLAGS = ("-v", "--verbose")
 QUIET_FLAGS = ("-q", "--quiet")
 _BEAM_DOFN_ERROR_LOGGER = "apache_beam.runners.common"
+_BEAM_SUBPROCESS_LOGGER = "apache_beam.utils.subprocess_server"
 # The handlers stops_raise replaces: Python's own (a signal the parent ignores stays ignored).
 _DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 # How long a dropped stop waits before it is sent again (see _StopRelay).
@@ -128,10 +129,21 @@ def split_global_flags(argv: list[str]) -> tuple[int, list[str]]:
 def _configure_logging(level: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if level > logging.INFO:
-        # Beam logs an exception raised in a DoFn with its traceback before the runner
-        # re-raises it; the job then reports it in one line (or, if unexpected, in full).
         for handler in logging.getLogger().handlers:
-            handler.addFilter(lambda record: record.name != _BEAM_DOFN_ERROR_LOGGER)
+            handler.addFilter(_not_beam_noise)
+
+
+def _not_beam_noise(record: logging.LogRecord) -> bool:
+    """False for what Beam logs that the job says better (shown with -v): an exception raised
+    in a DoFn, logged with its traceback before the runner re-raises it (the job reports it in
+    one line, or in full if unexpected), and the Spark or Flink job server's start and stop,
+    each a WARNING holding its whole Java command line."""
+    if record.name == _BEAM_DOFN_ERROR_LOGGER:
+        return False
+    return not (
+        record.name == _BEAM_SUBPROCESS_LOGGER
+        and str(record.msg).startswith(("Really starting service", "Really destroying service"))
+    )
 
 
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:

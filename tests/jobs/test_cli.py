@@ -312,3 +312,17 @@ def test_no_line_about_beams_bigquery_client(tmp_path):
         assert result.returncode in (0, 2), result.stderr
         assert "apitools" not in result.stdout + result.stderr
         assert "sbert" in result.stdout + result.stderr  # it ran: help or the one-line error
+
+
+def test_beam_job_server_start_and_stop_lines_are_shown_only_with_v():
+    from sbert_pipeline.jobs.cli import _not_beam_noise
+
+    def record(name: str, message: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, message, ("x", "y"), None)
+
+    beam = "apache_beam.utils.subprocess_server"
+    assert not _not_beam_noise(record(beam, "Really starting service at %s with cmd: %s"))
+    assert not _not_beam_noise(record(beam, "Really destroying service at %s with cmd: %s"))
+    # Its other warnings, and everyone else's, stay.
+    assert _not_beam_noise(record(beam, "Port %s not free"))
+    assert _not_beam_noise(record("sbert_pipeline.stage_api.portable_settings", "versions %s %s"))
