@@ -144,6 +144,9 @@ def flink_home(tmp_path_factory) -> Iterator[Path]:
     """A local Flink cluster of 2 TaskManagers on free ports, its record in a temporary home
     that the stages read (``SBERT_FLINK_HOME``); stopped at the end, with nothing left."""
     home = tmp_path_factory.mktemp("flink-home")
+    # On a machine whose Maven cache is empty the first fetch downloads about 155 MB.
+    fetched = script(home, "fetch", timeout=900)
+    assert fetched.returncode == 0, fetched.stderr
     ports = [free_port() for _ in range(3)]
     up = script(
         home,
