@@ -206,9 +206,8 @@ def spark_cluster(workers: int, home: Path) -> Iterator[tuple[list[str], dict]]:
         "worker_pool_s": _seconds(r"worker pool up in ([\d.]+)s", up.stderr),
         "job_server_jvm_s": _seconds(r"job server up in ([\d.]+)s", up.stderr),
     }
-    cluster = dict(
-        line.split("=", 1) for line in (home / "run" / "cluster.env").read_text().split()
-    )
+    from sbert_pipeline.stage_api.portable_settings import cluster_env
+
     previous = os.environ.get("SBERT_SPARK_HOME")
     os.environ["SBERT_SPARK_HOME"] = str(home)  # the launcher process reads the record
     try:
@@ -216,7 +215,7 @@ def spark_cluster(workers: int, home: Path) -> Iterator[tuple[list[str], dict]]:
             [
                 "--runner=spark",
                 f"--spark_master_url={up.stdout.strip().splitlines()[-1]}",
-                f"--job_endpoint={cluster['BEAM_JOB_ENDPOINT']}",
+                f"--job_endpoint={cluster_env()['BEAM_JOB_ENDPOINT']}",
             ],
             timing,
         )

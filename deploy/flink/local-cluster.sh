@@ -75,20 +75,6 @@ flink_version_of_runner() {
   declared_version "$work/$RUNNER-$beam.pom" flink-runtime
 }
 
-# The runner brings Flink's JobManager and TaskManager (flink-runtime, flink-clients,
-# flink-rpc-akka-loader) as compile dependencies; a Log4j binding makes them log.
-write_runtime_pom() {
-  local beam="$1" artifact
-  echo '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-  echo '<groupId>local.sbert</groupId><artifactId>flink-runtime</artifactId><version>1</version>'
-  echo '<packaging>pom</packaging><dependencies>'
-  printf '<dependency><groupId>org.apache.beam</groupId><artifactId>%s</artifactId><version>%s</version></dependency>\n' "$RUNNER" "$beam"
-  for artifact in log4j-slf4j-impl log4j-core; do
-    printf '<dependency><groupId>org.apache.logging.log4j</groupId><artifactId>%s</artifactId><version>%s</version></dependency>\n' "$artifact" "$LOG4J_VERSION"
-  done
-  echo '</dependencies></project>'
-}
-
 # Fetches (once) and checks the runtime; prints its folder.
 runtime_home() {
   local beam flink home work
@@ -102,7 +88,11 @@ runtime_home() {
     note "fetching Beam's Flink $FLINK_LINE runner $beam and its Flink from Maven Central (once; about 155 MB)"
     flink="$(flink_version_of_runner "$beam" "$work")"
     home="$CACHE/beam-$beam-flink-$flink"
-    write_runtime_pom "$beam" >"$work/pom.xml"
+    # The runner brings Flink's JobManager and TaskManager (flink-runtime, flink-clients,
+    # flink-rpc-akka-loader) as compile dependencies; a Log4j binding makes them log.
+    write_runtime_pom flink-runtime "org.apache.beam:$RUNNER:$beam" \
+      "org.apache.logging.log4j:log4j-slf4j-impl:$LOG4J_VERSION" \
+      "org.apache.logging.log4j:log4j-core:$LOG4J_VERSION" >"$work/pom.xml"
     fetch_jars "$work" "Maven could not fetch Flink $flink with Beam's Flink runner $beam"
     rm -rf "$home"
     mkdir -p "$home"

@@ -64,6 +64,22 @@ fetch_pom() {
   mvn_quiet -U "$DEPENDENCY_PLUGIN:copy" -Dartifact="$1" -DoutputDirectory="$2" >"$2/mvn-pom.log" 2>&1
 }
 
+# A pom named $1 whose dependencies are the GROUP:ARTIFACT:VERSION arguments that follow:
+# what fetch_jars fetches, with all their dependencies.
+write_runtime_pom() {
+  local name="$1" coordinate group artifact version
+  shift
+  echo '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+  echo "<groupId>local.sbert</groupId><artifactId>$name</artifactId><version>1</version>"
+  echo '<packaging>pom</packaging><dependencies>'
+  for coordinate in "$@"; do
+    IFS=: read -r group artifact version <<<"$coordinate"
+    printf '<dependency><groupId>%s</groupId><artifactId>%s</artifactId><version>%s</version></dependency>\n' \
+      "$group" "$artifact" "$version"
+  done
+  echo '</dependencies></project>'
+}
+
 # The version pom $1 declares for the dependency whose artifactId is $2.
 declared_version() {
   python3 - "$1" "$2" <<'PY'

@@ -67,19 +67,6 @@ spark_version_of_runner() {
   declared_version "$work/beam-runners-spark-3-$beam.pom" spark-core_2.12
 }
 
-write_runtime_pom() {
-  local beam="$1" spark="$2" artifact
-  echo '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-  echo '<groupId>local.sbert</groupId><artifactId>spark-runtime</artifactId><version>1</version>'
-  echo '<packaging>pom</packaging><dependencies>'
-  printf '<dependency><groupId>org.apache.beam</groupId><artifactId>beam-runners-spark-3</artifactId><version>%s</version></dependency>\n' "$beam"
-  # What the runner declares as provided by the cluster: the standalone Master/Worker are in spark-core.
-  for artifact in spark-core_2.12 spark-streaming_2.12 spark-sql_2.12; do
-    printf '<dependency><groupId>org.apache.spark</groupId><artifactId>%s</artifactId><version>%s</version></dependency>\n' "$artifact" "$spark"
-  done
-  echo '</dependencies></project>'
-}
-
 # Fetches (once) and checks the runtime; prints its folder.
 runtime_home() {
   local beam spark home work
@@ -93,7 +80,10 @@ runtime_home() {
     note "fetching Beam's Spark runner $beam and its Spark from Maven Central (once; about 270 MB)"
     spark="$(spark_version_of_runner "$beam" "$work")"
     home="$CACHE/beam-$beam-spark-$spark"
-    write_runtime_pom "$beam" "$spark" >"$work/pom.xml"
+    # The runner, and what it declares as provided by the cluster: the standalone Master and
+    # Worker are in spark-core.
+    write_runtime_pom spark-runtime "$RUNNER_ARTIFACT:$beam" "org.apache.spark:spark-core_2.12:$spark" \
+      "org.apache.spark:spark-streaming_2.12:$spark" "org.apache.spark:spark-sql_2.12:$spark" >"$work/pom.xml"
     fetch_jars "$work" "Maven could not fetch Spark $spark with Beam's Spark runner $beam"
     rm -rf "$home"
     mkdir -p "$home/conf"

@@ -183,11 +183,13 @@ def check_portable_options(options: PipelineOptions) -> None:
         PortableSettingsError: one line naming the setting and what to run or give.
     """
     kind = portable_kind(options.view_as(StandardOptions).runner)
-    if kind is None:
-        return
-    filled = with_portable_defaults(options)
-    portable = filled.view_as(PortableOptions)
-    if portable.job_endpoint:
+    if kind is not None:
+        _check_launch(kind, with_portable_defaults(options))
+
+
+def _check_launch(kind: str, filled: PipelineOptions) -> None:
+    """:func:`check_portable_options` on options whose defaults are filled already."""
+    if filled.view_as(PortableOptions).job_endpoint:
         return
     if kind == "portable":
         raise PortableSettingsError(
@@ -213,8 +215,8 @@ def ready_to_run(options: PipelineOptions) -> PipelineOptions:
     kind = portable_kind(options.view_as(StandardOptions).runner)
     if kind is None:
         return options
-    check_portable_options(options)
     filled = with_portable_defaults(options)
+    _check_launch(kind, filled)
     portable = filled.view_as(PortableOptions)
     if portable.job_endpoint and portable.job_endpoint != "embed":
         _check_answers(

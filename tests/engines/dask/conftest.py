@@ -1,20 +1,20 @@
-"""Fixtures of the Dask engine tests: the corpus (``dask_data.py``) and a tiny cross-encoder."""
+"""Fixtures of the Dask engine tests: the corpus (``engine_jobs.py``) and a tiny cross-encoder."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from dask_data import corpus_rows
+from engine_jobs import write_corpus
 from testdata import build_tiny_bert
+
+# 60 near-duplicates of six sentences and 60 texts of their own: two partitions per worker.
+DASK_ROWS = 120
 
 
 @pytest.fixture(scope="session")
 def dask_corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("dask_corpus") / "corpus.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in corpus_rows()), encoding="utf-8")
-    return path
+    return write_corpus(tmp_path_factory.mktemp("dask_corpus") / "corpus.jsonl", DASK_ROWS)
 
 
 @pytest.fixture(scope="session")

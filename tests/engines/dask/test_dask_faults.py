@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from dask_data import corpus_rows
 from dask_processes import DaskProcesses, dask_processes
+from engine_jobs import corpus_rows
 from sbert_pipeline.jobs.cli import main
 
 ROWS = 600
@@ -30,7 +30,7 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    rows = corpus_rows()
+    rows = corpus_rows(120)
     path = tmp_path_factory.mktemp("fault_corpus") / "corpus.jsonl"
     lines = [
         json.dumps({"id": f"r{n}", "text": rows[n % len(rows)]["text"] + f" {n}"})

@@ -3,45 +3,34 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from dask_data import write_job
+from engine_jobs import embeddings, groups, manifest, pairs
+from engine_jobs import write_job as write_engine_job
 from sbert_pipeline.jobs.cli import main
 from sbert_pipeline.jobs.run import run
 
 
-def manifest(folder: Path) -> dict:
-    return json.loads((folder / "_manifest.json").read_text())
-
-
-def embeddings(job_dir: Path) -> dict[str, np.ndarray]:
-    table = pq.read_table(sorted((job_dir / "embeddings").glob("part-*.parquet")))
-    vectors = np.asarray(table.column("embedding").to_pylist(), dtype=np.float32)
-    return dict(zip(table.column("id").to_pylist(), vectors, strict=True))
-
-
-def pairs(job_dir: Path) -> set[tuple[str, str]]:
-    table = pq.read_table(sorted((job_dir / "pairs").glob("pairs/part-*.parquet")))
-    return {
-        tuple(sorted(pair))
-        for pair in zip(
-            table.column("id_a").to_pylist(), table.column("id_b").to_pylist(), strict=True
-        )
-    }
-
-
-def groups(job_dir: Path) -> set[frozenset[str]]:
-    table = pq.read_table(job_dir / "dedup" / "groups.parquet")
-    members: dict[int, set[str]] = {}
-    for group, item in zip(
-        table.column("group").to_pylist(), table.column("id").to_pylist(), strict=True
-    ):
-        members.setdefault(group, set()).add(item)
-    return {frozenset(ids) for ids in members.values()}
+def write_job(
+    path: Path, job_dir: Path, corpus: Path, model: Path, cross_encoder: Path, **top
+) -> Path:
+    """A job of every Beam stage (embed, the sharded index fill, the cluster assignment, pairs,
+    verify) and dedup; ``top`` adds job-wide keys (``runner``, ``beam``)."""
+    return write_engine_job(
+        path,
+        job_dir,
+        corpus,
+        model,
+        ("embed", "index", "cluster", "pairs", "verify", "dedup"),
+        index={"factory": "Flat", "shards": 2},
+        cluster={"method": "kmeans", "k": 6},
+        verify={"model": str(cross_encoder)},
+        dedup={"threshold": 0.5},
+        **top,
+    )
 
 
 def assignments(job_dir: Path) -> dict[str, int]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, PortableOptions
+from engine_jobs import record_cluster
 from sbert_pipeline.stage_api.beam_options import check_beam_args
 from sbert_pipeline.stage_api.beam_run import options_for
 from sbert_pipeline.stage_api.portable_settings import (
@@ -20,6 +21,8 @@ from sbert_pipeline.stage_api.portable_settings import (
 )
 
 JAR_NAME = "beam-runners-flink-1.19-job-server-2.62.0.jar"
+# Beam would start its job server with this java, which is only looked up here.
+pytestmark = pytest.mark.usefixtures("fake_java")
 
 
 @pytest.fixture(autouse=True)
@@ -31,16 +34,6 @@ def homes(tmp_path, monkeypatch) -> dict[str, Path]:
         (homes[cluster] / "run").mkdir(parents=True)
         monkeypatch.setenv(variable, str(homes[cluster]))
     return homes
-
-
-@pytest.fixture(autouse=True)
-def fake_java(tmp_path, monkeypatch) -> None:
-    """A PATH whose only ``java`` is a script that is never run (only looked up)."""
-    bin_dir = tmp_path / "java-bin"
-    bin_dir.mkdir()
-    (bin_dir / "java").write_text("#!/bin/sh\nexit 1\n")
-    (bin_dir / "java").chmod(0o755)
-    monkeypatch.setenv("PATH", str(bin_dir))
 
 
 def listener() -> socket.socket:
@@ -65,13 +58,6 @@ def pool() -> Iterator[str]:
 
 
 @pytest.fixture
-def closed() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
-
-
-@pytest.fixture
 def jar(tmp_path) -> Path:
     path = tmp_path / "jars" / JAR_NAME
     path.parent.mkdir()
@@ -79,14 +65,8 @@ def jar(tmp_path) -> Path:
     return path
 
 
-def record(home: Path, **settings: str) -> None:
-    """The record as ``local-cluster.sh up`` writes it."""
-    text = "".join(f"{key}={value}\n" for key, value in settings.items())
-    (home / "run" / "cluster.env").write_text(text)
-
-
 def record_flink(home: Path, master: str, pool: str, jar: Path, slots: int = 2) -> None:
-    record(
+    record_cluster(
         home,
         FLINK_MASTER=master,
         FLINK_VERSION="1.19",
@@ -146,7 +126,7 @@ def test_given_values_win_over_the_record(homes, master, pool, jar, tmp_path):
 def test_the_flink_pool_comes_before_the_spark_one(homes, master, pool, jar):
     with listener() as spark_pool:
         spark_address = f"localhost:{spark_pool.getsockname()[1]}"
-        record(homes["spark"], BEAM_WORKER_POOL=spark_address)
+        record_cluster(homes["spark"], BEAM_WORKER_POOL=spark_address)
         record_flink(homes["flink"], master, pool, jar)
         options = options_for(["--runner=flink"], None)
         assert options.view_as(PortableOptions).environment_config == pool

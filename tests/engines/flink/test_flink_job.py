@@ -16,79 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
-import yaml
+from engine_jobs import embeddings, groups, pairs, write_corpus, write_job
 from sbert_pipeline.jobs.run import run
 from sbert_pipeline.stage_api.portable_settings import portable_kind
 
 SCRIPT = Path(__file__).resolve().parents[3] / "deploy" / "flink" / "local-cluster.sh"
 TASKMANAGERS = 2
-_BASE = [
-    "a man plays the guitar in the house",
-    "the dog runs on the road in the rain",
-    "why is the sky blue and the sun red",
-    "a woman eats food with the cat",
-]
-
-
-def corpus_rows() -> list[dict]:
-    """40 texts: four sentences, each with variants that drop or swap words or add some."""
-    rows = []
-    for i, text in enumerate(_BASE):
-        words = text.split()
-        for j in range(10):
-            variant = list(words)
-            if j % 3 == 1:
-                del variant[j % len(variant)]
-            elif j % 3 == 2:
-                k = j % (len(variant) - 1)
-                variant[k], variant[k + 1] = variant[k + 1], variant[k]
-            variant += ["the"] * (j // 3)
-            rows.append({"id": f"f{i}-{j}", "text": " ".join(variant)})
-    return rows
-
-
-def write_job(root: Path, corpus: Path, model: Path, **top) -> Path:
-    """Embed, pairs and dedup of the corpus; ``top`` adds job-wide keys (``runner``)."""
-    config = {
-        "job_dir": str(root / "job"),
-        "input": {"path": str(corpus), "id_field": "id"},
-        "model": str(model),
-        "stages": ["embed", "pairs", "dedup"],
-        "pairs": {"k": 5, "threshold": 0.995, "method": "exact"},
-        "dedup": {"threshold": 0.995},
-        **top,
-    }
-    path = root / "job.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
-
-
-def embeddings(job_dir: Path) -> dict[str, np.ndarray]:
-    table = pq.read_table(sorted((job_dir / "embeddings").glob("part-*.parquet")))
-    vectors = np.asarray(table.column("embedding").to_pylist(), dtype=np.float32)
-    return dict(zip(table.column("id").to_pylist(), vectors, strict=True))
-
-
-def pairs(job_dir: Path) -> set[tuple[str, str]]:
-    table = pq.read_table(sorted((job_dir / "pairs").glob("pairs/part-*.parquet")))
-    return {
-        tuple(sorted(pair))
-        for pair in zip(
-            table.column("id_a").to_pylist(), table.column("id_b").to_pylist(), strict=True
-        )
-    }
-
-
-def groups(job_dir: Path) -> set[frozenset[str]]:
-    table = pq.read_table(job_dir / "dedup" / "groups.parquet")
-    members: dict[int, set[str]] = {}
-    for group, item in zip(
-        table.column("group").to_pylist(), table.column("id").to_pylist(), strict=True
-    ):
-        members.setdefault(group, set()).add(item)
-    return {frozenset(ids) for ids in members.values()}
+ROWS = 40
 
 
 def free_port() -> int:
@@ -187,20 +122,16 @@ def flink_home(tmp_path_factory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("flink_corpus") / "corpus.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in corpus_rows()), encoding="utf-8")
-    return path
+    return write_corpus(tmp_path_factory.mktemp("flink_corpus") / "corpus.jsonl", ROWS)
 
 
 def test_a_job_on_a_local_flink_cluster_equals_the_local_run(
     tmp_path, flink_home, corpus, tiny_st_dir
 ):
-    (tmp_path / "local").mkdir()
-    run([str(write_job(tmp_path / "local", corpus, tiny_st_dir))])
-    local = tmp_path / "local" / "job"
-    (tmp_path / "flink").mkdir()
-    summary = run([str(write_job(tmp_path / "flink", corpus, tiny_st_dir, runner="flink"))])
-    job = tmp_path / "flink" / "job"
+    local, job = tmp_path / "local", tmp_path / "flink"
+    run([str(write_job(tmp_path / "local.yaml", local, corpus, tiny_st_dir))])
+    flink = write_job(tmp_path / "flink.yaml", job, corpus, tiny_st_dir, runner="flink")
+    summary = run([str(flink)])
     assert {stage.name: stage.status for stage in summary.stages} == dict.fromkeys(
         ["embed", "pairs", "dedup"], "ran"
     )
@@ -208,7 +139,7 @@ def test_a_job_on_a_local_flink_cluster_equals_the_local_run(
         written = json.loads((job / folder / "_manifest.json").read_text())
         assert portable_kind(written["runner"]) == "flink", folder
     ours, theirs = embeddings(job), embeddings(local)
-    assert sorted(ours) == sorted(theirs) and len(ours) == len(corpus_rows())
+    assert sorted(ours) == sorted(theirs) and len(ours) == ROWS
     assert max(float(np.abs(ours[i] - theirs[i]).max()) for i in ours) <= 1e-5
     assert pairs(job) == pairs(local) and pairs(job)
     assert groups(job) == groups(local) and groups(job)

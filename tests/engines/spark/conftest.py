@@ -1,10 +1,9 @@
-"""Fixtures of the Spark tests: a local cluster's record in a temporary Spark home, ports that
-answer or not, and a PATH with or without ``java`` (nothing of these starts Spark or Java); and
-one local cluster for the whole session (``local_spark``), brought up by the cluster tests."""
+"""Fixtures of the Spark tests: an empty temporary Spark home and a job server jar (nothing of
+these starts Spark or Java); and one local cluster for the whole session (``local_spark``),
+brought up by the cluster tests. Ports and ``java`` come from the engines' own conftest."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,47 +29,6 @@ def spark_home(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("SBERT_SPARK_HOME", str(home))
     monkeypatch.setenv("SBERT_FLINK_HOME", str(tmp_path / "flink-home"))
     return home
-
-
-@pytest.fixture
-def fake_java(tmp_path, monkeypatch) -> Path:
-    """A PATH whose only ``java`` is a script that is never run (only looked up)."""
-    bin_dir = tmp_path / "java-bin"
-    bin_dir.mkdir()
-    java = bin_dir / "java"
-    java.write_text("#!/bin/sh\nexit 1\n")
-    java.chmod(0o755)
-    monkeypatch.setenv("PATH", str(bin_dir))
-    return java
-
-
-@pytest.fixture
-def no_java(tmp_path, monkeypatch) -> None:
-    """A PATH without ``java``."""
-    empty = tmp_path / "empty-bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
-
-
-@pytest.fixture
-def listening() -> Iterator[str]:
-    """HOST:PORT of a socket that accepts connections (a master, a pool, a job server)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    try:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def closed() -> str:
-    """HOST:PORT where nothing listens (a port just given back)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"127.0.0.1:{port}"
 
 
 @pytest.fixture

@@ -209,7 +209,7 @@ def _cmdline(process: psutil.Process) -> str:
         return ""
 
 
-def cluster_env(home: Path) -> dict[str, str]:
+def script_environ(home: Path) -> dict[str, str]:
     """This interpreter's environment with the Spark home, and its folder first on PATH (the
     script starts the SDK workers with the ``python3`` of PATH)."""
     bin_dir = str(Path(sys.executable).parent)
@@ -237,7 +237,7 @@ def spark_cluster(home: Path, *, workers: int = 2) -> Iterator[SparkCluster]:
     """A cluster of ``workers`` Spark workers (1 core each) on free ports, with its Spark home
     at ``home``; ``down`` when the block ends, which must leave none of its processes (nor a
     job server Beam started from its jar) running."""
-    env = cluster_env(home)
+    env = script_environ(home)
     fetched = _script(env, "fetch", timeout=FETCH_TIMEOUT_S)
     assert fetched.returncode == 0, fetched.stderr
     master, webui, pool, job = free_ports(4)

@@ -11,6 +11,7 @@ from apache_beam.options.pipeline_options import (
     PortableOptions,
     SparkRunnerOptions,
 )
+from engine_jobs import record_cluster
 from sbert_pipeline.stage_api.beam_options import check_beam_args, pipeline_options
 from sbert_pipeline.stage_api.beam_run import options_for
 from sbert_pipeline.stage_api.portable_settings import (
@@ -21,7 +22,6 @@ from sbert_pipeline.stage_api.portable_settings import (
     jar_version,
     portable_kind,
 )
-from spark_setup import record_cluster
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from engine_jobs import record_cluster
 from sbert_pipeline import embed
 from sbert_pipeline.jobs.cli import main
 from sbert_pipeline.stage_api.beam_options import check_beam_args
 from sbert_pipeline.stage_api.beam_run import options_for
 from sbert_pipeline.stage_api.portable_settings import PortableSettingsError
-from spark_setup import record_cluster
 
 
 def refusal(flags: list[str]) -> str:

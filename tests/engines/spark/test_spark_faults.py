@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 import pytest
+from engine_jobs import write_corpus
 from sbert_pipeline.jobs.cli import main
 from spark_cluster import POLL_S, RUN_TIMEOUT_S, SparkCluster
-from spark_data import write_corpus
 
 # Enough texts that the embedding outlasts the kill (the tiny model embeds them in seconds).
 ROWS = 600

@@ -210,8 +210,8 @@ def test_sbert_embed_on_a_master_of_another_spark_line_exits_2_and_writes_nothin
 ):
     """The check is wired in: the local cluster's record names the master's web UI, which
     shows Spark 3.5.1, and the recorded jar is built for 3.2.2."""
+    from engine_jobs import record_cluster
     from sbert_pipeline.jobs.cli import main
-    from spark_setup import record_cluster
 
     master = f"spark://127.0.0.1:{server.port}"  # it answers: the fake server listens there
     server.answers["/"] = (200, master_page(master, "3.5.1"))
